@@ -1,0 +1,149 @@
+// simgpu private extension API: the few things simgpu's three libraries need from
+// each other that the CUDA driver API does not express.
+//
+// libcuda.so.1 (tests/simgpu/driver/) holds the simulated device and exports these
+// functions with C linkage. libcudart.so.13 and libcupti.so.13 reach them with
+// dlopen("libcuda.so.1") + dlsym, exactly as they reach the driver API itself
+// (through cuGetProcAddress), so none of simgpu's libraries has a NEEDED entry on
+// another. Kernel sources (tests/simgpu/include/simgpu/kernel.h) register their
+// host implementations through simgpuRegisterKernel.
+//
+// Nothing in oversub may include this header: oversub cannot know it runs on simgpu.
+#ifndef SIMGPU_EXT_H
+#define SIMGPU_EXT_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- Kernels ---------------------------------------------------------------------
+
+// One kernel parameter as CUDA lays it out in the parameter buffer.
+typedef struct simgpuParamInfo {
+  size_t offset;  // bytes from the start of the parameter buffer
+  size_t size;    // bytes
+  int flags;      // SIMGPU_PARAM_* below
+} simgpuParamInfo;
+
+enum {
+  SIMGPU_PARAM_POINTER = 1,        // a pointer the kernel may read and write
+  SIMGPU_PARAM_CONST_POINTER = 2,  // a pointer to const: the kernel only reads
+};
+
+// Access modes for a footprint entry.
+enum { SIMGPU_READ = 1, SIMGPU_WRITE = 2, SIMGPU_READWRITE = 3 };
+
+#define SIMGPU_MAX_ACCESSES 32
+
+typedef struct simgpuAccess {
+  const void* ptr;  // device address
+  size_t bytes;
+  int mode;  // SIMGPU_READ / SIMGPU_WRITE / SIMGPU_READWRITE
+} simgpuAccess;
+
+// What one launch touches and how much arithmetic it does: drives the race
+// detector (exact byte ranges) and the virtual clock (flops, bytes).
+typedef struct simgpuFootprint {
+  simgpuAccess accesses[SIMGPU_MAX_ACCESSES];
+  int count;
+  double flops;
+} simgpuFootprint;
+
+// Runs the whole grid on the calling host thread. args[i] points at parameter i,
+// as in cudaLaunchKernel.
+typedef void (*simgpuKernelRun)(void** args, dim3 grid, dim3 block);
+
+// Optional: fills *fp for one launch from its arguments. When absent, the device
+// takes the whole allocation behind every pointer-sized argument word (read-only for
+// SIMGPU_PARAM_CONST_POINTER, read-write otherwise) and zero flops.
+typedef void (*simgpuKernelFootprint)(void** args, dim3 grid, dim3 block,
+                                      simgpuFootprint* fp);
+
+// Registers a kernel under its host-side handle (the address nvcc code would pass
+// to cudaLaunchKernel). Idempotent per hostFun. Returns the CUfunction the driver
+// launches, or NULL on bad input. name is copied.
+CUfunction simgpuRegisterKernel(const void* hostFun, const char* name,
+                                const simgpuParamInfo* params, size_t nparams,
+                                simgpuKernelRun run, simgpuKernelFootprint footprint);
+
+// The CUfunction registered for hostFun, or NULL.
+CUfunction simgpuFunctionFromHost(const void* hostFun);
+
+// ---- CUPTI bridge ------------------------------------------------------------------
+
+// One API callback, fields as in CUpti_CallbackData. domain is a
+// CUpti_CallbackDomain, cbid a CUPTI_{RUNTIME,DRIVER}_TRACE_CBID_* value, site 0 at
+// entry and 1 at exit. params points at the real *_params struct from
+// generated_cuda{,_runtime_api}_meta.h; returnValue at a cudaError_t or CUresult
+// (NULL at entry).
+typedef struct simgpuApiRecord {
+  int domain;
+  int cbid;
+  int site;
+  const char* functionName;
+  const char* symbolName;  // kernel name for launches, else NULL
+  const void* params;
+  const void* returnValue;
+  uint32_t correlationId;
+  uint64_t* correlationData;  // the same slot at entry and exit
+  CUcontext context;
+} simgpuApiRecord;
+
+typedef void (*simgpuApiSink)(void* user, const simgpuApiRecord* rec);
+
+// Installs the one sink (libcupti); NULL removes it. Thread-safe.
+void simgpuSetApiSink(simgpuApiSink sink, void* user);
+
+// Brackets one API call. Nested calls on one thread (the runtime calling the
+// driver) share the outermost call's correlation id. simgpuApiEnter returns the
+// correlation id; the caller passes it and the same correlationData slot to Exit.
+// Cheap (an atomic load) when no sink is installed.
+uint32_t simgpuApiEnter(int domain, int cbid, const char* functionName,
+                        const char* symbolName, const void* params,
+                        uint64_t* correlationData);
+void simgpuApiExit(int domain, int cbid, const char* functionName,
+                   const char* symbolName, const void* params,
+                   const void* returnValue, uint32_t correlationId,
+                   uint64_t* correlationData);
+
+enum {
+  SIMGPU_ACTIVITY_KERNEL = 1,
+  SIMGPU_ACTIVITY_MEMCPY = 2,
+  SIMGPU_ACTIVITY_MEMSET = 3,
+};
+
+// One finished device operation, timestamps on the virtual clock (ns).
+typedef struct simgpuActivity {
+  int kind;               // SIMGPU_ACTIVITY_*
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint32_t correlationId;
+  uint32_t streamId;
+  uint32_t deviceId;
+  uint32_t contextId;
+  uint64_t bytes;         // memcpy/memset
+  int copyKind;           // a CUpti_ActivityMemcpyKind value for memcpy
+  int srcKind, dstKind;   // CUpti_ActivityMemoryKind values for memcpy
+  const char* name;       // kernel name (valid for the process lifetime)
+  dim3 grid, block;
+  size_t sharedMem;
+} simgpuActivity;
+
+typedef void (*simgpuActivitySink)(void* user, const simgpuActivity* rec);
+
+// Installs the one activity sink (libcupti); NULL removes it. Records are
+// delivered in enqueue order from the thread that enqueued the operation.
+void simgpuSetActivitySink(simgpuActivitySink sink, void* user);
+
+// The virtual clock now, in ns (what cuptiGetTimestamp returns).
+uint64_t simgpuVirtualTimeNs(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // SIMGPU_EXT_H
