@@ -73,6 +73,14 @@ CUfunction simgpuRegisterKernel(const void* hostFun, const char* name,
 // The CUfunction registered for hostFun, or NULL.
 CUfunction simgpuFunctionFromHost(const void* hostFun);
 
+// The same registration, exported by simgpu's libcudart.so.13 under version node
+// SIMGPU_PRIVATE: kernel sources link against the runtime only (as nvcc output does
+// through __cudaRegisterFunction) and the runtime forwards to the driver. Returns
+// cudaSuccess (0) or cudaErrorInvalidValue (1).
+int __simgpuRegisterKernel(const void* hostFun, const char* name,
+                           const simgpuParamInfo* params, size_t nparams,
+                           simgpuKernelRun run, simgpuKernelFootprint footprint);
+
 // ---- CUPTI bridge ------------------------------------------------------------------
 
 // One API callback, fields as in CUpti_CallbackData. domain is a
