@@ -35,16 +35,16 @@
 
 #include "simgpu/ext.h"
 
-namespace simgpu {
+// The CUDA built-in index variables of the CUDA thread the calling host thread is
+// executing. Real variables (not macros), so struct fields and parameters with the
+// same names, like cudaLaunchConfig_t::gridDim, keep working; under nvcc
+// device_launch_parameters.h declares them instead and this header is not used.
+inline thread_local uint3 threadIdx{0, 0, 0};
+inline thread_local uint3 blockIdx{0, 0, 0};
+inline thread_local dim3 blockDim{1, 1, 1};
+inline thread_local dim3 gridDim{1, 1, 1};
 
-// The CUDA built-in index variables of the thread now executing a kernel.
-struct thread_context {
-  uint3 thread_idx{0, 0, 0};
-  uint3 block_idx{0, 0, 0};
-  dim3 block_dim{1, 1, 1};
-  dim3 grid_dim{1, 1, 1};
-};
-inline thread_local thread_context current_thread;
+namespace simgpu {
 
 // Typed builder for a simgpuFootprint.
 class footprint {
@@ -107,17 +107,16 @@ struct kernel_traits<Fn> {
 
   static void run(void** args, dim3 grid, dim3 block) {
     auto values = unpack<A...>(args, std::index_sequence_for<A...>{});
-    thread_context& ctx = current_thread;
-    ctx.grid_dim = grid;
-    ctx.block_dim = block;
+    ::gridDim = grid;
+    ::blockDim = block;
     for (unsigned bz = 0; bz < grid.z; ++bz)
       for (unsigned by = 0; by < grid.y; ++by)
         for (unsigned bx = 0; bx < grid.x; ++bx)
           for (unsigned tz = 0; tz < block.z; ++tz)
             for (unsigned ty = 0; ty < block.y; ++ty)
               for (unsigned tx = 0; tx < block.x; ++tx) {
-                ctx.block_idx = uint3{bx, by, bz};
-                ctx.thread_idx = uint3{tx, ty, tz};
+                ::blockIdx = uint3{bx, by, bz};
+                ::threadIdx = uint3{tx, ty, tz};
                 std::apply(Fn, values);
               }
   }
@@ -154,11 +153,6 @@ struct registrar {
 
 }  // namespace detail
 }  // namespace simgpu
-
-#define threadIdx (::simgpu::current_thread.thread_idx)
-#define blockIdx (::simgpu::current_thread.block_idx)
-#define blockDim (::simgpu::current_thread.block_dim)
-#define gridDim (::simgpu::current_thread.grid_dim)
 
 #define SIMGPU_KERNEL(fn) \
   static const ::simgpu::detail::registrar<&fn> simgpu_registrar_##fn{#fn}

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Checks simtrain on simgpu: determinism, modes, launch paths, OOM and races.
+
+Each --case runs simtrain a few times (under the environment meson gives the
+test: LD_LIBRARY_PATH at simgpu) and compares what it prints:
+
+  cli     --help lists every option; bad command lines exit 2 before any CUDA call
+  repeat  two identical runs give bit-identical losses, another seed other ones;
+          the uncached peak equals the footprint estimate simtrain prints (even and
+          odd depth)
+  modes   --caching, --streams 2 and both give the same loss bits as the default
+  launch  --launch runtime and --launch ex give the same loss bits as nvcc
+  oom     with SIMGPU_MEMORY at half the footprint, simtrain exits 1 with CUDA's
+          cudaErrorMemoryAllocation message (uncached and cached), no crash
+  race    under SIMGPU_RACE=abort the --streams 2 runs finish, race-free
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# simtrain's defaults (depth 8, width 128, batch 64) take a fraction of a second.
+BASE_ARGS = ["--iters", "4"]
+# An odd depth ends on a layer outside any residual block: its own peak.
+ODD_DEPTH_ARGS = ["--depth", "5", "--width", "64", "--batch", "32"]
+RUN_TIMEOUT_S = 60
+SEGMENT_BYTES = 2 << 20
+
+ITER_RE = re.compile(r"^iter (\d+) loss (\S+) \(bits 0x([0-9a-f]{8})\)$")
+PEAK_RE = re.compile(r"^peak device bytes: (\d+)$")
+ESTIMATE_RE = re.compile(r"^footprint estimate: (\d+) bytes")
+FINAL_RE = re.compile(r"^final loss: (\S+) \(bits 0x([0-9a-f]{8})\)$")
+OOM_RE = re.compile(
+    r"^simtrain: CUDA error cudaErrorMemoryAllocation \(out of memory\) "
+    r"at \S+:\d+ in cudaMalloc\(.*\)$",
+    re.MULTILINE,
+)
+
+
+@dataclass
+class run_result:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    loss_bits: list[str] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    peak: int | None = None
+    estimate: int | None = None
+    final_bits: str | None = None
+
+    def describe(self) -> str:
+        return (
+            f"simtrain {' '.join(self.args)} -> exit {self.returncode}\n"
+            f"--- stdout\n{self.stdout}--- stderr\n{self.stderr}---"
+        )
+
+
+class checker:
+    def __init__(self, simtrain: Path) -> None:
+        self.simtrain = simtrain
+        self.failures: list[str] = []
+
+    def run(self, extra: list[str], env: dict[str, str] | None = None) -> run_result:
+        args = BASE_ARGS + extra
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        proc = subprocess.run(
+            [str(self.simtrain), *args],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        result = run_result(args, proc.returncode, proc.stdout, proc.stderr)
+        for line in proc.stdout.splitlines():
+            if m := ITER_RE.match(line):
+                result.losses.append(float(m.group(2)))
+                result.loss_bits.append(m.group(3))
+            elif m := PEAK_RE.match(line):
+                result.peak = int(m.group(1))
+            elif m := ESTIMATE_RE.match(line):
+                result.estimate = int(m.group(1))
+            elif m := FINAL_RE.match(line):
+                result.final_bits = m.group(2)
+        return result
+
+    def expect(self, ok: bool, message: str, result: run_result | None = None) -> bool:
+        if not ok:
+            text = f"FAIL: {message}"
+            if result is not None:
+                text += "\n" + result.describe()
+            self.failures.append(text)
+        return ok
+
+    def completed(self, result: run_result) -> bool:
+        iters = int(BASE_ARGS[BASE_ARGS.index("--iters") + 1])
+        return (
+            self.expect(result.returncode == 0, "simtrain did not exit 0", result)
+            and self.expect(len(result.loss_bits) == iters, f"expected {iters} loss lines", result)
+            and self.expect(all(math.isfinite(x) for x in result.losses), "loss not finite", result)
+            and self.expect(result.peak is not None and result.peak > 0, "no peak line", result)
+            and self.expect(result.final_bits == result.loss_bits[-1],
+                            "final loss is not the last iteration's", result)
+        )
+
+    def same_losses(self, base: run_result, other: run_result, what: str) -> None:
+        if self.completed(other):
+            self.expect(other.loss_bits == base.loss_bits,
+                        f"{what}: loss bits {other.loss_bits} differ from {base.loss_bits}",
+                        other)
+
+
+def case_cli(c: checker) -> None:
+    help_run = c.run(["--help"])
+    c.expect(help_run.returncode == 0, "--help did not exit 0", help_run)
+    for flag in ["--depth", "--width", "--batch", "--iters", "--seed", "--lr", "--caching",
+                 "--streams", "--launch"]:
+        c.expect(flag in help_run.stdout, f"--help does not mention {flag}", help_run)
+    for bad in (["--streams", "3"], ["--launch", "bogus"], ["--depth", "0"], ["--nope"],
+                ["--caching=1"], ["--iters"]):
+        r = c.run(bad)
+        c.expect(r.returncode == 2 and "try" in r.stderr, f"{bad} should be a usage error", r)
+
+
+def case_repeat(c: checker) -> None:
+    first = c.run([])
+    second = c.run([])
+    if c.completed(first):
+        c.same_losses(first, second, "a repeated run")
+        c.expect(first.peak == first.estimate,
+                 f"uncached peak {first.peak} != footprint estimate {first.estimate}", first)
+        c.expect(len(set(first.loss_bits)) > 1, "the loss never changes", first)
+        reseeded = c.run(["--seed", "2"])
+        if c.completed(reseeded):
+            c.expect(reseeded.loss_bits != first.loss_bits, "--seed 2 changes nothing",
+                     reseeded)
+    odd = c.run(ODD_DEPTH_ARGS)
+    if c.completed(odd):
+        c.expect(odd.peak == odd.estimate,
+                 f"uncached peak {odd.peak} != footprint estimate {odd.estimate}", odd)
+
+
+def case_modes(c: checker) -> None:
+    base = c.run([])
+    if not c.completed(base):
+        return
+    for extra in (["--caching"], ["--streams", "2"], ["--caching", "--streams", "2"]):
+        r = c.run(extra)
+        c.same_losses(base, r, " ".join(extra))
+        if "--caching" in extra and r.peak is not None:
+            c.expect(r.peak % SEGMENT_BYTES == 0,
+                     f"cached peak {r.peak} is not whole 2 MiB segments", r)
+
+
+def case_launch(c: checker) -> None:
+    base = c.run(["--launch", "nvcc"])
+    if not c.completed(base):
+        return
+    for path in ("runtime", "ex"):
+        c.same_losses(base, c.run(["--launch", path]), f"--launch {path}")
+
+
+def case_oom(c: checker) -> None:
+    probe = c.run(["--iters", "1"])
+    if not c.expect(probe.estimate is not None, "no footprint estimate line", probe):
+        return
+    assert probe.estimate is not None
+    capacity = str(probe.estimate // 2)
+    for extra in ([], ["--caching"], ["--streams", "2"]):
+        r = c.run(extra, {"SIMGPU_MEMORY": capacity})
+        c.expect(r.returncode == 1,
+                 f"{extra} at SIMGPU_MEMORY={capacity}: expected exit 1 (a clean CUDA error)", r)
+        c.expect(OOM_RE.search(r.stderr) is not None,
+                 f"{extra}: no cudaErrorMemoryAllocation message from cudaMalloc", r)
+
+
+def case_race(c: checker) -> None:
+    base = c.run([])
+    if not c.completed(base):
+        return
+    for extra in (["--streams", "2"], ["--caching", "--streams", "2"]):
+        r = c.run(extra, {"SIMGPU_RACE": "abort"})
+        c.same_losses(base, r, f"{extra} under SIMGPU_RACE=abort")
+        c.expect("race" not in r.stderr.lower(), f"{extra}: race reported", r)
+
+
+CASES = {
+    "cli": case_cli,
+    "repeat": case_repeat,
+    "modes": case_modes,
+    "launch": case_launch,
+    "oom": case_oom,
+    "race": case_race,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--simtrain", type=Path, required=True, help="the simtrain binary")
+    parser.add_argument("--case", choices=sorted(CASES), action="append", required=True,
+                        help="what to check (repeatable)")
+    args = parser.parse_args()
+
+    c = checker(args.simtrain.resolve())
+    for name in args.case:
+        try:
+            CASES[name](c)
+        except subprocess.TimeoutExpired as exc:
+            c.failures.append(f"FAIL: {name}: simtrain timed out after {exc.timeout} s")
+    for failure in c.failures:
+        print(failure, file=sys.stderr)
+    if c.failures:
+        print(f"{len(c.failures)} check(s) failed", file=sys.stderr)
+        return 1
+    print(f"ok: {', '.join(args.case)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

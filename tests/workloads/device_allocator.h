@@ -1,0 +1,284 @@
+// device_allocator.h: how simtrain gets device memory, in the two ways frameworks do.
+//
+// direct_allocator: every tensor is its own cudaMalloc, freed with cudaFree (a
+// framework with its cache off). cudaFree synchronises the device, so a buffer used
+// on two streams needs nothing more.
+//
+// caching_allocator: a small stream-ordered caching allocator in the manner of
+// PyTorch's CUDACachingAllocator:
+//   - sizes are rounded up to a multiple of 512 bytes;
+//   - requests up to 1 MiB come from the small pool, carved out of 2 MiB segments;
+//     larger ones from the large pool, out of 20 MiB segments (below 10 MiB) or a
+//     segment of their own rounded to 2 MiB;
+//   - a free block is found by best fit among the blocks of the same pool and the
+//     same stream (smallest size, then lowest address); a block bigger than needed
+//     is split when the rest is at least 512 bytes (small pool) or more than 1 MiB
+//     (large pool);
+//   - a freed block merges with free neighbours of its segment and goes back to the
+//     free list of the stream it was allocated on;
+//   - a block also used on other streams (record_stream) gets, when freed, one event
+//     recorded on each of those streams; whoever allocates it next makes its stream
+//     wait on them, so the reuse is ordered after every use;
+//   - segments are never returned to CUDA until release_all() at exit.
+// peak_bytes() counts what the workload holds from cudaMalloc: live tensor bytes
+// (direct) or segment bytes (caching).
+#ifndef SIMTRAIN_DEVICE_ALLOCATOR_H
+#define SIMTRAIN_DEVICE_ALLOCATOR_H
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "gpu_compat.h"
+
+class device_allocator {
+ public:
+  virtual ~device_allocator() = default;
+  // bytes > 0, to be used first on stream.
+  virtual void* allocate(std::size_t bytes, cudaStream_t stream) = 0;
+  // p (from allocate) is also used on stream; its reuse must wait for that use.
+  virtual void record_stream(void* p, cudaStream_t stream) = 0;
+  virtual void deallocate(void* p) = 0;
+  // Returns every cached segment to CUDA; nothing may be allocated any more.
+  virtual void release_all() {}
+  std::size_t peak_bytes() const { return peak_bytes_; }
+
+ protected:
+  void add_held(std::size_t bytes) {
+    held_bytes_ += bytes;
+    peak_bytes_ = std::max(peak_bytes_, held_bytes_);
+  }
+  void remove_held(std::size_t bytes) { held_bytes_ -= bytes; }
+
+ private:
+  std::size_t held_bytes_ = 0;
+  std::size_t peak_bytes_ = 0;
+};
+
+class direct_allocator final : public device_allocator {
+ public:
+  void* allocate(std::size_t bytes, cudaStream_t) override {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    sizes_[p] = bytes;
+    add_held(bytes);
+    return p;
+  }
+  void record_stream(void*, cudaStream_t) override {}
+  void deallocate(void* p) override {
+    CUDA_CHECK(cudaFree(p));
+    auto it = sizes_.find(p);
+    remove_held(it->second);
+    sizes_.erase(it);
+  }
+
+ private:
+  std::unordered_map<void*, std::size_t> sizes_;
+};
+
+class caching_allocator final : public device_allocator {
+ public:
+  static constexpr std::size_t kMinBlockBytes = 512;
+  static constexpr std::size_t kSmallRequestBytes = 1 << 20;   // 1 MiB
+  static constexpr std::size_t kSmallSegmentBytes = 2 << 20;   // 2 MiB
+  static constexpr std::size_t kMinLargeAllocBytes = 10 << 20; // 10 MiB
+  static constexpr std::size_t kLargeSegmentBytes = 20 << 20;  // 20 MiB
+  static constexpr std::size_t kRoundLargeBytes = 2 << 20;     // 2 MiB
+
+  caching_allocator() = default;
+  caching_allocator(const caching_allocator&) = delete;
+  caching_allocator& operator=(const caching_allocator&) = delete;
+  ~caching_allocator() override {
+    for (block* b : all_blocks()) delete b;
+  }
+
+  void* allocate(std::size_t bytes, cudaStream_t stream) override {
+    std::size_t size = round_size(bytes);
+    bool small = size <= kSmallRequestBytes;
+    pool& p = small ? small_pool_ : large_pool_;
+    block* b = take_best_fit(p, size, stream);
+    if (b == nullptr) b = new_segment(size, stream, small);
+    if (should_split(b, size)) split(p, b, size);
+    b->allocated = true;
+    for (const auto& ev : b->reuse_after) {
+      CUDA_CHECK(cudaStreamWaitEvent(stream, ev->event, 0));
+    }
+    b->reuse_after.clear();
+    allocated_[b->ptr] = b;
+    return b->ptr;
+  }
+
+  void record_stream(void* ptr, cudaStream_t stream) override {
+    block* b = allocated_.at(ptr);
+    if (stream != b->stream &&
+        std::find(b->other_streams.begin(), b->other_streams.end(), stream) ==
+            b->other_streams.end()) {
+      b->other_streams.push_back(stream);
+    }
+  }
+
+  void deallocate(void* ptr) override {
+    auto it = allocated_.find(ptr);
+    block* b = it->second;
+    allocated_.erase(it);
+    for (cudaStream_t s : b->other_streams) {
+      auto ev = std::make_shared<owned_event>();
+      CUDA_CHECK(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventRecord(ev->event, s));
+      b->reuse_after.push_back(std::move(ev));
+    }
+    b->other_streams.clear();
+    b->allocated = false;
+    pool& p = b->small ? small_pool_ : large_pool_;
+    b = merge(p, b, b->prev);
+    b = merge(p, b, b->next);
+    p.free_blocks.insert(b);
+  }
+
+  void release_all() override {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (block* b : all_blocks()) {
+      if (b->prev == nullptr) {
+        CUDA_CHECK(cudaFree(b->ptr));
+        remove_held(b->segment_size);
+      }
+      delete b;
+    }
+    small_pool_.free_blocks.clear();
+    large_pool_.free_blocks.clear();
+    allocated_.clear();
+  }
+
+ private:
+  struct owned_event {
+    cudaEvent_t event = nullptr;
+    owned_event() = default;
+    owned_event(const owned_event&) = delete;
+    owned_event& operator=(const owned_event&) = delete;
+    ~owned_event() {
+      if (event != nullptr) CUDA_CHECK(cudaEventDestroy(event));
+    }
+  };
+
+  struct block {
+    void* ptr = nullptr;
+    std::size_t size = 0;          // bytes
+    std::size_t segment_size = 0;  // bytes; set on a segment's first block
+    cudaStream_t stream = nullptr;
+    bool small = true;
+    bool allocated = false;
+    block* prev = nullptr;  // neighbours within the segment
+    block* next = nullptr;
+    std::vector<cudaStream_t> other_streams;
+    std::vector<std::shared_ptr<owned_event>> reuse_after;
+  };
+
+  struct by_stream_size_address {
+    bool operator()(const block* a, const block* b) const {
+      auto key = [](const block* x) {
+        return std::make_tuple(reinterpret_cast<std::uintptr_t>(x->stream), x->size,
+                               reinterpret_cast<std::uintptr_t>(x->ptr));
+      };
+      return key(a) < key(b);
+    }
+  };
+
+  struct pool {
+    std::set<block*, by_stream_size_address> free_blocks;
+  };
+
+  static std::size_t round_size(std::size_t bytes) {
+    return (bytes + kMinBlockBytes - 1) / kMinBlockBytes * kMinBlockBytes;
+  }
+
+  static std::size_t segment_size_for(std::size_t size) {
+    if (size <= kSmallRequestBytes) return kSmallSegmentBytes;
+    if (size < kMinLargeAllocBytes) return kLargeSegmentBytes;
+    return (size + kRoundLargeBytes - 1) / kRoundLargeBytes * kRoundLargeBytes;
+  }
+
+  static bool should_split(const block* b, std::size_t size) {
+    std::size_t rest = b->size - size;
+    return b->small ? rest >= kMinBlockBytes : rest > kSmallRequestBytes;
+  }
+
+  static block* take_best_fit(pool& p, std::size_t size, cudaStream_t stream) {
+    block key;
+    key.stream = stream;
+    key.size = size;
+    auto it = p.free_blocks.lower_bound(&key);
+    if (it == p.free_blocks.end() || (*it)->stream != stream) return nullptr;
+    block* b = *it;
+    p.free_blocks.erase(it);
+    return b;
+  }
+
+  block* new_segment(std::size_t size, cudaStream_t stream, bool small) {
+    std::size_t bytes = segment_size_for(size);
+    void* ptr = nullptr;
+    CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    add_held(bytes);
+    auto* b = new block;
+    b->ptr = ptr;
+    b->size = bytes;
+    b->segment_size = bytes;
+    b->stream = stream;
+    b->small = small;
+    return b;
+  }
+
+  static void split(pool& p, block* b, std::size_t size) {
+    auto* rest = new block;
+    rest->ptr = static_cast<char*>(b->ptr) + size;
+    rest->size = b->size - size;
+    rest->stream = b->stream;
+    rest->small = b->small;
+    rest->reuse_after = b->reuse_after;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next != nullptr) b->next->prev = rest;
+    b->next = rest;
+    b->size = size;
+    p.free_blocks.insert(rest);
+  }
+
+  // Merges the free neighbour n into b (whichever comes first keeps the address);
+  // returns the surviving block.
+  static block* merge(pool& p, block* b, block* n) {
+    if (n == nullptr || n->allocated) return b;
+    p.free_blocks.erase(n);
+    block* first = n == b->prev ? n : b;
+    block* second = first == b ? n : b;
+    first->size += second->size;
+    first->next = second->next;
+    if (second->next != nullptr) second->next->prev = first;
+    for (const auto& ev : second->reuse_after) {
+      if (std::find(first->reuse_after.begin(), first->reuse_after.end(), ev) ==
+          first->reuse_after.end()) {
+        first->reuse_after.push_back(ev);
+      }
+    }
+    delete second;
+    return first;
+  }
+
+  std::vector<block*> all_blocks() const {
+    std::vector<block*> out;
+    for (const pool* p : {&small_pool_, &large_pool_}) {
+      out.insert(out.end(), p->free_blocks.begin(), p->free_blocks.end());
+    }
+    for (const auto& [ptr, b] : allocated_) out.push_back(b);
+    return out;
+  }
+
+  pool small_pool_;
+  pool large_pool_;
+  std::unordered_map<void*, block*> allocated_;
+};
+
+#endif  // SIMTRAIN_DEVICE_ALLOCATOR_H

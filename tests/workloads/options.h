@@ -1,0 +1,202 @@
+// options.h: simtrain's command line. Each option is declared once in a table
+// (name, value form, help); `--name value` and `--name=value` are both accepted,
+// --help prints the table, and a malformed or unknown option stops the program with
+// status 2 and a message naming it.
+#ifndef SIMTRAIN_OPTIONS_H
+#define SIMTRAIN_OPTIONS_H
+
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "gpu_compat.h"
+
+struct options {
+  int depth = 8;     // hidden layers of width x width
+  int width = 128;   // features per hidden layer
+  int batch = 64;    // rows per iteration
+  int iters = 5;
+  std::uint64_t seed = 1;
+  float lr = 1e-3f;  // Adam learning rate
+  bool caching = false;
+  int streams = 1;
+  gpu::launch_path launch = gpu::launch_path::nvcc;
+};
+
+namespace options_detail {
+
+enum class kind { integer, unsigned64, real, flag, streams, launch };
+
+using int_field = int options::*;
+
+struct spec {
+  const char* name;
+  const char* value;  // how the value is written in --help; nullptr for a flag
+  const char* help;
+  kind type;
+  int_field field = nullptr;  // for kind::integer
+  long min = 0;
+  long max = 0;
+};
+
+inline constexpr spec kSpecs[] = {
+    {"depth", "N", "hidden layers (residual add every 2 layers)", kind::integer,
+     &options::depth, 1, 4096},
+    {"width", "N", "features per hidden layer", kind::integer, &options::width, 1, 65536},
+    {"batch", "N", "rows per iteration", kind::integer, &options::batch, 1, 65536},
+    {"iters", "N", "training iterations", kind::integer, &options::iters, 1, 1000000},
+    {"seed", "N", "seed of the weights and of the synthetic data", kind::unsigned64},
+    {"lr", "X", "Adam learning rate", kind::real},
+    {"caching", nullptr, "sub-allocate from cached segments (like a framework's allocator)",
+     kind::flag},
+    {"streams", "1|2", "2: upload and optimizer updates on a second stream",
+     kind::streams},
+    {"launch", "nvcc|runtime|ex",
+     "launch path: __cudaLaunchKernel, cudaLaunchKernel, cudaLaunchKernelExC",
+     kind::launch},
+};
+
+[[noreturn]] inline void usage_error(const char* prog, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n(try %s --help)\n", prog, message.c_str(), prog);
+  std::exit(2);
+}
+
+inline void print_help(const char* prog) {
+  std::printf(
+      "usage: %s [options]\n\n"
+      "A small deterministic trainer on the CUDA runtime API: a deep stack of fully\n"
+      "connected layers with ReLU and skip connections, MSE loss against a synthetic\n"
+      "target, full backward pass and Adam. Prints the loss of every iteration (with\n"
+      "its bits, for bit-exact comparison), the peak device bytes it held and the\n"
+      "final loss. Exits 1 with a one-line message on any CUDA error.\n\noptions:\n",
+      prog);
+  const options defaults;
+  for (const spec& s : kSpecs) {
+    std::string left = std::string("--") + s.name;
+    if (s.value != nullptr) left += std::string(" ") + s.value;
+    std::printf("  %-26s %s", left.c_str(), s.help);
+    switch (s.type) {
+      case kind::integer: std::printf(" (default %d)", defaults.*s.field); break;
+      case kind::unsigned64:
+        std::printf(" (default %llu)", static_cast<unsigned long long>(defaults.seed));
+        break;
+      case kind::real: std::printf(" (default %g)", static_cast<double>(defaults.lr)); break;
+      case kind::streams: std::printf(" (default %d)", defaults.streams); break;
+      case kind::launch:
+        std::printf(" (default %s)", gpu::launch_path_name(defaults.launch));
+        break;
+      case kind::flag: break;
+    }
+    std::printf("\n");
+  }
+  std::printf("  %-26s %s\n", "-h, --help", "show this help and exit");
+}
+
+inline void apply(const char* prog, const spec& s, const char* text, options& out) {
+  std::string bad = std::string("--") + s.name + ": invalid value '" + text + "'";
+  char* end = nullptr;
+  errno = 0;
+  switch (s.type) {
+    case kind::integer: {
+      long v = std::strtol(text, &end, 10);
+      if (*text == '\0' || *end != '\0' || errno != 0 || v < s.min || v > s.max) {
+        usage_error(prog, bad + " (an integer from " + std::to_string(s.min) + " to " +
+                              std::to_string(s.max) + ")");
+      }
+      out.*s.field = static_cast<int>(v);
+      break;
+    }
+    case kind::unsigned64: {
+      unsigned long long v = std::strtoull(text, &end, 10);
+      if (*text == '\0' || *text == '-' || *end != '\0' || errno != 0) {
+        usage_error(prog, bad + " (an unsigned integer)");
+      }
+      out.seed = v;
+      break;
+    }
+    case kind::real: {
+      float v = std::strtof(text, &end);
+      if (*text == '\0' || *end != '\0' || errno != 0 || !(v > 0.0f)) {
+        usage_error(prog, bad + " (a positive number)");
+      }
+      out.lr = v;
+      break;
+    }
+    case kind::flag:
+      out.caching = true;
+      break;
+    case kind::streams: {
+      std::string_view v = text;
+      if (v != "1" && v != "2") usage_error(prog, bad + " (1 or 2)");
+      out.streams = v == "1" ? 1 : 2;
+      break;
+    }
+    case kind::launch: {
+      std::string_view v = text;
+      if (v == "nvcc") {
+        out.launch = gpu::launch_path::nvcc;
+      } else if (v == "runtime") {
+        out.launch = gpu::launch_path::runtime;
+      } else if (v == "ex") {
+        out.launch = gpu::launch_path::ex;
+      } else {
+        usage_error(prog, bad + " (nvcc, runtime or ex)");
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace options_detail
+
+// Parses argv; prints help and exits 0 on --help, exits 2 on a bad command line.
+inline options parse_options(int argc, char** argv) {
+  using namespace options_detail;
+  const char* prog = argc > 0 ? argv[0] : "simtrain";
+  options out;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      print_help(prog);
+      std::exit(0);
+    }
+    if (arg.substr(0, 2) != "--") usage_error(prog, "unexpected argument '" + std::string(arg) + "'");
+    std::string_view body = arg.substr(2);
+    std::size_t eq = body.find('=');
+    std::string_view name = body.substr(0, eq);
+    const spec* found = nullptr;
+    for (const spec& s : kSpecs) {
+      if (name == s.name) found = &s;
+    }
+    if (found == nullptr) usage_error(prog, "unknown option '--" + std::string(name) + "'");
+    if (found->value == nullptr) {
+      if (eq != std::string_view::npos) {
+        usage_error(prog, "--" + std::string(name) + " takes no value");
+      }
+      apply(prog, *found, "", out);
+      continue;
+    }
+    std::string value;
+    if (eq != std::string_view::npos) {
+      value = std::string(body.substr(eq + 1));
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      usage_error(prog, "--" + std::string(name) + " needs a value (" + found->value + ")");
+    }
+    apply(prog, *found, value.c_str(), out);
+  }
+  const long long w = out.width;
+  if (w * w + w > INT_MAX || w * out.batch > INT_MAX) {
+    usage_error(prog, "--width and --batch too large: kernels index width*width and "
+                      "batch*width elements with int");
+  }
+  return out;
+}
+
+#endif  // SIMTRAIN_OPTIONS_H

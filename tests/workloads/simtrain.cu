@@ -1,0 +1,434 @@
+// simtrain: a small deterministic trainer written against the CUDA runtime API, the
+// training workload oversub is tested with. Built by nvcc for a real GPU, or by g++
+// (through simtrain_sim.cpp) for simgpu; gpu_compat.h makes the difference.
+//
+// The model: `depth` fully connected width x width layers with bias and ReLU, a
+// residual add closing every block of 2 layers (out = relu(W2 relu(W1 u)) + u), a
+// final width -> 16 layer, mean squared error against a synthetic target computed
+// from the input. Full backward pass, Adam with long-lived moment buffers. Every
+// iteration draws a fresh batch on the host and uploads it from pinned memory.
+//
+// Memory behaves like a framework's with its cache off: parameters, gradients and
+// Adam state are allocated once at start; every activation and temporary is
+// allocated when produced and freed right after its last use (tensors are
+// reference counted, as a framework's are; forward activations live until their
+// backward use). --caching serves the same requests from caching_allocator.
+// --streams 2 uploads the batch and runs each layer's Adam step on a second stream
+// as soon as its gradient is ready; events order every cross-stream use, so the
+// arithmetic, and thus every loss bit, is the same in all modes.
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "device_allocator.h"
+#include "gpu_compat.h"
+#include "kernels.cuh"
+#include "options.h"
+
+namespace {
+
+constexpr int kOutFeatures = 16;      // outputs of the final layer (at most width)
+constexpr int kThreadsPerBlock = 128;
+constexpr float kBeta1 = 0.9f;
+constexpr float kBeta2 = 0.999f;
+constexpr float kEpsilon = 1e-8f;
+
+dim3 grid_for(std::size_t threads) {
+  return dim3(static_cast<unsigned>((threads + kThreadsPerBlock - 1) / kThreadsPerBlock));
+}
+
+// splitmix64: the host's deterministic random numbers.
+std::uint64_t next_random(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [-1, 1), exactly representable (24 random bits).
+float uniform_pm1(std::uint64_t& state) {
+  return static_cast<float>(next_random(state) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+std::uint32_t float_bits(float f) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// A reference-counted device buffer of floats; returned to its allocator when the
+// last reference goes.
+class tensor {
+ public:
+  tensor() = default;
+  tensor(device_allocator& alloc, std::size_t count, cudaStream_t stream)
+      : storage_(std::make_shared<storage>(alloc, count, stream)) {}
+  float* data() const { return storage_->ptr; }
+  std::size_t bytes() const { return storage_->count * sizeof(float); }
+  explicit operator bool() const { return storage_ != nullptr; }
+  void record_stream(cudaStream_t stream) const {
+    storage_->alloc->record_stream(storage_->ptr, stream);
+  }
+  void reset() { storage_.reset(); }
+
+ private:
+  struct storage {
+    device_allocator* alloc;
+    float* ptr;
+    std::size_t count;
+    storage(device_allocator& a, std::size_t n, cudaStream_t stream)
+        : alloc(&a), ptr(static_cast<float*>(a.allocate(n * sizeof(float), stream))),
+          count(n) {}
+    storage(const storage&) = delete;
+    storage& operator=(const storage&) = delete;
+    ~storage() { alloc->deallocate(ptr); }
+  };
+  std::shared_ptr<storage> storage_;
+};
+
+// One fully connected layer's long-lived state. Each buffer holds the weights
+// [out x in] followed by the bias [out].
+struct layer {
+  int in = 0;
+  int out = 0;
+  tensor param, grad, adam_m, adam_v;
+  int count() const { return out * in + out; }
+  float* weight() const { return param.data(); }
+  float* bias() const { return param.data() + static_cast<std::size_t>(out) * in; }
+  float* weight_grad() const { return grad.data(); }
+  float* bias_grad() const { return grad.data() + static_cast<std::size_t>(out) * in; }
+};
+
+std::size_t parameter_count(const options& opt) {
+  std::size_t w = static_cast<std::size_t>(opt.width);
+  std::size_t o = static_cast<std::size_t>(std::min(kOutFeatures, opt.width));
+  return static_cast<std::size_t>(opt.depth) * (w * w + w) + o * w + o;
+}
+
+// The peak of the direct (uncached) mode in bytes, from the order in which
+// trainer::step allocates and frees: parameters, gradients and the two Adam moments,
+// plus the larger of the live set at the end of the forward pass and the one early
+// in the backward pass.
+std::size_t footprint_estimate_bytes(const options& opt) {
+  std::size_t bw = static_cast<std::size_t>(opt.batch) * opt.width;
+  std::size_t bo = static_cast<std::size_t>(opt.batch) * std::min(kOutFeatures, opt.width);
+  std::size_t d = static_cast<std::size_t>(opt.depth);
+  std::size_t stored = 1 + d + d / 2;  // input, activations, residual outputs
+  std::size_t forward = bw * stored + 3 * bo + 1;
+  std::size_t backward = bw * (stored + 1) + bo + 1;
+  if (d % 2 == 1) backward = std::max(backward, bw * (stored + 2) + 1);
+  return (4 * parameter_count(opt) + std::max(forward, backward)) * sizeof(float);
+}
+
+class trainer {
+ public:
+  trainer(const options& opt, device_allocator& alloc)
+      : opt_(opt), alloc_(alloc), batch_(opt.batch), width_(opt.width),
+        out_(std::min(kOutFeatures, opt.width)), two_streams_(opt.streams == 2) {
+    if (two_streams_) {
+      CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    }
+    CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaMallocHost(&host_x_, sizeof(float) * batch_ * width_));
+    CUDA_CHECK(cudaMallocHost(&host_t_, sizeof(float) * batch_ * out_));
+    CUDA_CHECK(cudaMallocHost(&host_loss_, sizeof(float)));
+    for (int l = 0; l <= opt.depth; ++l) add_layer(l);
+    CUDA_CHECK(cudaStreamSynchronize(main_));
+  }
+
+  trainer(const trainer&) = delete;
+  trainer& operator=(const trainer&) = delete;
+
+  ~trainer() {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    layers_.clear();
+    for (cudaEvent_t ev : grad_ready_) CUDA_CHECK(cudaEventDestroy(ev));
+    for (cudaEvent_t ev : update_done_) CUDA_CHECK(cudaEventDestroy(ev));
+    CUDA_CHECK(cudaEventDestroy(upload_done_));
+    CUDA_CHECK(cudaFreeHost(host_x_));
+    CUDA_CHECK(cudaFreeHost(host_t_));
+    CUDA_CHECK(cudaFreeHost(host_loss_));
+    if (two_streams_) {
+      CUDA_CHECK(cudaStreamDestroy(main_));
+      CUDA_CHECK(cudaStreamDestroy(side_));
+    }
+  }
+
+  // One training iteration; returns its loss (before the update).
+  float step(int iter) {
+    const int depth = opt_.depth;
+    const int bw = batch_ * width_;
+    tensor x, target;
+    upload_batch(iter, x, target);
+
+    struct saved_tensors {
+      tensor input, act;
+    };
+    std::vector<saved_tensors> saved(static_cast<std::size_t>(depth));
+    tensor h = std::move(x);
+    tensor block_in;
+    for (int l = 0; l < depth; ++l) {
+      const layer& ly = layers_[static_cast<std::size_t>(l)];
+      wait_for_update(l);
+      if (l % 2 == 0) block_in = h;
+      tensor a = make(bw);
+      LAUNCH(matmul_nt, grid_for(bw), kThreadsPerBlock, main_, h.data(), ly.weight(),
+             a.data(), batch_, width_, width_);
+      LAUNCH(bias_act, grid_for(bw), kThreadsPerBlock, main_, a.data(), ly.bias(), batch_,
+             width_, 1);
+      saved[static_cast<std::size_t>(l)] = {h, a};
+      if (l % 2 == 1) {
+        tensor sum = make(bw);
+        LAUNCH(residual_add, grid_for(bw), kThreadsPerBlock, main_, a.data(),
+               block_in.data(), sum.data(), bw);
+        h = std::move(sum);
+        block_in.reset();
+      } else {
+        h = std::move(a);
+      }
+    }
+    block_in.reset();
+
+    const layer& last = layers_.back();
+    const int bo = batch_ * out_;
+    wait_for_update(depth);
+    tensor y = make(bo);
+    LAUNCH(matmul_nt, grid_for(bo), kThreadsPerBlock, main_, h.data(), last.weight(),
+           y.data(), batch_, out_, width_);
+    LAUNCH(bias_act, grid_for(bo), kThreadsPerBlock, main_, y.data(), last.bias(), batch_,
+           out_, 0);
+    tensor final_in = std::move(h);
+
+    tensor row_loss = make(static_cast<std::size_t>(batch_));
+    LAUNCH(squared_error_rows, grid_for(batch_), kThreadsPerBlock, main_, y.data(),
+           target.data(), row_loss.data(), batch_, out_);
+    tensor loss = make(1);
+    LAUNCH(sum_scaled, dim3(1), 1, main_, row_loss.data(), loss.data(), batch_,
+           1.0f / static_cast<float>(bo));
+    row_loss.reset();
+    tensor dy = make(bo);
+    LAUNCH(squared_error_grad, grid_for(bo), kThreadsPerBlock, main_, y.data(),
+           target.data(), dy.data(), bo, 2.0f / static_cast<float>(bo));
+    y.reset();
+    target.reset();
+
+    LAUNCH(matmul_tn, grid_for(static_cast<std::size_t>(out_) * width_), kThreadsPerBlock,
+           main_, dy.data(), final_in.data(), last.weight_grad(), out_, width_, batch_);
+    LAUNCH(column_sum, grid_for(out_), kThreadsPerBlock, main_, dy.data(), last.bias_grad(),
+           batch_, out_);
+    tensor g = make(bw);
+    LAUNCH(matmul_nn, grid_for(bw), kThreadsPerBlock, main_, dy.data(), last.weight(),
+           g.data(), batch_, width_, out_);
+    dy.reset();
+    final_in.reset();
+    gradient_ready(depth, iter);
+
+    tensor skip;
+    for (int l = depth - 1; l >= 0; --l) {
+      const layer& ly = layers_[static_cast<std::size_t>(l)];
+      saved_tensors& s = saved[static_cast<std::size_t>(l)];
+      if (l % 2 == 1) skip = g;
+      tensor dz = make(bw);
+      LAUNCH(relu_backward, grid_for(bw), kThreadsPerBlock, main_, g.data(), s.act.data(),
+             dz.data(), bw);
+      g.reset();
+      s.act.reset();
+      LAUNCH(matmul_tn, grid_for(static_cast<std::size_t>(width_) * width_),
+             kThreadsPerBlock, main_, dz.data(), s.input.data(), ly.weight_grad(), width_,
+             width_, batch_);
+      LAUNCH(column_sum, grid_for(width_), kThreadsPerBlock, main_, dz.data(),
+             ly.bias_grad(), batch_, width_);
+      s.input.reset();
+      if (l > 0) {
+        g = make(bw);
+        LAUNCH(matmul_nn, grid_for(bw), kThreadsPerBlock, main_, dz.data(), ly.weight(),
+               g.data(), batch_, width_, width_);
+      }
+      dz.reset();
+      if (l % 2 == 0 && skip) {
+        if (l > 0) {
+          LAUNCH(accumulate, grid_for(bw), kThreadsPerBlock, main_, g.data(), skip.data(),
+                 bw);
+        }
+        skip.reset();
+      }
+      gradient_ready(l, iter);
+    }
+
+    CUDA_CHECK(cudaMemcpyAsync(host_loss_, loss.data(), sizeof(float),
+                               cudaMemcpyDeviceToHost, main_));
+    CUDA_CHECK(cudaStreamSynchronize(main_));
+    loss.reset();
+    return *host_loss_;
+  }
+
+ private:
+  tensor make(std::size_t count) { return tensor(alloc_, count, main_); }
+
+  void add_layer(int index) {
+    const bool final_layer = index == opt_.depth;
+    layer ly;
+    ly.in = width_;
+    ly.out = final_layer ? out_ : width_;
+    std::size_t n = static_cast<std::size_t>(ly.count());
+    ly.param = make(n);
+    ly.grad = make(n);
+    ly.adam_m = make(n);
+    ly.adam_v = make(n);
+
+    // He-uniform for the ReLU layers; the layer closing a residual block is scaled
+    // by 1/sqrt(depth) so the sum of the blocks stays bounded.
+    float range = std::sqrt(6.0f / static_cast<float>(ly.in));
+    if (final_layer) range = std::sqrt(6.0f / static_cast<float>(ly.in + ly.out));
+    if (!final_layer && index % 2 == 1) range /= std::sqrt(static_cast<float>(opt_.depth));
+    std::uint64_t state = opt_.seed * 0x100000001b3ULL + static_cast<std::uint64_t>(index);
+    std::vector<float> host(n, 0.0f);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(ly.out) * ly.in; ++i) {
+      host[i] = range * uniform_pm1(state);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(ly.param.data(), host.data(), n * sizeof(float),
+                               cudaMemcpyHostToDevice, main_));
+    CUDA_CHECK(cudaStreamSynchronize(main_));
+    CUDA_CHECK(cudaMemsetAsync(ly.adam_m.data(), 0, n * sizeof(float), main_));
+    CUDA_CHECK(cudaMemsetAsync(ly.adam_v.data(), 0, n * sizeof(float), main_));
+    layers_.push_back(std::move(ly));
+
+    cudaEvent_t ready = nullptr;
+    cudaEvent_t done = nullptr;
+    if (two_streams_) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+      grad_ready_.push_back(ready);
+      update_done_.push_back(done);
+    }
+    update_recorded_.push_back(false);
+  }
+
+  // Draws iteration iter's batch into pinned memory and uploads it, on the side
+  // stream with --streams 2.
+  void upload_batch(int iter, tensor& x, tensor& target) {
+    cudaStream_t up = two_streams_ ? side_ : main_;
+    if (upload_recorded_) CUDA_CHECK(cudaEventSynchronize(upload_done_));
+    std::uint64_t state = (opt_.seed ^ 0x5bd1e995ULL) * 0x9e3779b97f4a7c15ULL +
+                          static_cast<std::uint64_t>(iter);
+    for (int i = 0; i < batch_ * width_; ++i) host_x_[i] = uniform_pm1(state);
+    for (int b = 0; b < batch_; ++b) {
+      const float* xr = host_x_ + static_cast<std::size_t>(b) * width_;
+      for (int o = 0; o < out_; ++o) {
+        float v = 0.5f * xr[o % width_] - 0.25f * xr[(o + 3) % width_] +
+                  xr[(2 * o + 1) % width_] * xr[(5 * o + 2) % width_];
+        host_t_[static_cast<std::size_t>(b) * out_ + o] = v;
+      }
+    }
+    x = tensor(alloc_, static_cast<std::size_t>(batch_) * width_, up);
+    target = tensor(alloc_, static_cast<std::size_t>(batch_) * out_, up);
+    CUDA_CHECK(cudaMemcpyAsync(x.data(), host_x_, x.bytes(), cudaMemcpyHostToDevice, up));
+    CUDA_CHECK(cudaMemcpyAsync(target.data(), host_t_, target.bytes(),
+                               cudaMemcpyHostToDevice, up));
+    CUDA_CHECK(cudaEventRecord(upload_done_, up));
+    upload_recorded_ = true;
+    if (two_streams_) {
+      CUDA_CHECK(cudaStreamWaitEvent(main_, upload_done_, 0));
+      x.record_stream(main_);
+      target.record_stream(main_);
+    }
+  }
+
+  // Before the forward pass reads layer index's parameters: the previous
+  // iteration's update of them (on the side stream) must be done.
+  void wait_for_update(int index) {
+    std::size_t i = static_cast<std::size_t>(index);
+    if (two_streams_ && update_recorded_[i]) {
+      CUDA_CHECK(cudaStreamWaitEvent(main_, update_done_[i], 0));
+    }
+  }
+
+  // Layer index's gradients are complete on the main stream and its weights have
+  // been read for the last time this iteration: run its Adam step.
+  void gradient_ready(int index, int iter) {
+    std::size_t i = static_cast<std::size_t>(index);
+    const layer& ly = layers_[i];
+    cudaStream_t s = main_;
+    if (two_streams_) {
+      CUDA_CHECK(cudaEventRecord(grad_ready_[i], main_));
+      CUDA_CHECK(cudaStreamWaitEvent(side_, grad_ready_[i], 0));
+      s = side_;
+    }
+    const double t = static_cast<double>(iter) + 1.0;
+    const float inv_bias1 = static_cast<float>(1.0 / (1.0 - std::pow(double{kBeta1}, t)));
+    const float inv_bias2 = static_cast<float>(1.0 / (1.0 - std::pow(double{kBeta2}, t)));
+    const int n = ly.count();
+    LAUNCH(adam_step, grid_for(n), kThreadsPerBlock, s, ly.param.data(), ly.grad.data(),
+           ly.adam_m.data(), ly.adam_v.data(), n, opt_.lr, kBeta1, kBeta2, kEpsilon,
+           inv_bias1, inv_bias2);
+    if (two_streams_) {
+      CUDA_CHECK(cudaEventRecord(update_done_[i], side_));
+      update_recorded_[i] = true;
+    }
+  }
+
+  const options opt_;
+  device_allocator& alloc_;
+  const int batch_;
+  const int width_;
+  const int out_;
+  const bool two_streams_;
+  cudaStream_t main_ = nullptr;  // the legacy default stream with --streams 1
+  cudaStream_t side_ = nullptr;
+  std::vector<layer> layers_;  // depth hidden layers, then the final one
+  std::vector<cudaEvent_t> grad_ready_;
+  std::vector<cudaEvent_t> update_done_;
+  std::vector<bool> update_recorded_;
+  cudaEvent_t upload_done_ = nullptr;
+  bool upload_recorded_ = false;
+  float* host_x_ = nullptr;  // pinned
+  float* host_t_ = nullptr;  // pinned
+  float* host_loss_ = nullptr;  // pinned
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options opt = parse_options(argc, argv);
+  gpu::set_launch_path(opt.launch);
+  const std::size_t params = parameter_count(opt);
+  std::printf("config: depth %d width %d batch %d out %d iters %d seed %" PRIu64
+              " lr %.6e caching %s streams %d launch %s\n",
+              opt.depth, opt.width, opt.batch, std::min(kOutFeatures, opt.width),
+              opt.iters, opt.seed, static_cast<double>(opt.lr),
+              opt.caching ? "on" : "off", opt.streams, gpu::launch_path_name(opt.launch));
+  std::printf("footprint estimate: %zu bytes (%zu parameters, %zu bytes with gradients "
+              "and Adam state)\n",
+              footprint_estimate_bytes(opt), params, 4 * params * sizeof(float));
+  std::fflush(stdout);
+
+  std::unique_ptr<device_allocator> alloc;
+  if (opt.caching) {
+    alloc = std::make_unique<caching_allocator>();
+  } else {
+    alloc = std::make_unique<direct_allocator>();
+  }
+  float loss = 0.0f;
+  {
+    trainer model(opt, *alloc);
+    for (int iter = 0; iter < opt.iters; ++iter) {
+      loss = model.step(iter);
+      std::printf("iter %d loss %.9e (bits 0x%08" PRIx32 ")\n", iter,
+                  static_cast<double>(loss), float_bits(loss));
+      std::fflush(stdout);
+    }
+  }
+  alloc->release_all();
+  std::printf("peak device bytes: %zu\n", alloc->peak_bytes());
+  std::printf("final loss: %.9e (bits 0x%08" PRIx32 ")\n", static_cast<double>(loss),
+              float_bits(loss));
+  std::fflush(stdout);
+  return 0;
+}

@@ -1,0 +1,3 @@
+// simtrain for simgpu: the CUDA source compiled by the host compiler, its kernels
+// registered with simgpu through gpu_compat.h (see simtrain.cu).
+#include "simtrain.cu"
