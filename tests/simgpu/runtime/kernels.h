@@ -1,0 +1,32 @@
+// simgpu's libcudart.so.13: which kernel a launch means. A launch names its kernel
+// by host function (cudaLaunchKernel) or by handle (__cudaLaunchKernel with what
+// __cudaGetKernel returned); both resolve here to the driver's CUfunction and the
+// kernel's name, which CUPTI reports as symbolName.
+#ifndef SIMGPU_RUNTIME_KERNELS_H
+#define SIMGPU_RUNTIME_KERNELS_H
+
+#include <cuda.h>
+
+namespace simgpu::rt {
+
+struct kernel_ref {
+  CUfunction function = nullptr;  // nullptr: no simgpu implementation
+  const char* name = nullptr;     // valid for the process lifetime; nullptr if unknown
+};
+
+// By host function (the address nvcc code and kernel.h register). Kernels
+// registered with the driver directly are found through simgpuFunctionFromHost.
+kernel_ref kernel_from_host(const void* host_fun) noexcept;
+
+// By cudaKernel_t (on simgpu, the CUfunction) or, as the real runtime accepts for
+// its const void* func parameters, by host function.
+kernel_ref kernel_from_handle(const void* handle) noexcept;
+
+// The cudaKernel_t for a host function: its CUfunction, or for a function that
+// nvcc code registered (__cudaRegisterFunction) but simgpu cannot run, a handle
+// that launches with cudaErrorInvalidDeviceFunction. nullptr when unknown.
+const void* kernel_handle(const void* host_fun) noexcept;
+
+}  // namespace simgpu::rt
+
+#endif  // SIMGPU_RUNTIME_KERNELS_H
