@@ -13,6 +13,7 @@
 #define SIMGPU_EXT_H
 
 #include <cuda.h>
+#include <vector_types.h>
 #include <stddef.h>
 #include <stdint.h>
 

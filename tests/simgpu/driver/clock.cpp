@@ -1,0 +1,267 @@
+// Streams, events and the virtual clock (see the Notes in clock.h).
+#include "clock.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdlib>
+#include <set>
+
+#include "address_space.h"
+#include "capture.h"
+#include "config.h"
+#include "device.h"
+
+namespace simgpu {
+
+namespace {
+
+double g_host_ns = 0;
+double g_engine_free_ns[3] = {0, 0, 0};
+uint64_t g_next_stream_id = 1;
+std::set<stream_obj*> g_streams;   // every live stream incl. legacy and per-thread
+std::set<event_obj*> g_events;
+stream_obj* g_legacy = nullptr;
+thread_local stream_obj* t_per_thread = nullptr;
+
+race_detector& det() {
+  static race_detector* d = new race_detector();
+  return *d;
+}
+
+stream_obj* new_stream(unsigned flags, int priority) {
+  auto* s = new stream_obj();
+  s->id = g_next_stream_id++;
+  s->flags = flags;
+  s->priority = priority;
+  s->timeline = det().add_timeline();
+  s->tail_ns = g_host_ns;
+  g_streams.insert(s);
+  return s;
+}
+
+}  // namespace
+
+race_detector& detector() { return det(); }
+
+stream_obj* resolve_stream(CUstream h, bool ptds) {
+  if (g_legacy == nullptr) {
+    g_legacy = new_stream(0, 0);
+    g_legacy->legacy = true;
+  }
+  if (h == nullptr) h = ptds ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+  if (h == CU_STREAM_LEGACY) return g_legacy;
+  if (h == CU_STREAM_PER_THREAD) {
+    if (t_per_thread == nullptr) {
+      t_per_thread = new_stream(0, 0);
+      t_per_thread->per_thread = true;
+    }
+    return t_per_thread;
+  }
+  auto* s = reinterpret_cast<stream_obj*>(h);
+  return g_streams.count(s) && !s->destroyed ? s : nullptr;
+}
+
+stream_obj* create_stream(unsigned flags, int priority) {
+  resolve_stream(nullptr, false);
+  return new_stream(flags, priority);
+}
+
+bool is_user_stream(const stream_obj* s) { return !s->legacy && !s->per_thread; }
+
+bool destroy_stream(stream_obj* s) {
+  if (!g_streams.count(s) || !is_user_stream(s) || s->destroyed) return false;
+  // Its handle dies now, but work already enqueued still runs: the legacy stream
+  // must keep waiting for it, so the stream stays listed until the host has
+  // synchronised with everything (host_wait_all).
+  s->destroyed = true;
+  return true;
+}
+
+event_obj* create_event(unsigned flags) {
+  auto* e = new event_obj();
+  e->flags = flags;
+  g_events.insert(e);
+  return e;
+}
+
+bool valid_event(CUevent e) { return g_events.count(reinterpret_cast<event_obj*>(e)) != 0; }
+
+void destroy_event(event_obj* e) {
+  g_events.erase(e);
+  delete e;
+}
+
+double clock_host_ns() { return g_host_ns; }
+void charge_host_call() { g_host_ns += dev().model.api_overhead_ns; }
+void clock_host_advance(double ns) { g_host_ns += ns; }
+
+double op_begin(stream_obj* s, engine e, double delay_ns, bool host_overhead) {
+  race_detector& d = det();
+  double issue_ns = g_host_ns;  // see Note [Issue time]
+  if (host_overhead && !in_graph_replay()) g_host_ns += dev().model.api_overhead_ns;
+  double ready = std::max(s->tail_ns, issue_ns + delay_ns);
+  if (e != engine::none) ready = std::max(ready, g_engine_free_ns[static_cast<int>(e)]);
+  if (s->legacy) {
+    for (stream_obj* o : g_streams) {
+      if (o->blocking()) {
+        ready = std::max(ready, o->tail_ns);
+        d.join(s->timeline, o->timeline);
+      }
+    }
+  } else if (s->blocking() && g_legacy != nullptr) {
+    ready = std::max(ready, g_legacy->tail_ns);
+    d.join(s->timeline, g_legacy->timeline);
+  }
+  d.join(s->timeline, race_detector::kHost);
+  d.begin_op(s->timeline);
+  return ready;
+}
+
+void op_end(stream_obj* s, engine e, double end_ns) {
+  s->tail_ns = std::max(s->tail_ns, end_ns);
+  if (e != engine::none) {
+    double& f = g_engine_free_ns[static_cast<int>(e)];
+    f = std::max(f, end_ns);
+  }
+}
+
+void host_wait_stream(stream_obj* s) {
+  g_host_ns = std::max(g_host_ns, s->tail_ns);
+  det().join(race_detector::kHost, s->timeline);
+}
+
+void host_wait_all() {
+  for (stream_obj* s : g_streams) host_wait_stream(s);
+  for (double f : g_engine_free_ns) g_host_ns = std::max(g_host_ns, f);
+  for (auto it = g_streams.begin(); it != g_streams.end();) {
+    if ((*it)->destroyed) {
+      delete *it;
+      it = g_streams.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void host_wait_legacy() {
+  for (stream_obj* s : g_streams)
+    if (s->legacy || s->blocking()) host_wait_stream(s);
+}
+
+void host_wait_event(event_obj* e) {
+  if (!e->recorded) return;
+  g_host_ns = std::max(g_host_ns, e->time_ns);
+  det().join_clock(race_detector::kHost, e->vc);
+}
+
+bool stream_done(stream_obj* s) {
+  if (s->tail_ns > g_host_ns) return false;
+  det().join(race_detector::kHost, s->timeline);
+  return true;
+}
+
+bool event_done(event_obj* e) {
+  if (!e->recorded) return true;
+  if (e->time_ns > g_host_ns) return false;
+  det().join_clock(race_detector::kHost, e->vc);
+  return true;
+}
+
+void event_record(event_obj* e, stream_obj* s) {
+  double t = op_begin(s, engine::none, 0);
+  e->recorded = true;
+  e->time_ns = t;
+  e->vc = det().clock(s->timeline);
+}
+
+void stream_wait_event(stream_obj* s, event_obj* e) {
+  if (!e->recorded) return;  // waiting on a never-recorded event is a no-op
+  s->tail_ns = std::max(s->tail_ns, e->time_ns);
+  det().join_clock(s->timeline, e->vc);
+}
+
+double clock_end_ns() {
+  double t = g_host_ns;
+  for (stream_obj* s : g_streams) t = std::max(t, s->tail_ns);
+  for (double f : g_engine_free_ns) t = std::max(t, f);
+  return t;
+}
+
+std::string stream_name(const stream_obj* s) {
+  if (s->legacy) return "the legacy default stream";
+  if (s->per_thread) return "per-thread default stream " + std::to_string(s->id);
+  return "stream " + std::to_string(s->id);
+}
+
+// ---- race glue ---------------------------------------------------------------------
+
+namespace {
+
+std::atomic<uint64_t> g_races{0};
+
+void emit(std::vector<race_report>& found) {
+  const config& cfg = get_config();
+  for (const race_report& r : found) {
+    uint64_t n = ++g_races;
+    dev().st.races = n;
+    if (n <= 20)
+      log_line("race on [0x%" PRIxPTR ",0x%" PRIxPTR "): <%s> is unordered with <%s>", r.lo,
+               r.hi, r.first.c_str(), r.second.c_str());
+    else if (n == 21)
+      log_line("more races follow; only the first 20 are printed in full");
+    if (cfg.race == race_mode::abort) {
+      log_line("SIMGPU_RACE=abort: aborting at the first race");
+      std::abort();
+    }
+  }
+  found.clear();
+}
+
+// Splits [lo,hi) into the history keys it touches: device regions by base, pinned
+// blocks by base; pageable host memory is not tracked.
+template <typename F>
+void for_each_key(uintptr_t lo, uintptr_t hi, F&& f) {
+  uintptr_t at = lo;
+  while (at < hi) {
+    if (in_device_va(at)) {
+      region* r = find_region(at);
+      if (r == nullptr) return;
+      uintptr_t end = std::min<uintptr_t>(hi, r->end());
+      f(static_cast<uint64_t>(r->base), at, end);
+      at = end;
+    } else if (pinned_block* b = find_pinned(at)) {
+      uintptr_t end = std::min<uintptr_t>(hi, b->base + b->bytes);
+      f(static_cast<uint64_t>(b->base), at, end);
+      at = end;
+    } else {
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void race_access(stream_obj* s, uintptr_t lo, uint64_t bytes, bool write,
+                 const std::shared_ptr<const std::string>& what) {
+  if (get_config().race == race_mode::off || bytes == 0) return;
+  std::vector<race_report> found;
+  for_each_key(lo, lo + bytes, [&](uint64_t key, uintptr_t a, uintptr_t b) {
+    det().access(s->timeline, key, a, b, write, what, found);
+  });
+  emit(found);
+}
+
+void race_host_release(uintptr_t lo, uint64_t bytes, const char* what) {
+  if (get_config().race == race_mode::off || bytes == 0) return;
+  std::vector<race_report> found;
+  for_each_key(lo, lo + bytes, [&](uint64_t key, uintptr_t a, uintptr_t b) {
+    det().host_release(key, a, b, what, found);
+  });
+  emit(found);
+}
+
+void race_forget(uint64_t key) { det().forget(key); }
+
+bool races_seen() { return g_races.load() != 0; }
+
+}  // namespace simgpu

@@ -1,0 +1,125 @@
+// Streams, events, engines and the virtual clock.
+//
+// Note [Virtual clock]
+// Work runs eagerly, in issue order, on the calling thread (results are
+// deterministic); time is modelled separately. The host has a time (host_ns) that
+// advances by the model's api_overhead_ns per enqueue and jumps forward to the
+// completion time on every synchronising call. Each stream has a tail (when its
+// last operation ends) and each engine (compute: kernels, memsets, device-to-device
+// copies; the H2D and D2H copy engines) is busy until its last operation ends. An
+// operation starts at max(stream tail, engine free, host_ns [+ launch latency for
+// kernels and memsets], legacy-stream dependencies) and ends after its modelled
+// duration. Events carry the time at which their stream reaches them.
+//
+// Note [Issue time]
+// An operation (event records included) is issued at the host time when its call
+// begins, and the host returns api_overhead_ns later. So on an idle stream an event
+// recorded at host time t is reached at t, and a kernel enqueued next is issued at
+// t + api_overhead_ns and starts launch_latency_ns after that; an event recorded
+// right after a synchronous copy carries the copy's end time. Allocation calls
+// (cuMemAlloc, cuMemFree, cuMemCreate, cuMemMap, ...) also cost api_overhead_ns of
+// host time.
+//
+// Note [Legacy default stream]
+// An operation on the legacy stream (stream 0 / CU_STREAM_LEGACY) waits for all
+// earlier work of every blocking stream, and an operation on a blocking stream
+// waits for earlier legacy-stream work; CU_STREAM_NON_BLOCKING streams take part in
+// neither. The per-thread default stream (CU_STREAM_PER_THREAD, or stream 0 through
+// a _ptsz/_ptds entry point) is a blocking stream of its own per thread.
+#ifndef SIMGPU_DRIVER_CLOCK_H
+#define SIMGPU_DRIVER_CLOCK_H
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "race_detector.h"
+
+namespace simgpu {
+
+enum class engine { compute = 0, h2d = 1, d2h = 2, none = 3 };
+
+struct capture_seq;
+
+struct stream_obj {
+  uint32_t magic = 0x5354524d;  // "STRM"
+  uint64_t id = 0;
+  unsigned flags = 0;
+  int priority = 0;
+  int timeline = 0;              // race detector timeline
+  double tail_ns = 0;
+  bool legacy = false;
+  bool per_thread = false;
+  bool destroyed = false;        // kept until its work is known complete
+  capture_seq* capture = nullptr;
+  bool blocking() const { return !legacy && !(flags & CU_STREAM_NON_BLOCKING); }
+};
+
+struct event_obj {
+  uint32_t magic = 0x45564e54;  // "EVNT"
+  unsigned flags = 0;
+  bool recorded = false;
+  double time_ns = 0;
+  vclock vc;
+  capture_seq* capture = nullptr;
+};
+
+race_detector& detector();
+
+// Resolves a stream handle: nullptr is the legacy stream, or the calling thread's
+// per-thread stream when `ptds` (the entry point was a _ptsz/_ptds one);
+// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD name those; anything else must be a
+// live stream. Answers nullptr for an invalid handle.
+stream_obj* resolve_stream(CUstream h, bool ptds);
+stream_obj* create_stream(unsigned flags, int priority);
+bool destroy_stream(stream_obj* s);
+bool is_user_stream(const stream_obj* s);
+event_obj* create_event(unsigned flags);
+bool valid_event(CUevent e);
+void destroy_event(event_obj* e);
+
+double clock_host_ns();
+void clock_host_advance(double ns);
+// Host time spent by an allocation-family call (api_overhead_ns).
+void charge_host_call();
+
+// Orders a new operation on s (legacy rules, host program order, race epoch) and
+// answers its earliest start; `delay_ns` is added to the issue time (launch
+// latency). The host then spends the model's api_overhead_ns unless
+// host_overhead is false (see Note [Issue time]).
+double op_begin(stream_obj* s, engine e, double delay_ns, bool host_overhead = true);
+// Records that the operation ends at end_ns.
+void op_end(stream_obj* s, engine e, double end_ns);
+
+void host_wait_stream(stream_obj* s);
+void host_wait_all();
+// Synchronising the legacy stream: it and every blocking stream (not the
+// non-blocking ones).
+void host_wait_legacy();
+void host_wait_event(event_obj* e);
+// Whether the host has reached the end of s / e (no wait, no host jump beyond).
+bool stream_done(stream_obj* s);
+bool event_done(event_obj* e);
+
+void event_record(event_obj* e, stream_obj* s);
+void stream_wait_event(stream_obj* s, event_obj* e);
+
+// The latest time anything ends (for the report).
+double clock_end_ns();
+// A short "stream 3" description.
+std::string stream_name(const stream_obj* s);
+
+// Race glue: device accesses by the current operation of s.
+void race_access(stream_obj* s, uintptr_t lo, uint64_t bytes, bool write,
+                 const std::shared_ptr<const std::string>& what);
+// The host releases [lo, lo+bytes) (unmap, address free).
+void race_host_release(uintptr_t lo, uint64_t bytes, const char* what);
+void race_forget(uint64_t key);
+// Called at exit: the exit status becomes 3 when races were reported.
+bool races_seen();
+
+}  // namespace simgpu
+
+#endif  // SIMGPU_DRIVER_CLOCK_H

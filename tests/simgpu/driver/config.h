@@ -1,0 +1,45 @@
+// The SIMGPU_* environment, read once (mimalloc style): every variable is parsed
+// here, and a malformed value stops the program with a message that names the
+// variable, the value and the accepted forms (exit status 2).
+#ifndef SIMGPU_DRIVER_CONFIG_H
+#define SIMGPU_DRIVER_CONFIG_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace simgpu {
+
+enum class race_mode { report, abort, off };
+
+// One SIMGPU_FAIL rule: fail the n-th call of a kind (or the n-th and every later
+// one when `and_later`) with `code`.
+enum class fail_kind { alloc, host_alloc, copy, map, launch, count_ };
+struct fail_rule {
+  fail_kind kind;
+  uint64_t nth;
+  bool and_later;
+  int code;
+};
+
+struct config {
+  uint64_t memory_bytes = 0;  // 0: the model's memory
+  std::string device = "h100-pcie";
+  std::string device_dir;     // empty: <dir of libcuda.so.1>/devices
+  std::vector<fail_rule> fail;
+  bool report = false;
+  race_mode race = race_mode::report;
+};
+
+// Parsed on first call; exits 2 on a malformed value.
+const config& get_config();
+
+// "256MiB", "4GiB", "1.5GB", "1024", "64k": bytes, or false when malformed.
+bool parse_bytes(const char* text, uint64_t* out);
+
+// A CUresult given as a number or a name (CUDA_ERROR_OUT_OF_MEMORY, OUT_OF_MEMORY).
+bool parse_curesult(const char* text, int* out);
+
+}  // namespace simgpu
+
+#endif  // SIMGPU_DRIVER_CONFIG_H

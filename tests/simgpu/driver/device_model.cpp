@@ -1,0 +1,129 @@
+// Reading device model files. Format: one `key = value` per line, `#` starts a
+// comment; every key below is required unless it has a default in device_model.h.
+#include "device_model.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "common.h"
+#include "config.h"
+
+namespace simgpu {
+
+namespace {
+
+std::string library_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&load_device_model), &info) == 0 || !info.dli_fname)
+    return ".";
+  std::string p(info.dli_fname);
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return "";
+  size_t b = s.find_last_not_of(" \t\r");
+  return s.substr(a, b - a + 1);
+}
+
+}  // namespace
+
+device_model load_device_model() {
+  const config& cfg = get_config();
+  std::string path;
+  if (cfg.device.find('/') != std::string::npos) {
+    path = cfg.device;
+  } else {
+    std::string dir = cfg.device_dir.empty() ? library_dir() + "/devices" : cfg.device_dir;
+    path = dir + "/" + cfg.device + ".model";
+  }
+  std::ifstream in(path);
+  if (!in)
+    config_error("SIMGPU_DEVICE='%s' is not valid: expected a model name with a file %s "
+                 "(h100-pcie, a100, titanx-maxwell, k40) or a path to a model file",
+                 cfg.device.c_str(), path.c_str());
+  std::map<std::string, std::string> kv;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      config_error("device model %s:%d: expected key = value", path.c_str(), lineno);
+    kv[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+  device_model m;
+  size_t slash = path.rfind('/');
+  m.id = path.substr(slash == std::string::npos ? 0 : slash + 1);
+  if (m.id.size() > 6 && m.id.compare(m.id.size() - 6, 6, ".model") == 0)
+    m.id.resize(m.id.size() - 6);
+
+  auto need = [&](const char* key) -> const std::string& {
+    auto it = kv.find(key);
+    if (it == kv.end()) config_error("device model %s: missing key '%s'", path.c_str(), key);
+    return it->second;
+  };
+  auto num = [&](const char* key) {
+    const std::string& v = need(key);
+    char* end = nullptr;
+    double d = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !(d >= 0))
+      config_error("device model %s: '%s = %s' is not a non-negative number", path.c_str(),
+                   key, v.c_str());
+    return d;
+  };
+  auto opt = [&](const char* key, double def) { return kv.count(key) ? num(key) : def; };
+  auto bytes = [&](const char* key) {
+    uint64_t b = 0;
+    if (!parse_bytes(need(key).c_str(), &b))
+      config_error("device model %s: '%s' is not a size", path.c_str(), key);
+    return b;
+  };
+
+  m.name = need("name");
+  m.memory_bytes = bytes("memory");
+  m.sm_count = static_cast<int>(num("sm_count"));
+  const std::string& cc = need("compute_capability");
+  if (std::sscanf(cc.c_str(), "%d.%d", &m.cc_major, &m.cc_minor) != 2)
+    config_error("device model %s: compute_capability '%s' is not major.minor", path.c_str(),
+                 cc.c_str());
+  m.fp32_flops_per_s = num("fp32_flops");
+  m.mem_bytes_per_s = num("memory_bandwidth");
+  m.h2d_pinned_bytes_per_s = num("h2d_pinned_bandwidth");
+  m.d2h_pinned_bytes_per_s = num("d2h_pinned_bandwidth");
+  m.h2d_pageable_bytes_per_s = num("h2d_pageable_bandwidth");
+  m.d2h_pageable_bytes_per_s = num("d2h_pageable_bandwidth");
+  m.copy_latency_ns = num("copy_latency_ns");
+  m.launch_latency_ns = num("launch_latency_ns");
+  m.api_overhead_ns = num("api_overhead_ns");
+  m.managed_fault_ns = num("managed_fault_ns");
+  m.managed_page_bytes = bytes("managed_page_size");
+  m.concurrent_managed_access = static_cast<int>(num("concurrent_managed_access"));
+  m.clock_khz = static_cast<int>(opt("clock_khz", 1000000));
+  m.mem_clock_khz = static_cast<int>(opt("memory_clock_khz", 1000000));
+  m.mem_bus_width_bits = static_cast<int>(opt("memory_bus_width_bits", 384));
+  m.l2_bytes = static_cast<int>(opt("l2_bytes", 4 * 1024 * 1024));
+  m.max_threads_per_sm = static_cast<int>(opt("max_threads_per_sm", 2048));
+  m.max_shared_per_block_bytes = static_cast<int>(opt("max_shared_per_block_bytes", 49152));
+  if (m.managed_page_bytes < 4096 || (m.managed_page_bytes & (m.managed_page_bytes - 1)) != 0)
+    config_error("device model %s: managed_page_size must be a power of two >= 4KiB",
+                 path.c_str());
+  if (m.fp32_flops_per_s <= 0 || m.mem_bytes_per_s <= 0 || m.h2d_pinned_bytes_per_s <= 0 ||
+      m.d2h_pinned_bytes_per_s <= 0 || m.h2d_pageable_bytes_per_s <= 0 ||
+      m.d2h_pageable_bytes_per_s <= 0)
+    config_error("device model %s: rates must be positive", path.c_str());
+  return m;
+}
+
+}  // namespace simgpu

@@ -1,0 +1,29 @@
+// The exit report (see report.h and docs/simgpu.md for its fields).
+#include "report.h"
+
+#include <cinttypes>
+
+#include "clock.h"
+#include "config.h"
+#include "device.h"
+
+namespace simgpu {
+
+void print_report_if_asked() {
+  if (!get_config().report || !device_ready()) return;
+  const device_state& d = dev();
+  const stats& s = d.st;
+  log_line("device %s, virtual time %.3f ms, peak device memory %" PRIu64 " bytes (%.3f GiB), "
+           "kernels %" PRIu64 ", copies %" PRIu64 " (bytes H2D/D2H/D2D %" PRIu64 "/%" PRIu64
+           "/%" PRIu64 "), managed faults %" PRIu64 ", races %" PRIu64,
+           d.model.id.c_str(), clock_end_ns() / 1e6, d.peak_bytes,
+           static_cast<double>(d.peak_bytes) / (1024.0 * 1024.0 * 1024.0), s.kernels, s.copies,
+           s.h2d_bytes, s.d2h_bytes, s.d2d_bytes, s.managed_faults, s.races);
+  log_line("memsets %" PRIu64 ", managed pages migrated to device %" PRIu64 " bytes, to host %"
+           PRIu64 " bytes, evicted %" PRIu64 " bytes; capacity %" PRIu64
+           " bytes, in use at exit %" PRIu64 " bytes",
+           s.memsets, s.managed_to_device_bytes, s.managed_to_host_bytes,
+           s.managed_evicted_bytes, d.capacity_bytes, d.used_bytes);
+}
+
+}  // namespace simgpu
