@@ -1,0 +1,45 @@
+// The interval map of live allocations (see allocation_map.h).
+#include "common/allocation_map.h"
+
+namespace oversub {
+
+const char* to_string(alloc_kind k) {
+  switch (k) {
+    case alloc_kind::device: return "device";
+    case alloc_kind::pitched: return "pitched";
+    case alloc_kind::async: return "async";
+    case alloc_kind::managed: return "managed";
+  }
+  return "?";
+}
+
+void allocation_map::insert(const allocation& a, std::vector<allocation>* displaced) {
+  const std::uintptr_t end = a.base + (a.bytes == 0 ? 1 : a.bytes);
+  auto it = by_base_.upper_bound(a.base);
+  if (it != by_base_.begin()) {
+    auto before = std::prev(it);
+    if (before->first == a.base || before->second.contains(a.base)) it = before;
+  }
+  while (it != by_base_.end() && it->first < end) {
+    if (displaced != nullptr) displaced->push_back(it->second);
+    it = by_base_.erase(it);
+  }
+  by_base_.emplace(a.base, a);
+}
+
+std::optional<allocation> allocation_map::erase(std::uintptr_t base) {
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return std::nullopt;
+  allocation a = it->second;
+  by_base_.erase(it);
+  return a;
+}
+
+const allocation* allocation_map::find(std::uintptr_t address) const {
+  auto it = by_base_.upper_bound(address);
+  if (it == by_base_.begin()) return nullptr;
+  --it;
+  return it->second.contains(address) ? &it->second : nullptr;
+}
+
+}  // namespace oversub

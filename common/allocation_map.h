@@ -1,0 +1,63 @@
+// allocation_map: the live allocations of the process, as an interval map.
+//
+// Keyed by base address; each entry is one allocation the application made through
+// an intercepted call (device, pitched, stream-ordered or managed). find() answers
+// "which allocation contains this address", which the argument scanning of later
+// issues needs for every 8-byte word of a kernel's parameters; erase() takes only
+// an exact base, as cudaFree does.
+//
+// Not thread-safe: the tracker holds it under its lock.
+#ifndef OVERSUB_COMMON_ALLOCATION_MAP_H
+#define OVERSUB_COMMON_ALLOCATION_MAP_H
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace oversub {
+
+enum class alloc_kind : std::uint8_t {
+  device,      // cudaMalloc
+  pitched,     // cudaMallocPitch (bytes = pitch * height)
+  async,       // cudaMallocAsync / cudaMallocFromPoolAsync
+  managed,     // cudaMallocManaged: not counted against the device limit
+};
+
+const char* to_string(alloc_kind k);
+
+struct allocation {
+  std::uintptr_t base = 0;
+  std::size_t bytes = 0;
+  alloc_kind kind = alloc_kind::device;
+  void* stream = nullptr;  // the stream it was ordered on (async), else null
+  int device = 0;          // ordinal current at allocation
+
+  bool contains(std::uintptr_t address) const {
+    return address >= base && address - base < bytes;
+  }
+};
+
+class allocation_map {
+ public:
+  // Adds a; any entry overlapping [a.base, a.base + a.bytes) (or with the same base)
+  // is stale (freed behind our back) and is removed and appended to *displaced.
+  void insert(const allocation& a, std::vector<allocation>* displaced);
+
+  // Removes and returns the allocation whose base is exactly base.
+  std::optional<allocation> erase(std::uintptr_t base);
+
+  // The allocation containing address, or null. Valid until the next change.
+  const allocation* find(std::uintptr_t address) const;
+
+  std::size_t size() const { return by_base_.size(); }
+  bool empty() const { return by_base_.empty(); }
+
+ private:
+  std::map<std::uintptr_t, allocation> by_base_;
+};
+
+}  // namespace oversub
+
+#endif  // OVERSUB_COMMON_ALLOCATION_MAP_H

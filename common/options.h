@@ -1,0 +1,153 @@
+// oversub options: every OVERSUB_* environment variable, declared once.
+//
+// OVERSUB_OPTIONS below is the only list of options. From it come the parser, the
+// effective-configuration printout (OVERSUB_VERBOSE=1), the unknown-name check and
+// the reference table in docs/interposer.md. Values are read once, from the
+// environment, the first time current_config() is called (liboversub's
+// constructor calls it before main). A malformed value stops the program with
+// exit status 2 and a message naming the variable, the value and the accepted
+// forms; an unknown OVERSUB_* name gets a warning naming the closest known one.
+//
+// parse_options() is pure (it takes the environment as a list of NAME=value
+// strings) so the parsing rules are unit-tested without touching the process.
+#ifndef OVERSUB_COMMON_OPTIONS_H
+#define OVERSUB_COMMON_OPTIONS_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/log.h"
+
+namespace oversub {
+
+// What the library does with the calls it intercepts. Later issues add modes
+// (pool, swap, um): one line here each, and their behaviour behind the core.
+#define OVERSUB_MODES(X)                                                         \
+  X(off, "pure pass-through: every call goes to CUDA untouched, nothing counted") \
+  X(track, "track live allocations, enforce OVERSUB_DEVICE_LIMIT, count calls")
+
+enum class run_mode : std::uint8_t {
+#define OVERSUB_MODE_ENUM(name, doc) name,
+  OVERSUB_MODES(OVERSUB_MODE_ENUM)
+#undef OVERSUB_MODE_ENUM
+};
+
+// How OVERSUB_STATS asks for the statistics printed at exit.
+enum class stats_format : std::uint8_t { none, text, json };
+
+// OVERSUB_DEVICE_LIMIT: no limit, an absolute size, or a fraction of the real
+// device's total memory resolved at first use (the real cudaMemGetInfo).
+struct device_limit {
+  enum class kind : std::uint8_t { none, bytes, fraction };
+  kind how = kind::none;
+  std::uint64_t bytes = 0;  // when how == bytes
+  double fraction = 0.0;    // when how == fraction
+
+  // The limit for a device whose real total is total_bytes; UINT64_MAX if none.
+  std::uint64_t resolve(std::uint64_t total_bytes) const;
+  bool operator==(const device_limit&) const = default;
+};
+
+// The effective configuration.
+struct config {
+  run_mode mode = run_mode::track;
+  device_limit limit;
+  log::level log_level = log::level::warn;
+  std::string log_file;    // empty: stderr. "%p" is replaced by the pid.
+  bool verbose = false;
+  stats_format stats = stats_format::none;
+  std::string stats_file;  // empty: stderr. "%p" is replaced by the pid.
+};
+
+// X(NAME, field, parser, default, accepted forms, doc). NAME is the part after
+// OVERSUB_; parser is a parse_* function below taking (text, field&).
+#define OVERSUB_OPTIONS(X)                                                          \
+  X(MODE, mode, parse_mode, "track", "off | track",                                 \
+    "what oversub does with intercepted calls (off: pass-through; track: track "    \
+    "allocations and enforce the device limit)")                                    \
+  X(DEVICE_LIMIT, limit, parse_device_limit, "none",                                \
+    "none | a size such as 12GiB, 512MiB, 1.5GB, 4096 (bytes) | a fraction of the " \
+    "device such as 0.75 (a number with a decimal point, at most 16.0)",            \
+    "virtual capacity per device: allocations past it fail with "                   \
+    "cudaErrorMemoryAllocation, cudaMemGetInfo reports it")                         \
+  X(LOG, log_level, parse_log_level, "warn", "error | warn | info | debug | trace", \
+    "lowest level of message printed")                                              \
+  X(LOG_FILE, log_file, parse_path, "", "a file path (%p is replaced by the pid)",  \
+    "append messages to this file instead of stderr")                               \
+  X(VERBOSE, verbose, parse_bool, "0", "0 | 1 | off | on | no | yes | false | true",\
+    "print the effective configuration at start")                                   \
+  X(STATS, stats, parse_stats, "0", "0 | 1 | json",                                 \
+    "print statistics at exit (1: text, json: one JSON object on one line)")        \
+  X(STATS_FILE, stats_file, parse_path, "", "a file path (%p is replaced by the pid)",\
+    "append the exit statistics to this file instead of stderr")
+
+// Value parsers: true and out set when text is an accepted form.
+bool parse_mode(std::string_view text, run_mode& out);
+bool parse_device_limit(std::string_view text, device_limit& out);
+bool parse_log_level(std::string_view text, log::level& out);
+bool parse_path(std::string_view text, std::string& out);
+bool parse_bool(std::string_view text, bool& out);
+bool parse_stats(std::string_view text, stats_format& out);
+
+// A size with an optional unit: B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB (binary
+// for the bare letter and *iB, decimal for *B), case-insensitive, fractional
+// mantissa allowed ("1.5GB"). nullopt when malformed or past 2^63.
+std::optional<std::uint64_t> parse_size(std::string_view text);
+
+// Levenshtein distance (insert, delete, substitute each cost 1).
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+// The known OVERSUB_* name closest to name (full names, with the prefix).
+std::string_view closest_option_name(std::string_view name);
+
+// Problems found in the environment.
+struct option_error {
+  std::string name;      // full variable name
+  std::string value;
+  std::string accepted;  // accepted forms, from the table
+};
+struct unknown_option {
+  std::string name;
+  std::string closest;
+};
+struct parse_outcome {
+  config cfg;
+  std::vector<option_error> errors;
+  std::vector<unknown_option> unknown;
+};
+
+// Reads the OVERSUB_* entries of env ("NAME=value" strings); others are ignored.
+parse_outcome parse_options(const std::vector<std::string_view>& env);
+
+// The message for one malformed value, without the "oversub: " prefix.
+std::string describe(const option_error& e);
+
+// The effective configuration, one "OVERSUB_NAME=value" line each.
+std::vector<std::string> describe_config(const config& cfg);
+
+// Names and docs for the reference table (docs, --help).
+struct option_info {
+  std::string_view name;
+  std::string_view default_value;
+  std::string_view accepted;
+  std::string_view doc;
+};
+const std::vector<option_info>& option_table();
+
+std::string_view to_string(run_mode m);
+std::string_view to_string(stats_format s);
+
+// The process's configuration, parsed from environ on first call. Reports
+// unknown names through the log, and on malformed values prints every problem
+// and ends the process with status 2. Thread-safe; never destroyed.
+const config& current_config();
+
+// Opens cfg.stats_file for appending ("%p" expanded); -1 when unset or failing.
+int open_stats_destination(const config& cfg);
+
+}  // namespace oversub
+
+#endif  // OVERSUB_COMMON_OPTIONS_H

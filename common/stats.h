@@ -1,0 +1,92 @@
+// oversub statistics: one list of counters, printed once at exit.
+//
+// OVERSUB_COUNTERS is the only list. A gauge has a current value, the peak it
+// reached and a running total of what was added; an event has a total only. All are
+// relaxed atomics, so counting never locks (safe in hooks, across fork, at exit).
+// Per-entry-point call counts live beside them, indexed by the interposer's hook ids
+// and named once through set_entry_points().
+//
+// The report never calls CUDA: it reads the atomics and writes text or one JSON
+// line (OVERSUB_STATS=json, for scripts) through the log funnel or to
+// OVERSUB_STATS_FILE. JSON shape, keys in this order:
+//   {"oversub_stats":1,"pid":N,"mode":"track","device_limit":"none"|"<option>",
+//    "counters":{"allocations":{"current":0,"peak":3,"total":10},"frees":{"total":10},...},
+//    "calls":{"cudaMalloc":10,...}}            (only entry points called at least once)
+#ifndef OVERSUB_COMMON_STATS_H
+#define OVERSUB_COMMON_STATS_H
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace oversub {
+struct config;
+}
+
+namespace oversub::stats {
+
+// X(name, kind, doc); kind is gauge or event.
+#define OVERSUB_COUNTERS(X)                                                            \
+  X(allocations, gauge, "device and managed allocations: live (current, peak), made (total)") \
+  X(frees, event, "tracked allocations freed")                                        \
+  X(device_bytes, gauge, "bytes of device memory allocated by the application")       \
+  X(managed_bytes, gauge, "bytes of managed memory allocated by the application")     \
+  X(limit_refusals, event, "allocations refused by OVERSUB_DEVICE_LIMIT")             \
+  X(untracked_frees, event, "frees of pointers oversub does not track, forwarded")    \
+  X(launches, event, "kernel launches, all launch entry points")                      \
+  X(copies, event, "memory copies")                                                   \
+  X(memsets, event, "memsets")                                                        \
+  X(syncs, event, "synchronisations and queries")                                     \
+  X(graph_launches, event, "CUDA graph launches")
+
+enum class kind : std::uint8_t { gauge, event };
+
+class counter {
+ public:
+  // Gauge: current += n, total += n, peak updated.
+  void add(std::uint64_t n) noexcept;
+  // Gauge: current -= n.
+  void sub(std::uint64_t n) noexcept;
+  // Event: total += n.
+  void count(std::uint64_t n = 1) noexcept { total_.fetch_add(n, std::memory_order_relaxed); }
+
+  std::uint64_t current() const noexcept { return current_.load(std::memory_order_relaxed); }
+  std::uint64_t peak() const noexcept { return peak_.load(std::memory_order_relaxed); }
+  std::uint64_t total() const noexcept { return total_.load(std::memory_order_relaxed); }
+  void reset() noexcept;
+
+ private:
+  std::atomic<std::uint64_t> current_{0};
+  std::atomic<std::uint64_t> peak_{0};
+  std::atomic<std::uint64_t> total_{0};
+};
+
+struct counters {
+#define OVERSUB_COUNTER_FIELD(name, k, doc) counter name;
+  OVERSUB_COUNTERS(OVERSUB_COUNTER_FIELD)
+#undef OVERSUB_COUNTER_FIELD
+};
+
+// The process's counters (static storage, never destroyed).
+counters& global();
+
+// Per-entry-point call counts.
+constexpr std::size_t max_entry_points = 256;
+void set_entry_points(const char* const* names, std::size_t count) noexcept;
+void count_call(std::size_t entry_point) noexcept;
+std::uint64_t calls(std::size_t entry_point) noexcept;
+
+// The report for cfg.stats == json / text.
+std::string format_json(const config& cfg, int pid);
+std::string format_text(const config& cfg);
+
+// Prints the report cfg asks for (nothing for stats_format::none). Call once.
+void report(const config& cfg) noexcept;
+
+// Zeroes every counter (tests only).
+void reset_all() noexcept;
+
+}  // namespace oversub::stats
+
+#endif  // OVERSUB_COMMON_STATS_H

@@ -1,0 +1,39 @@
+// What a hook does in track mode, one overload per plain hook.
+//
+// The exported wrapper (hooks.cc) calls handle(hook_tag<base>{}, id, args...),
+// where id is the symbol actually called (cudaMemcpy or cudaMemcpy_ptds). Hooks
+// that only need counting use the generic template, which forwards; the memory
+// hooks have their own overloads (memory_hooks.cc), which call the core. Every
+// handler returns CUDA's own error codes and never throws.
+#ifndef OVERSUB_INTERPOSE_HANDLERS_H
+#define OVERSUB_INTERPOSE_HANDLERS_H
+
+#include "interpose/hook_table.h"
+#include "interpose/real.h"
+
+namespace oversub::interpose {
+
+template <hook_id Base, typename... A>
+cudaError_t handle(hook_tag<Base>, hook_id id, A... args) noexcept {
+  return call_real<Base>(id, args...);
+}
+
+cudaError_t handle(hook_tag<hook_id::cudaMalloc>, hook_id id, void** devPtr,
+                   size_t size) noexcept;
+cudaError_t handle(hook_tag<hook_id::cudaMallocAsync>, hook_id id, void** devPtr,
+                   size_t size, cudaStream_t stream) noexcept;
+cudaError_t handle(hook_tag<hook_id::cudaMallocFromPoolAsync>, hook_id id, void** ptr,
+                   size_t size, cudaMemPool_t pool, cudaStream_t stream) noexcept;
+cudaError_t handle(hook_tag<hook_id::cudaMallocPitch>, hook_id id, void** devPtr,
+                   size_t* pitch, size_t width, size_t height) noexcept;
+cudaError_t handle(hook_tag<hook_id::cudaMallocManaged>, hook_id id, void** devPtr,
+                   size_t size, unsigned int flags) noexcept;
+cudaError_t handle(hook_tag<hook_id::cudaFree>, hook_id id, void* devPtr) noexcept;
+cudaError_t handle(hook_tag<hook_id::cudaFreeAsync>, hook_id id, void* devPtr,
+                   cudaStream_t stream) noexcept;
+cudaError_t handle(hook_tag<hook_id::cudaMemGetInfo>, hook_id id, size_t* free_bytes,
+                   size_t* total_bytes) noexcept;
+
+}  // namespace oversub::interpose
+
+#endif  // OVERSUB_INTERPOSE_HANDLERS_H

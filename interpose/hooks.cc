@@ -1,0 +1,33 @@
+// The exported hooks: one extern "C" function per symbol of hooks.def.
+//
+// Each is noexcept and thin: when hooks are not active (Note [When hooks pass
+// through] in real.h) it calls the real function and nothing else; otherwise it
+// raises the re-entrancy guard, counts the call and hands it to its handler.
+//
+// Note [Redeclaring CUDA's functions]: each definition redeclares CUDA's own
+// declaration with the same parameters, so a wrong line in hooks.def is a compile
+// error, not a silent ABI mismatch. Adding noexcept to a declaration CUDA made
+// without it is accepted because CUDA's headers come in as system headers
+// (-isystem, meson's cuda_headers); the exported symbol is the same either way.
+#include <cuda_runtime_api.h>
+
+#include "interpose/handlers.h"
+#include "interpose/hook_table.h"
+#include "interpose/real.h"
+
+#define OVERSUB_EXPORT __attribute__((visibility("default")))
+#define OVERSUB_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__
+
+using oversub::interpose::hook_id;
+using oversub::interpose::hook_tag;
+
+#define OVERSUB_EMIT(family, ret, symbol, base, params, args)                          \
+  extern "C" OVERSUB_EXPORT ret symbol params noexcept {                               \
+    namespace ip = oversub::interpose;                                                 \
+    constexpr hook_id id = hook_id::symbol;                                            \
+    if (!ip::hooks_active()) return ip::call_real<hook_id::base>(id OVERSUB_COMMA_ARGS args); \
+    ip::reentrancy_guard guard;                                                        \
+    ip::count_call(id);                                                                \
+    return ip::handle(hook_tag<hook_id::base>{}, id OVERSUB_COMMA_ARGS args);          \
+  }
+#include "interpose/hook_list.h"

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""ABI checks of liboversub.so, run by meson test (suite 'abi').
+
+exports  the dynamic symbols liboversub.so defines are exactly the hook table's
+         (exports.sym, preprocessed from interpose/hooks.def), each under the
+         version node libcudart.so.13, and nothing else leaks (no fmt, no C++).
+needed   no NEEDED entry names libcudart, libcuda or libcupti.
+runtime  every symbol of the hook table is exported by the real CUDA runtime
+         (catches a misspelt hook or a _ptsz twin CUDA does not have).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+VERSION_NODE = "libcudart.so.13"
+FORBIDDEN_NEEDED = re.compile(r"^lib(cudart|cuda|cupti)\.so")
+
+
+def expected_symbols(path: Path) -> set[str]:
+    return set(path.read_text().split())
+
+
+def defined_dynamic_symbols(readelf: str, lib: Path) -> dict[str, str]:
+    """name -> version ('' when unversioned) for every defined dynamic symbol."""
+    out = subprocess.run([readelf, "--dyn-syms", "-W", str(lib)], check=True,
+                         capture_output=True, text=True).stdout
+    symbols: dict[str, str] = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 8 or not fields[0].rstrip(":").isdigit():
+            continue
+        kind, bind, ndx, name = fields[3], fields[4], fields[6], fields[7]
+        if ndx in ("UND", "ABS") or bind == "LOCAL" or kind in ("SECTION", "FILE"):
+            continue
+        base, _, version = name.partition("@")
+        symbols[base] = version.lstrip("@")
+    return symbols
+
+
+def check_exports(args: argparse.Namespace) -> list[str]:
+    want = expected_symbols(args.expected)
+    have = defined_dynamic_symbols(args.readelf, args.lib)
+    problems = [f"hook not exported: {s}" for s in sorted(want - have.keys())]
+    problems += [f"exported but not in hooks.def: {s}" for s in sorted(have.keys() - want)]
+    problems += [f"{s} has version '{have[s]}', want {VERSION_NODE}"
+                 for s in sorted(want & have.keys()) if have[s] != VERSION_NODE]
+    if not problems:
+        print(f"{len(want)} hooks exported under {VERSION_NODE}, nothing else")
+    return problems
+
+
+def check_needed(args: argparse.Namespace) -> list[str]:
+    out = subprocess.run([args.readelf, "-d", "-W", str(args.lib)], check=True,
+                         capture_output=True, text=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    print("NEEDED:", " ".join(needed))
+    if not needed:
+        return ["no NEEDED entries found at all: readelf output not understood"]
+    return [f"liboversub.so must not need {n}" for n in needed if FORBIDDEN_NEEDED.match(n)]
+
+
+def check_runtime(args: argparse.Namespace) -> list[str]:
+    if not args.runtime.exists():
+        print(f"SKIP: {args.runtime} not found")
+        return []
+    want = expected_symbols(args.expected)
+    have = defined_dynamic_symbols(args.readelf, args.runtime)
+    problems = [f"{s} is not exported by {args.runtime}" for s in sorted(want - have.keys())]
+    if not problems:
+        print(f"all {len(want)} hooks exist in {args.runtime}")
+    return problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("check", choices=["exports", "needed", "runtime"])
+    parser.add_argument("--lib", type=Path, required=True, help="liboversub.so")
+    parser.add_argument("--expected", type=Path, help="exports.sym from the build")
+    parser.add_argument("--runtime", type=Path, help="the real libcudart.so.13")
+    parser.add_argument("--readelf", default="readelf")
+    args = parser.parse_args()
+    checks = {"exports": check_exports, "needed": check_needed, "runtime": check_runtime}
+    problems = checks[args.check](args)
+    for p in problems:
+        print("FAIL:", p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+// Managed memory is page-granular and migrates: pages move to the device when a
+// kernel touches them or when cudaMemPrefetchAsync moves them, and back to the host
+// when host code touches them. Migrations are observed through virtual time: a
+// kernel over pages resident on the host pays the model's fault cost per page, the
+// same kernel over resident pages costs what it costs on cudaMalloc memory, and the
+// extra cost is proportional to the number of pages that moved. Data stays right
+// through every move. The model comes from $SIMGPU_DEVICE's .model file.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "simgpu/kernel.h"
+#include "simgpu_test.h"
+
+namespace {
+
+// out[t] = sum of x over chunk t (kChunk floats per CUDA thread); touches every page.
+constexpr long kChunk = 4096;
+__global__ void managed_sum_kernel(const float* x, float* out, long n) {
+  long t = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  float s = 0;
+  for (long i = t * kChunk; i < (t + 1) * kChunk && i < n; ++i) s += x[i];
+  if (t * kChunk < n) out[t] = s;
+}
+SIMGPU_KERNEL_FOOTPRINT(managed_sum_kernel,
+                        [](simgpu::footprint& fp, const float* x, float* out, long n) {
+                          fp.read(x, static_cast<std::size_t>(n));
+                          fp.write(out, static_cast<std::size_t>((n + kChunk - 1) / kChunk));
+                          fp.flops(static_cast<double>(n));
+                        });
+
+__global__ void busy_kernel(float* out, double flops) {
+  (void)flops;
+  if (threadIdx.x == 0) out[0] = 0;
+}
+SIMGPU_KERNEL_FOOTPRINT(busy_kernel, [](simgpu::footprint& fp, float* out, double flops) {
+  fp.write(out, 1);
+  fp.flops(flops);
+});
+
+class Managed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = simgpu_test::device_model::current();
+    page_ = static_cast<size_t>(m.number({"managed_page_size"}));
+    fault_s_ = m.number({"managed_fault_ns"}) * 1e-9;
+    peak_ = m.number({"fp32_flops"});
+    ASSERT_GT(page_, 0u);
+    ASSERT_EQ(page_ % 4096, 0u) << "a managed page is whole host pages";
+    bytes_ = kPages * page_;
+    n_ = static_cast<long>(bytes_ / sizeof(float));
+    CUDA_OK(cudaMallocManaged(&x_, bytes_));
+    CUDA_OK(cudaMalloc(&dev_x_, bytes_));
+    CUDA_OK(cudaMalloc(&out_, static_cast<size_t>(n_ / kChunk + 1) * sizeof(float)));
+    CUDA_OK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreate(&e0_));
+    CUDA_OK(cudaEventCreate(&e1_));
+    for (long i = 0; i < n_; ++i) x_[i] = 1.0f;  // every page on the host
+    CUDA_OK(cudaMemset(dev_x_, 0, bytes_));
+  }
+  void TearDown() override {
+    cudaFree(x_);
+    cudaFree(dev_x_);
+    cudaFree(out_);
+    cudaStreamDestroy(s_);
+    cudaEventDestroy(e0_);
+    cudaEventDestroy(e1_);
+  }
+
+  // Virtual ms of one managed_sum_kernel over x, measured after a filler (see
+  // test_timing.cpp, Note [Measuring one operation]).
+  double sum_ms(const float* x) {
+    double filler = 0.05 * peak_;
+    void* fargs[] = {&out_, &filler};
+    EXPECT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&busy_kernel), dim3(1), dim3(1),
+                               fargs, 0, s_),
+              cudaSuccess);
+    EXPECT_EQ(cudaEventRecord(e0_, s_), cudaSuccess);
+    long n = n_;
+    void* args[] = {&x, &out_, &n};
+    unsigned threads = static_cast<unsigned>((n_ + kChunk - 1) / kChunk);
+    EXPECT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&managed_sum_kernel),
+                               dim3((threads + 31) / 32), dim3(32), args, 0, s_),
+              cudaSuccess);
+    EXPECT_EQ(cudaEventRecord(e1_, s_), cudaSuccess);
+    EXPECT_EQ(cudaEventSynchronize(e1_), cudaSuccess);
+    float ms = -1;
+    EXPECT_EQ(cudaEventElapsedTime(&ms, e0_, e1_), cudaSuccess);
+    return ms;
+  }
+
+  // The sum of all chunk sums the last kernel wrote.
+  double total() {
+    std::vector<float> parts(static_cast<size_t>(n_ / kChunk));
+    EXPECT_EQ(cudaMemcpy(parts.data(), out_, parts.size() * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    double t = 0;
+    for (float p : parts) t += p;
+    return t;
+  }
+
+  void touch_on_host(size_t pages) {
+    for (size_t p = 0; p < pages; ++p) x_[p * page_ / sizeof(float)] += 1.0f;
+  }
+
+  cudaError_t prefetch(cudaMemLocationType type) {
+    cudaMemLocation loc{};
+    loc.type = type;
+    loc.id = 0;  // device 0; ignored for the host
+    return cudaMemPrefetchAsync(x_, bytes_, loc, 0, s_);
+  }
+
+  static constexpr size_t kPages = 16;
+  size_t page_ = 0, bytes_ = 0;
+  long n_ = 0;
+  double fault_s_ = 0, peak_ = 0;
+  float* x_ = nullptr;
+  float* dev_x_ = nullptr;
+  float* out_ = nullptr;
+  cudaStream_t s_ = nullptr;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+};
+
+TEST_F(Managed, PagesMigrateOnKernelAccessAndBackOnHostAccess) {
+  const double resident = sum_ms(dev_x_);  // the same kernel on device memory
+
+  const double cold = sum_ms(x_);  // every page faults to the device
+  EXPECT_DOUBLE_EQ(total(), static_cast<double>(n_)) << "data moved intact";
+  EXPECT_GE(cold - resident, 0.99 * kPages * fault_s_ * 1e3)
+      << "each of " << kPages << " pages pays at least the fault cost";
+
+  const double warm = sum_ms(x_);  // all pages now on the device
+  EXPECT_NEAR(warm, resident, 0.01 * resident) << "resident managed pages cost nothing extra";
+
+  // Host code touches 4 pages: they move back, and the next kernel pays for those 4.
+  touch_on_host(4);
+  const double partial = sum_ms(x_);
+  EXPECT_DOUBLE_EQ(total(), static_cast<double>(n_) + 4.0) << "host writes reached the device";
+  EXPECT_NEAR((partial - resident) / (cold - resident), 4.0 / kPages, 0.01)
+      << "cost proportional to pages moved: cold=" << cold << " partial=" << partial
+      << " resident=" << resident;
+
+  const double warm_again = sum_ms(x_);
+  EXPECT_NEAR(warm_again, resident, 0.01 * resident);
+}
+
+TEST_F(Managed, PrefetchMovesPagesAheadOfTheKernel) {
+  const double resident = sum_ms(dev_x_);
+
+  CUDA_OK(cudaEventRecord(e0_, s_));
+  CUDA_OK(prefetch(cudaMemLocationTypeDevice));
+  CUDA_OK(cudaEventRecord(e1_, s_));
+  CUDA_OK(cudaEventSynchronize(e1_));
+  float prefetch_ms = -1;
+  CUDA_OK(cudaEventElapsedTime(&prefetch_ms, e0_, e1_));
+  EXPECT_GT(prefetch_ms, 0.0f) << "a migration takes time on the stream";
+
+  const double after = sum_ms(x_);
+  EXPECT_NEAR(after, resident, 0.01 * resident) << "prefetched pages do not fault";
+  EXPECT_DOUBLE_EQ(total(), static_cast<double>(n_));
+
+  // Prefetch back to the host: the next kernel faults on every page again.
+  CUDA_OK(prefetch(cudaMemLocationTypeHost));
+  CUDA_OK(cudaStreamSynchronize(s_));
+  const double cold = sum_ms(x_);
+  EXPECT_GE(cold - resident, 0.99 * kPages * fault_s_ * 1e3);
+}
+
+TEST_F(Managed, PrefetchIsCheaperThanFaulting) {
+  // Moving all pages in one prefetch costs less than faulting them in one by one.
+  const double resident = sum_ms(dev_x_);
+  const double cold = sum_ms(x_);
+  touch_on_host(kPages);
+  CUDA_OK(cudaEventRecord(e0_, s_));
+  CUDA_OK(prefetch(cudaMemLocationTypeDevice));
+  CUDA_OK(cudaEventRecord(e1_, s_));
+  CUDA_OK(cudaEventSynchronize(e1_));
+  float prefetch_ms = -1;
+  CUDA_OK(cudaEventElapsedTime(&prefetch_ms, e0_, e1_));
+  EXPECT_LT(prefetch_ms, cold - resident);
+}
+
+TEST_F(Managed, LastPrefetchLocationIsRecorded) {
+  // Optional in simgpu: looked up at run time so the suite links without it.
+  auto range_attr = reinterpret_cast<decltype(&cudaMemRangeGetAttribute)>(
+      dlsym(RTLD_DEFAULT, "cudaMemRangeGetAttribute"));
+  if (range_attr == nullptr) GTEST_SKIP() << "simgpu's runtime has no cudaMemRangeGetAttribute";
+  CUDA_OK(prefetch(cudaMemLocationTypeDevice));
+  CUDA_OK(cudaStreamSynchronize(s_));
+  int where = -42;
+  CUDA_OK(range_attr(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
+                                   x_, bytes_));
+  EXPECT_EQ(where, 0);
+  CUDA_OK(prefetch(cudaMemLocationTypeHost));
+  CUDA_OK(cudaStreamSynchronize(s_));
+  CUDA_OK(range_attr(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
+                                   x_, bytes_));
+  EXPECT_EQ(where, cudaCpuDeviceId);
+}
+
+TEST_F(Managed, CopiesToAndFromManagedMemoryMoveTheData) {
+  // x_ holds 1.0f everywhere (written by the host). Copy it to device memory and
+  // back into x_ after the device changed it; the host then reads the new values.
+  CUDA_OK(cudaMemcpy(dev_x_, x_, bytes_, cudaMemcpyDefault));
+  CUDA_OK(cudaMemset(dev_x_, 0, sizeof(float) * 8));
+  CUDA_OK(cudaMemcpy(x_, dev_x_, bytes_, cudaMemcpyDefault));
+  EXPECT_EQ(x_[0], 0.0f);
+  EXPECT_EQ(x_[8], 1.0f);
+  EXPECT_EQ(x_[n_ - 1], 1.0f);
+  // A kernel sees what the copy wrote.
+  sum_ms(x_);
+  EXPECT_DOUBLE_EQ(total(), static_cast<double>(n_ - 8));
+}
+
+TEST_F(Managed, AdviseAndPointerAttributes) {
+  cudaMemLocation dev{};
+  dev.type = cudaMemLocationTypeDevice;
+  dev.id = 0;
+  CUDA_OK(cudaMemAdvise(x_, bytes_, cudaMemAdviseSetPreferredLocation, dev));
+  CUDA_OK(cudaMemAdvise(x_, bytes_, cudaMemAdviseSetAccessedBy, dev));
+  cudaPointerAttributes attr{};
+  CUDA_OK(cudaPointerGetAttributes(&attr, x_ + 10));
+  EXPECT_EQ(attr.type, cudaMemoryTypeManaged);
+  EXPECT_EQ(attr.devicePointer, static_cast<void*>(x_ + 10));
+  EXPECT_EQ(attr.hostPointer, static_cast<void*>(x_ + 10));
+}
+
+TEST_F(Managed, ConcurrentManagedAccessMatchesTheModel) {
+  auto m = simgpu_test::device_model::current();
+  int v = -1;
+  CUDA_OK(cudaDeviceGetAttribute(&v, cudaDevAttrConcurrentManagedAccess, 0));
+  EXPECT_EQ(v, static_cast<int>(m.number({"concurrent_managed_access"})));
+  cudaDeviceProp p{};
+  CUDA_OK(cudaGetDeviceProperties(&p, 0));
+  EXPECT_EQ(p.concurrentManagedAccess, v);
+  EXPECT_EQ(p.managedMemory, 1);
+}
+
+}  // namespace

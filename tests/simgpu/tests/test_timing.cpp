@@ -1,0 +1,332 @@
+// The virtual clock against the device model. Run once per model (meson sets
+// SIMGPU_DEVICE); every expected time is computed from the model's own .model file,
+// so no figure is written twice. Within 1%:
+// - a copy takes copy latency + bytes / bandwidth, with the pinned or pageable
+//   bandwidth of its direction (registered host memory counts as pinned);
+// - a kernel takes max(flops / fp32 peak, bytes / memory bandwidth) from its
+//   footprint; on an idle stream it starts launch latency after the host issued it
+//   (see Note [Launch latency]);
+// and work on different streams overlaps where a GPU's engines overlap (a copy beside
+// a kernel), shares what a GPU shares (one host link per direction); cudaFree waits
+// for the device.
+//
+// Note [Measuring one operation]: the stream is first given a long kernel, so that
+// the host is far ahead of the device when the events and the measured operation
+// are enqueued; the interval between the two events is then the operation alone,
+// without host API overhead.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "simgpu/kernel.h"
+#include "simgpu_test.h"
+
+namespace {
+
+__global__ void flop_kernel(float* out, double flops) {
+  (void)flops;
+  if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = 1.0f;
+}
+SIMGPU_KERNEL_FOOTPRINT(flop_kernel, [](simgpu::footprint& fp, float* out, double flops) {
+  fp.write(out, 1);
+  fp.flops(flops);
+});
+
+// Streams n floats from x to y, stating `flops` of arithmetic; one CUDA thread per
+// 4096 elements keeps the host run short while the footprint states the whole
+// transfer.
+__global__ void stream_kernel(const float* x, float* y, long n, double flops) {
+  (void)flops;
+  long begin = (static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x) * 4096;
+  for (long i = begin; i < begin + 4096 && i < n; ++i) y[i] = x[i];
+}
+SIMGPU_KERNEL_FOOTPRINT(stream_kernel, [](simgpu::footprint& fp, const float* x, float* y,
+                                          long n, double flops) {
+  fp.read(x, static_cast<std::size_t>(n));
+  fp.write(y, static_cast<std::size_t>(n));
+  fp.flops(flops);
+});
+
+struct model_figures {
+  double fp32_flops;      // flop/s
+  double mem_bw;          // bytes/s, device memory
+  double h2d_pinned, h2d_pageable, d2h_pinned, d2h_pageable;  // bytes/s
+  double copy_latency_s;  // s
+  double launch_latency_s;
+  double api_overhead_s;  // host time per enqueued call
+};
+
+model_figures figures() {
+  auto m = simgpu_test::device_model::current();
+  model_figures f{};
+  f.fp32_flops = m.number({"fp32_flops"});
+  f.mem_bw = m.number({"memory_bandwidth"});
+  f.h2d_pinned = m.number({"h2d_pinned_bandwidth"});
+  f.h2d_pageable = m.number({"h2d_pageable_bandwidth"});
+  f.d2h_pinned = m.number({"d2h_pinned_bandwidth"});
+  f.d2h_pageable = m.number({"d2h_pageable_bandwidth"});
+  f.copy_latency_s = m.number({"copy_latency_ns"}) * 1e-9;
+  f.launch_latency_s = m.number({"launch_latency_ns"}) * 1e-9;
+  f.api_overhead_s = m.number({"api_overhead_ns"}) * 1e-9;
+  return f;
+}
+
+class Timing : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    f_ = figures();
+    CUDA_OK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&s2_, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreate(&e0_));
+    CUDA_OK(cudaEventCreate(&e1_));
+    CUDA_OK(cudaEventCreate(&e2_));
+    CUDA_OK(cudaMalloc(&scratch_, 256));
+  }
+  void TearDown() override {
+    cudaEventDestroy(e0_);
+    cudaEventDestroy(e1_);
+    cudaEventDestroy(e2_);
+    cudaStreamDestroy(s_);
+    cudaStreamDestroy(s2_);
+    cudaFree(scratch_);
+  }
+
+  // Enqueues a kernel of exactly `flops` on stream s.
+  void flops_on(cudaStream_t s, double flops) {
+    void* args[] = {&scratch_, &flops};
+    ASSERT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&flop_kernel), dim3(1), dim3(1),
+                               args, 0, s),
+              cudaSuccess);
+  }
+
+  // Note [Measuring one operation]: about 50 ms of compute on the model.
+  void fill(cudaStream_t s) { flops_on(s, 0.05 * f_.fp32_flops); }
+
+  float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
+    float ms = -1;
+    EXPECT_EQ(cudaEventSynchronize(b), cudaSuccess);
+    EXPECT_EQ(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
+    return ms;
+  }
+
+  // Measures one copy of `bytes` from src to dst on stream s_.
+  double copy_ms(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    fill(s_);
+    EXPECT_EQ(cudaEventRecord(e0_, s_), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(dst, src, bytes, kind, s_), cudaSuccess);
+    EXPECT_EQ(cudaEventRecord(e1_, s_), cudaSuccess);
+    return elapsed_ms(e0_, e1_);
+  }
+
+  double copy_expected_ms(size_t bytes, double bw) const {
+    return (f_.copy_latency_s + static_cast<double>(bytes) / bw) * 1e3;
+  }
+
+  // Note [Launch latency]: a kernel cannot start before launch latency has passed
+  // since the host issued it; behind other work on its stream that latency is
+  // hidden, so a kernel measured after a filler takes exactly its work.
+  double kernel_expected_ms(double work_s) const { return work_s * 1e3; }
+
+  model_figures f_{};
+  cudaStream_t s_ = nullptr, s2_ = nullptr;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr, e2_ = nullptr;
+  float* scratch_ = nullptr;
+};
+
+#define EXPECT_WITHIN_1PCT(got, want) \
+  EXPECT_NEAR((got), (want), 0.01 * std::fabs(want)) << #got " vs model " #want
+
+TEST_F(Timing, PinnedCopiesMatchTheModel) {
+  for (size_t bytes : {size_t{4096}, size_t{64} << 20}) {
+    void* host = nullptr;
+    void* dev = nullptr;
+    CUDA_OK(cudaMallocHost(&host, bytes));
+    CUDA_OK(cudaMalloc(&dev, bytes));
+    std::memset(host, 7, bytes);
+    double h2d = copy_ms(dev, host, bytes, cudaMemcpyHostToDevice);
+    EXPECT_WITHIN_1PCT(h2d, copy_expected_ms(bytes, f_.h2d_pinned)) << " bytes=" << bytes;
+    double d2h = copy_ms(host, dev, bytes, cudaMemcpyDeviceToHost);
+    EXPECT_WITHIN_1PCT(d2h, copy_expected_ms(bytes, f_.d2h_pinned)) << " bytes=" << bytes;
+    CUDA_OK(cudaFreeHost(host));
+    CUDA_OK(cudaFree(dev));
+  }
+}
+
+TEST_F(Timing, PageableCopiesMatchTheModel) {
+  for (size_t bytes : {size_t{4096}, size_t{64} << 20}) {
+    std::vector<unsigned char> host(bytes, 3);
+    void* dev = nullptr;
+    CUDA_OK(cudaMalloc(&dev, bytes));
+    double h2d = copy_ms(dev, host.data(), bytes, cudaMemcpyHostToDevice);
+    EXPECT_WITHIN_1PCT(h2d, copy_expected_ms(bytes, f_.h2d_pageable)) << " bytes=" << bytes;
+    double d2h = copy_ms(host.data(), dev, bytes, cudaMemcpyDeviceToHost);
+    EXPECT_WITHIN_1PCT(d2h, copy_expected_ms(bytes, f_.d2h_pageable)) << " bytes=" << bytes;
+    EXPECT_EQ(host[bytes - 1], 3);
+    CUDA_OK(cudaFree(dev));
+  }
+}
+
+TEST_F(Timing, RegisteredHostMemoryCopiesAtPinnedSpeed) {
+  const size_t bytes = 16ull << 20;
+  void* host = std::aligned_alloc(4096, bytes);
+  ASSERT_NE(host, nullptr);
+  std::memset(host, 5, bytes);
+  void* dev = nullptr;
+  CUDA_OK(cudaMalloc(&dev, bytes));
+  CUDA_OK(cudaHostRegister(host, bytes, cudaHostRegisterDefault));
+  EXPECT_WITHIN_1PCT(copy_ms(dev, host, bytes, cudaMemcpyHostToDevice),
+                     copy_expected_ms(bytes, f_.h2d_pinned));
+  CUDA_OK(cudaHostUnregister(host));
+  EXPECT_WITHIN_1PCT(copy_ms(dev, host, bytes, cudaMemcpyHostToDevice),
+                     copy_expected_ms(bytes, f_.h2d_pageable))
+      << " unregistered memory is pageable again";
+  CUDA_OK(cudaFree(dev));
+  std::free(host);
+}
+
+TEST_F(Timing, PinnedIsFasterThanPageable) {
+  EXPECT_GT(f_.h2d_pinned, f_.h2d_pageable) << "the model itself";
+  EXPECT_GT(f_.d2h_pinned, f_.d2h_pageable) << "the model itself";
+}
+
+TEST_F(Timing, ComputeBoundKernelMatchesTheModel) {
+  for (double work_s : {1e-3, 20e-3}) {
+    double flops = work_s * f_.fp32_flops;
+    fill(s_);
+    CUDA_OK(cudaEventRecord(e0_, s_));
+    flops_on(s_, flops);
+    CUDA_OK(cudaEventRecord(e1_, s_));
+    EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_), kernel_expected_ms(work_s)) << " flops=" << flops;
+  }
+}
+
+// Enqueues stream_kernel over n floats with the given flops on stream s.
+void launch_stream(const float* x, float* y, long n, double flops, cudaStream_t s) {
+  void* args[] = {&x, &y, &n, &flops};
+  ASSERT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&stream_kernel),
+                             dim3(static_cast<unsigned>((n + 4096 * 64 - 1) / (4096 * 64))),
+                             dim3(64), args, 0, s),
+            cudaSuccess);
+}
+
+TEST_F(Timing, MemoryBoundKernelMatchesTheModel) {
+  const long n = 8l << 20;  // floats: 32 MiB read, 32 MiB written
+  float *x = nullptr, *y = nullptr;
+  CUDA_OK(cudaMalloc(&x, n * sizeof(float)));
+  CUDA_OK(cudaMalloc(&y, n * sizeof(float)));
+  fill(s_);
+  CUDA_OK(cudaEventRecord(e0_, s_));
+  launch_stream(x, y, n, 0.0, s_);
+  CUDA_OK(cudaEventRecord(e1_, s_));
+  double bytes = 2.0 * n * sizeof(float);
+  EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_), kernel_expected_ms(bytes / f_.mem_bw));
+  CUDA_OK(cudaFree(x));
+  CUDA_OK(cudaFree(y));
+}
+
+TEST_F(Timing, KernelOnAnIdleStreamWaitsForTheLaunchLatency) {
+  // Host and device idle: the event is recorded at host time t; the kernel is issued
+  // one API overhead later and starts one launch latency after that.
+  CUDA_OK(cudaDeviceSynchronize());
+  const double work_s = 50e-6;
+  CUDA_OK(cudaEventRecord(e0_, s_));
+  flops_on(s_, work_s * f_.fp32_flops);
+  CUDA_OK(cudaEventRecord(e1_, s_));
+  EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_),
+                     (f_.api_overhead_s + f_.launch_latency_s + work_s) * 1e3);
+}
+
+TEST_F(Timing, KernelTimeIsTheLargerOfComputeAndMemory) {
+  // One footprint with both terms: the time is the larger, not the sum.
+  const long n = 8l << 20;
+  float *x = nullptr, *y = nullptr;
+  CUDA_OK(cudaMalloc(&x, n * sizeof(float)));
+  CUDA_OK(cudaMalloc(&y, n * sizeof(float)));
+  const double mem_s = 2.0 * n * sizeof(float) / f_.mem_bw;
+  for (double ratio : {3.0, 0.3}) {  // compute-bound, then memory-bound
+    fill(s_);
+    CUDA_OK(cudaEventRecord(e0_, s_));
+    launch_stream(x, y, n, ratio * mem_s * f_.fp32_flops, s_);
+    CUDA_OK(cudaEventRecord(e1_, s_));
+    EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_), kernel_expected_ms(std::max(ratio, 1.0) * mem_s))
+        << " compute/memory ratio " << ratio;
+  }
+  CUDA_OK(cudaFree(x));
+  CUDA_OK(cudaFree(y));
+}
+
+TEST_F(Timing, CopyOverlapsKernelOnAnotherStream) {
+  const size_t bytes = 64ull << 20;
+  void* host = nullptr;
+  void* dev = nullptr;
+  CUDA_OK(cudaMallocHost(&host, bytes));
+  CUDA_OK(cudaMalloc(&dev, bytes));
+  std::memset(host, 1, bytes);
+  double copy_s = copy_expected_ms(bytes, f_.h2d_pinned) / 1e3;
+
+  // Both streams start from one event after a filler, so both start at one time.
+  fill(s_);
+  CUDA_OK(cudaEventRecord(e0_, s_));
+  CUDA_OK(cudaStreamWaitEvent(s2_, e0_, 0));
+  flops_on(s_, 2 * copy_s * f_.fp32_flops);  // the kernel takes twice the copy
+  CUDA_OK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s2_));
+  CUDA_OK(cudaEventRecord(e1_, s_));
+  CUDA_OK(cudaEventRecord(e2_, s2_));
+  EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_), kernel_expected_ms(2 * copy_s));
+  EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e2_), copy_s * 1e3) << "the copy did not wait";
+  CUDA_OK(cudaFreeHost(host));
+  CUDA_OK(cudaFree(dev));
+}
+
+TEST_F(Timing, TwoCopiesOneDirectionShareTheLink) {
+  const size_t bytes = 32ull << 20;
+  void* host = nullptr;
+  void *d1 = nullptr, *d2 = nullptr;
+  CUDA_OK(cudaMallocHost(&host, 2 * bytes));
+  CUDA_OK(cudaMalloc(&d1, bytes));
+  CUDA_OK(cudaMalloc(&d2, bytes));
+  fill(s_);
+  CUDA_OK(cudaEventRecord(e0_, s_));
+  CUDA_OK(cudaStreamWaitEvent(s2_, e0_, 0));
+  CUDA_OK(cudaMemcpyAsync(d1, host, bytes, cudaMemcpyHostToDevice, s_));
+  CUDA_OK(cudaMemcpyAsync(d2, static_cast<char*>(host) + bytes, bytes, cudaMemcpyHostToDevice,
+                          s2_));
+  CUDA_OK(cudaEventRecord(e1_, s_));
+  CUDA_OK(cudaEventRecord(e2_, s2_));
+  double last = std::max(elapsed_ms(e0_, e1_), elapsed_ms(e0_, e2_));
+  // The two together move 2 * bytes over one link: no faster than one copy of that.
+  EXPECT_GE(last, 0.99 * (2.0 * bytes / f_.h2d_pinned) * 1e3);
+  CUDA_OK(cudaFreeHost(host));
+  CUDA_OK(cudaFree(d1));
+  CUDA_OK(cudaFree(d2));
+}
+
+TEST_F(Timing, FreeWaitsForTheDevice) {
+  // cudaFree synchronises the device (CUDA's documented behaviour): work enqueued
+  // after it on an idle stream cannot start before earlier kernels have finished.
+  void* p = nullptr;
+  CUDA_OK(cudaMalloc(&p, 4096));
+  CUDA_OK(cudaDeviceSynchronize());
+  fill(s_);
+  CUDA_OK(cudaEventRecord(e1_, s_));  // the end of about 50 ms of work
+  CUDA_OK(cudaFree(p));
+  CUDA_OK(cudaEventRecord(e2_, s2_));  // s2_ is idle: recorded at host time
+  EXPECT_GE(elapsed_ms(e1_, e2_), 0.0) << "the host went on before the device finished";
+}
+
+TEST_F(Timing, EventsOnOneStreamAreMonotonic) {
+  fill(s_);
+  CUDA_OK(cudaEventRecord(e0_, s_));
+  flops_on(s_, 1e-3 * f_.fp32_flops);
+  CUDA_OK(cudaEventRecord(e1_, s_));
+  flops_on(s_, 1e-3 * f_.fp32_flops);
+  CUDA_OK(cudaEventRecord(e2_, s_));
+  double a = elapsed_ms(e0_, e1_), b = elapsed_ms(e1_, e2_), ab = elapsed_ms(e0_, e2_);
+  EXPECT_GT(a, 0);
+  EXPECT_GT(b, 0);
+  EXPECT_NEAR(ab, a + b, 1e-3);
+  EXPECT_NEAR(elapsed_ms(e2_, e0_), -ab, 1e-3) << "elapsed time is signed";
+}
+
+}  // namespace

@@ -1,0 +1,175 @@
+// Tests of the OVERSUB_* options table: value forms, defaults, errors that name the
+// variable, and the closest-name suggestion for unknown variables.
+#include "common/options.h"
+
+#include <gtest/gtest.h>
+
+namespace oversub {
+namespace {
+
+TEST(ParseSize, PlainBytesAndUnits) {
+  EXPECT_EQ(parse_size("4096"), 4096u);
+  EXPECT_EQ(parse_size("12GiB"), 12ull << 30);
+  EXPECT_EQ(parse_size("512MiB"), 512ull << 20);
+  EXPECT_EQ(parse_size("512mib"), 512ull << 20);
+  EXPECT_EQ(parse_size("1.5GB"), 1500000000ull);
+  EXPECT_EQ(parse_size("1.5GiB"), 3ull << 29);
+  EXPECT_EQ(parse_size("2G"), 2ull << 30);
+  EXPECT_EQ(parse_size("64K"), 64ull << 10);
+  EXPECT_EQ(parse_size("64 KB"), 64000u);
+  EXPECT_EQ(parse_size("100B"), 100u);
+  EXPECT_EQ(parse_size(" 1TiB "), 1ull << 40);
+}
+
+TEST(ParseSize, RejectsMalformed) {
+  for (const char* bad : {"", "GiB", "12XB", "1.2.3", "-1", "12 GiB extra", "0x10", "1e9",
+                          "99999999999999999999", "20000000TiB"}) {
+    EXPECT_FALSE(parse_size(bad).has_value()) << bad;
+  }
+}
+
+TEST(DeviceLimit, FractionBytesNone) {
+  device_limit l;
+  ASSERT_TRUE(parse_device_limit("0.75", l));
+  EXPECT_EQ(l.how, device_limit::kind::fraction);
+  EXPECT_DOUBLE_EQ(l.fraction, 0.75);
+  EXPECT_EQ(l.resolve(80ull << 30), 60ull << 30);
+
+  ASSERT_TRUE(parse_device_limit("12GiB", l));
+  EXPECT_EQ(l.how, device_limit::kind::bytes);
+  EXPECT_EQ(l.bytes, 12ull << 30);
+  EXPECT_EQ(l.resolve(80ull << 30), 12ull << 30);
+
+  ASSERT_TRUE(parse_device_limit("1.5GB", l));
+  EXPECT_EQ(l.bytes, 1500000000ull);
+
+  ASSERT_TRUE(parse_device_limit("268435456", l));
+  EXPECT_EQ(l.bytes, 256ull << 20);
+
+  ASSERT_TRUE(parse_device_limit("none", l));
+  EXPECT_EQ(l.how, device_limit::kind::none);
+  ASSERT_TRUE(parse_device_limit("", l));
+  EXPECT_EQ(l.how, device_limit::kind::none);
+}
+
+TEST(DeviceLimit, Bounds) {
+  device_limit l;
+  EXPECT_FALSE(parse_device_limit("12XB", l));
+  EXPECT_FALSE(parse_device_limit("0.0", l));
+  EXPECT_FALSE(parse_device_limit("16.5", l));
+  EXPECT_TRUE(parse_device_limit("16.0", l));
+  EXPECT_TRUE(parse_device_limit("2.0", l));
+  EXPECT_FALSE(parse_device_limit("0", l));          // bytes below 1 MiB
+  EXPECT_FALSE(parse_device_limit("1000", l));
+  EXPECT_TRUE(parse_device_limit("1MiB", l));
+  EXPECT_FALSE(parse_device_limit("2PiB", l));       // no unit P, and past 2^50
+  EXPECT_FALSE(parse_device_limit("75%", l));
+}
+
+TEST(ScalarOptions, ModesLevelsBoolsStats) {
+  run_mode m = run_mode::off;
+  EXPECT_TRUE(parse_mode("track", m));
+  EXPECT_EQ(m, run_mode::track);
+  EXPECT_TRUE(parse_mode("OFF", m));
+  EXPECT_EQ(m, run_mode::off);
+  EXPECT_FALSE(parse_mode("swapp", m));
+
+  log::level lv = log::level::warn;
+  EXPECT_TRUE(parse_log_level("debug", lv));
+  EXPECT_EQ(lv, log::level::debug);
+  EXPECT_TRUE(parse_log_level("warning", lv));
+  EXPECT_EQ(lv, log::level::warn);
+  EXPECT_FALSE(parse_log_level("loud", lv));
+
+  bool b = false;
+  EXPECT_TRUE(parse_bool("yes", b));
+  EXPECT_TRUE(b);
+  EXPECT_TRUE(parse_bool("0", b));
+  EXPECT_FALSE(b);
+  EXPECT_FALSE(parse_bool("2", b));
+
+  stats_format s = stats_format::none;
+  EXPECT_TRUE(parse_stats("json", s));
+  EXPECT_EQ(s, stats_format::json);
+  EXPECT_TRUE(parse_stats("1", s));
+  EXPECT_EQ(s, stats_format::text);
+  EXPECT_TRUE(parse_stats("0", s));
+  EXPECT_EQ(s, stats_format::none);
+  EXPECT_FALSE(parse_stats("xml", s));
+}
+
+TEST(ParseOptions, DefaultsWhenEmpty) {
+  parse_outcome o = parse_options({});
+  EXPECT_TRUE(o.errors.empty());
+  EXPECT_TRUE(o.unknown.empty());
+  EXPECT_EQ(o.cfg.mode, run_mode::track);
+  EXPECT_EQ(o.cfg.limit.how, device_limit::kind::none);
+  EXPECT_EQ(o.cfg.log_level, log::level::warn);
+  EXPECT_FALSE(o.cfg.verbose);
+  EXPECT_EQ(o.cfg.stats, stats_format::none);
+  EXPECT_TRUE(o.cfg.log_file.empty());
+}
+
+TEST(ParseOptions, ReadsKnownIgnoresOthers) {
+  parse_outcome o = parse_options({"PATH=/usr/bin", "OVERSUB_MODE=off",
+                                   "OVERSUB_DEVICE_LIMIT=512MiB", "OVERSUB_STATS=json",
+                                   "OVERSUB_LOG_FILE=/tmp/x-%p.log", "OVERSUB_VERBOSE=1",
+                                   "OVERSUB_LOG=trace", "NOT_OVERSUB_MODE=x"});
+  EXPECT_TRUE(o.errors.empty());
+  EXPECT_TRUE(o.unknown.empty());
+  EXPECT_EQ(o.cfg.mode, run_mode::off);
+  EXPECT_EQ(o.cfg.limit.bytes, 512ull << 20);
+  EXPECT_EQ(o.cfg.stats, stats_format::json);
+  EXPECT_EQ(o.cfg.log_file, "/tmp/x-%p.log");
+  EXPECT_TRUE(o.cfg.verbose);
+  EXPECT_EQ(o.cfg.log_level, log::level::trace);
+}
+
+TEST(ParseOptions, MalformedValueNamesVariableValueAndForms) {
+  parse_outcome o = parse_options({"OVERSUB_DEVICE_LIMIT=12XB", "OVERSUB_MODE=fast"});
+  ASSERT_EQ(o.errors.size(), 2u);
+  EXPECT_EQ(o.errors[0].name, "OVERSUB_DEVICE_LIMIT");
+  EXPECT_EQ(o.errors[0].value, "12XB");
+  const std::string message = describe(o.errors[0]);
+  EXPECT_EQ(message.find("OVERSUB_DEVICE_LIMIT='12XB' is not valid: "), 0u) << message;
+  EXPECT_NE(message.find("12GiB"), std::string::npos) << message;
+  EXPECT_NE(describe(o.errors[1]).find("off | track"), std::string::npos);
+}
+
+TEST(ParseOptions, UnknownNameGetsClosest) {
+  parse_outcome o = parse_options({"OVERSUB_DEVICE_LIMT=1GiB", "OVERSUB_STAT=1",
+                                   "OVERSUB_MOD=off", "OVERSUB_LOGFILE=x"});
+  ASSERT_EQ(o.unknown.size(), 4u);
+  EXPECT_EQ(o.unknown[0].closest, "OVERSUB_DEVICE_LIMIT");
+  EXPECT_EQ(o.unknown[1].closest, "OVERSUB_STATS");
+  EXPECT_EQ(o.unknown[2].closest, "OVERSUB_MODE");
+  EXPECT_EQ(o.unknown[3].closest, "OVERSUB_LOG_FILE");
+  EXPECT_EQ(o.cfg.mode, run_mode::track);  // the misspelt one is not applied
+}
+
+TEST(EditDistance, Classic) {
+  EXPECT_EQ(edit_distance("", ""), 0u);
+  EXPECT_EQ(edit_distance("abc", ""), 3u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("OVERSUB_LOG", "OVERSUB_LOG"), 0u);
+  EXPECT_EQ(edit_distance("flaw", "lawn"), 2u);
+}
+
+TEST(ClosestName, PicksNearest) {
+  EXPECT_EQ(closest_option_name("OVERSUB_VERBOS"), "OVERSUB_VERBOSE");
+  EXPECT_EQ(closest_option_name("OVERSUB_STATS_FIL"), "OVERSUB_STATS_FILE");
+  EXPECT_EQ(closest_option_name("OVERSUB_LIMIT"), "OVERSUB_DEVICE_LIMIT");
+  EXPECT_EQ(closest_option_name("OVERSUB_FILE"), "OVERSUB_LOG_FILE");
+  EXPECT_EQ(closest_option_name("OVERSUB_LOGG"), "OVERSUB_LOG");
+}
+
+TEST(DescribeConfig, OneLinePerOption) {
+  parse_outcome o = parse_options({"OVERSUB_DEVICE_LIMIT=0.5"});
+  std::vector<std::string> lines = describe_config(o.cfg);
+  ASSERT_EQ(lines.size(), option_table().size());
+  EXPECT_EQ(lines[0], "OVERSUB_MODE=track");
+  EXPECT_EQ(lines[1], "OVERSUB_DEVICE_LIMIT=0.5");
+}
+
+}  // namespace
+}  // namespace oversub
