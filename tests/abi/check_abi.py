@@ -4,7 +4,7 @@
 exports  the dynamic symbols liboversub.so defines are exactly the hook table's
          (exports.sym, preprocessed from interpose/hooks.def), each under the
          version node libcudart.so.13, and nothing else leaks (no fmt, no C++).
-needed   no NEEDED entry names libcudart, libcuda or libcupti.
+needed   no NEEDED entry names libcudart, libcuda or libcupti, and none but glibc.
 runtime  every symbol of the hook table is exported by the real CUDA runtime
          (catches a misspelt hook or a _ptsz twin CUDA does not have).
 """
@@ -18,6 +18,9 @@ from pathlib import Path
 
 VERSION_NODE = "libcudart.so.13"
 FORBIDDEN_NEEDED = re.compile(r"^lib(cudart|cuda|cupti)\.so")
+# Only glibc: the library must load on a GPU machine that has none of the build's
+# packages (fmt is header-only, libstdc++ and libgcc are linked statically).
+ALLOWED_NEEDED = re.compile(r"^(libc|libm|libdl|libpthread|librt)\.so\.\d+$|^ld-linux[-\w.]*\.so\.\d+$")
 
 
 def expected_symbols(path: Path) -> set[str]:
@@ -60,7 +63,10 @@ def check_needed(args: argparse.Namespace) -> list[str]:
     print("NEEDED:", " ".join(needed))
     if not needed:
         return ["no NEEDED entries found at all: readelf output not understood"]
-    return [f"liboversub.so must not need {n}" for n in needed if FORBIDDEN_NEEDED.match(n)]
+    problems = [f"liboversub.so must not need {n}" for n in needed if FORBIDDEN_NEEDED.match(n)]
+    problems += [f"liboversub.so needs {n}, which a GPU machine may lack (only glibc allowed)"
+                 for n in needed if not FORBIDDEN_NEEDED.match(n) and not ALLOWED_NEEDED.match(n)]
+    return problems
 
 
 def check_runtime(args: argparse.Namespace) -> list[str]:
