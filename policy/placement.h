@@ -1,0 +1,51 @@
+// Lifetime-planned placement: given the buffers of one learned training iteration
+// (the k-th allocation's size and when it was allocated and freed), choose an offset
+// for each inside one region so that buffers whose lifetimes overlap never overlap in
+// memory, and the region is as small as possible.
+//
+// Pure computation (no CUDA, no allocation of device memory): the pool asks, then
+// serves the k-th allocation of every later iteration at offsets[k].
+#ifndef OVERSUB_POLICY_PLACEMENT_H
+#define OVERSUB_POLICY_PLACEMENT_H
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace oversub::policy {
+
+// One buffer of an iteration. Times are positions in the iteration's sequence of
+// allocation/free events (0, 1, 2, ...): the buffer is live on [alloc_time,
+// free_time). A buffer never freed within the iteration has free_time equal to the
+// iteration's event count.
+struct buffer_lifetime {
+  std::size_t size_bytes;
+  std::uint32_t alloc_time;
+  std::uint32_t free_time;
+};
+
+struct placement {
+  std::vector<std::size_t> offsets;  // offsets[k] for lifetimes[k], each a multiple of alignment
+  std::size_t region_bytes = 0;      // the region needed: max over k of offsets[k] + aligned size
+  std::size_t lower_bound_bytes = 0; // the most (aligned) bytes live at any one time
+  std::string heuristic;             // which heuristic produced it (for the log and the bench)
+};
+
+// Runs several heuristics (greedy by size, greedy by breadth, best-fit in lifetime
+// order) plus a local improvement and returns the smallest valid placement.
+// alignment_bytes: a power of two (256, like cudaMalloc). Finishes in well under a
+// second for 10,000 buffers. Never throws for valid input (an empty span gives an
+// empty placement).
+placement plan_placement(std::span<const buffer_lifetime> lifetimes,
+                         std::size_t alignment_bytes = 256);
+
+// True when no two buffers whose lifetimes overlap overlap in memory and every
+// offset is aligned and inside region_bytes. For tests and as a guard before use.
+bool placement_is_valid(std::span<const buffer_lifetime> lifetimes, const placement& p,
+                        std::size_t alignment_bytes = 256);
+
+}  // namespace oversub::policy
+
+#endif  // OVERSUB_POLICY_PLACEMENT_H
