@@ -117,6 +117,28 @@ SIMGPU_EXPORT CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advis
   SIMGPU_RETURN(managed_advise(devPtr, count, advice, location));
 }
 
+SIMGPU_EXPORT CUresult cuMemRangeGetAttribute(void* data, size_t dataSize,
+                                              CUmem_range_attribute attribute, CUdeviceptr devPtr,
+                                              size_t count) {
+  SIMGPU_API(context, cuMemRangeGetAttribute, data, dataSize, attribute, devPtr, count);
+  SIMGPU_RETURN(managed_range_attribute(data, dataSize, attribute, devPtr, count));
+}
+
+SIMGPU_EXPORT CUresult cuMemRangeGetAttributes(void** data, size_t* dataSizes,
+                                               CUmem_range_attribute* attributes,
+                                               size_t numAttributes, CUdeviceptr devPtr,
+                                               size_t count) {
+  SIMGPU_API(context, cuMemRangeGetAttributes, data, dataSizes, attributes, numAttributes, devPtr,
+             count);
+  if (data == nullptr || dataSizes == nullptr || attributes == nullptr || numAttributes == 0)
+    SIMGPU_RETURN(CUDA_ERROR_INVALID_VALUE);
+  for (size_t i = 0; i < numAttributes; ++i) {
+    CUresult r = managed_range_attribute(data[i], dataSizes[i], attributes[i], devPtr, count);
+    if (r != CUDA_SUCCESS) SIMGPU_RETURN(r);
+  }
+  SIMGPU_RETURN(CUDA_SUCCESS);
+}
+
 SIMGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
   SIMGPU_API(context, cuMemAllocAsync, dptr, bytesize, hStream);
   SIMGPU_RETURN(alloc_async_on(dptr, bytesize, nullptr, hStream, false));

@@ -264,6 +264,7 @@ CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation l
     capture_add(s, "prefetch", [=](stream_obj* on) { return do_prefetch(on, p, bytes, loc); });
     return CUDA_SUCCESS;
   }
+  managed_note_prefetch(p, bytes, loc);  // recorded when enqueued, as in CUDA
   engine e = to_device ? engine::h2d : engine::d2h;
   double start = op_begin(s, e, 0);
   uint64_t moved = managed_migrate_range(p, bytes, to_device);

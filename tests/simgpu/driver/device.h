@@ -40,6 +40,25 @@ struct vmm_mapping {
   bool host_located = false;
 };
 
+// A memory location as cuMemAdvise and cuMemPrefetchAsync record it (a
+// CUmemLocation that compares); type CU_MEM_LOCATION_TYPE_INVALID: none.
+struct managed_location {
+  int type = CU_MEM_LOCATION_TYPE_INVALID;  // CUmemLocationType
+  int id = 0;
+  bool operator==(const managed_location&) const = default;
+};
+
+// What cuMemAdvise and cuMemPrefetchAsync recorded for a stretch of a managed
+// allocation (the range queries answer from it).
+struct managed_hints {
+  bool read_mostly = false;
+  bool accessed_by_device = false;  // CU_MEM_ADVISE_SET_ACCESSED_BY for device 0
+  bool accessed_by_host = false;    // ... for the host
+  managed_location preferred;
+  managed_location last_prefetch;
+  bool operator==(const managed_hints&) const = default;
+};
+
 struct region {
   uintptr_t base = 0;
   uint64_t bytes = 0;          // as requested
@@ -53,8 +72,10 @@ struct region {
   // Managed memory, one entry per model page.
   std::vector<uint8_t> page_on_device;
   std::vector<uint64_t> page_stamp;
-  int advice_preferred = -1;   // CUmemLocationType or -1
-  bool advice_read_mostly = false;
+  // Hints by range, host-page granular (CUDA rounds advice and prefetch ranges to
+  // host pages): each key is an offset into the region, its hints hold up to the
+  // next key or span_bytes. Key 0 is always present; neighbours always differ.
+  std::map<uint64_t, managed_hints> hints;
   // VMM reservation: mappings by start address.
   std::map<uintptr_t, vmm_mapping> mappings;
   uintptr_t end() const { return base + span_bytes; }

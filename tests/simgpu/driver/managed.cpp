@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "address_space.h"
 #include "clock.h"
@@ -69,6 +71,92 @@ void add_touched(device_window& w, region* r) {
     w.managed_touched.push_back(r);
 }
 
+// ---- hints by range (region::hints) --------------------------------------------------
+
+using hint_map = std::map<uint64_t, managed_hints>;
+
+// The live managed region holding all of [p, p+bytes), or nullptr.
+region* managed_region(uintptr_t p, uint64_t bytes) {
+  region* r = find_region(p);
+  if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0 ||
+      p + bytes > r->base + r->span_bytes)
+    return nullptr;
+  return r;
+}
+
+// The offsets [lo, hi) of the host pages of r that [p, p+bytes) touches.
+std::pair<uint64_t, uint64_t> hint_span(const region* r, uintptr_t p, uint64_t bytes) {
+  uint64_t lo = round_down(p - r->base, g_host_page_bytes);
+  uint64_t hi = std::min(round_up(p + bytes - r->base, g_host_page_bytes), r->span_bytes);
+  return {lo, hi};
+}
+
+// Makes off (< span) a key of m; answers its entry.
+hint_map::iterator split_hints(hint_map& m, uint64_t off) {
+  auto it = std::prev(m.upper_bound(off));
+  if (it->first == off) return it;
+  return m.emplace_hint(std::next(it), off, it->second);
+}
+
+// Applies change to the hints of [p, p+bytes), keeping neighbours distinct.
+template <typename F>
+void update_hints(region* r, uintptr_t p, uint64_t bytes, F change) {
+  auto [lo, hi] = hint_span(r, p, bytes);
+  hint_map& m = r->hints;
+  if (m.empty()) m.emplace(0, managed_hints{});
+  auto first = split_hints(m, lo);
+  if (hi < r->span_bytes) split_hints(m, hi);
+  for (auto it = first; it != m.end() && it->first < hi; ++it) change(it->second);
+  auto it = first == m.begin() ? first : std::prev(first);
+  for (auto next = std::next(it); next != m.end() && next->first <= hi; next = std::next(it)) {
+    if (next->second == it->second) m.erase(next);
+    else it = next;
+  }
+}
+
+// The hints of every stretch that [p, p+bytes) touches.
+std::vector<const managed_hints*> hints_of(region* r, uintptr_t p, uint64_t bytes) {
+  if (r->hints.empty()) r->hints.emplace(0, managed_hints{});
+  auto [lo, hi] = hint_span(r, p, bytes);
+  std::vector<const managed_hints*> out;
+  for (auto it = std::prev(r->hints.upper_bound(lo)); it != r->hints.end() && it->first < hi; ++it)
+    out.push_back(&it->second);
+  return out;
+}
+
+// The location all of hs have in field, or none when they differ.
+managed_location common_location(const std::vector<const managed_hints*>& hs,
+                                 managed_location managed_hints::*field) {
+  managed_location l = hs.front()->*field;
+  for (const managed_hints* h : hs)
+    if (!(h->*field == l)) return {};
+  return l;
+}
+
+// The legacy int form of a location: a device ordinal, CU_DEVICE_CPU or CU_DEVICE_INVALID.
+int legacy_location(managed_location l) {
+  switch (l.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE: return l.id;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA: return CU_DEVICE_CPU;
+    default: return CU_DEVICE_INVALID;
+  }
+}
+
+int location_id(managed_location l) {
+  return l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? l.id : legacy_location(l);
+}
+
+// A location as recorded: the host has no NUMA nodes (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID
+// is -1), so the calling thread's node is the host.
+managed_location recorded_location(CUmemLocation loc) {
+  switch (loc.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA: return {loc.type, loc.id};
+    default: return {CU_MEM_LOCATION_TYPE_HOST, 0};
+  }
+}
+
 }  // namespace
 
 bool managed_make_room(uint64_t bytes) {
@@ -106,6 +194,7 @@ CUresult managed_alloc(CUdeviceptr* dptr, size_t bytes, unsigned flags) {
   size_t pages = rounded / page_bytes();
   r->page_on_device.assign(pages, 0);
   r->page_stamp.assign(pages, 0);
+  r->hints.emplace(0, managed_hints{});
   protect(base, span, PROT_READ | PROT_WRITE);  // all pages start on the host
   *dptr = base;
   d.regions[base] = std::move(r);
@@ -216,14 +305,91 @@ CUresult managed_advise(CUdeviceptr p, size_t bytes, CUmem_advise advice, CUmemL
                                                              : CUDA_ERROR_INVALID_VALUE;
   }
   if (r->kind != region_kind::managed) return CUDA_ERROR_INVALID_VALUE;
+  managed_location where = recorded_location(loc);
+  bool device = where.type == CU_MEM_LOCATION_TYPE_DEVICE;
   switch (advice) {
-    case CU_MEM_ADVISE_SET_READ_MOSTLY: r->advice_read_mostly = true; break;
-    case CU_MEM_ADVISE_UNSET_READ_MOSTLY: r->advice_read_mostly = false; break;
-    case CU_MEM_ADVISE_SET_PREFERRED_LOCATION: r->advice_preferred = loc.type; break;
-    case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION: r->advice_preferred = -1; break;
+    case CU_MEM_ADVISE_SET_READ_MOSTLY:
+      update_hints(r, p, bytes, [](managed_hints& h) { h.read_mostly = true; });
+      break;
+    case CU_MEM_ADVISE_UNSET_READ_MOSTLY:
+      update_hints(r, p, bytes, [](managed_hints& h) { h.read_mostly = false; });
+      break;
+    case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
+      update_hints(r, p, bytes, [&](managed_hints& h) { h.preferred = where; });
+      break;
+    case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION:
+      update_hints(r, p, bytes, [](managed_hints& h) { h.preferred = {}; });
+      break;
     case CU_MEM_ADVISE_SET_ACCESSED_BY:
-    case CU_MEM_ADVISE_UNSET_ACCESSED_BY: break;
+    case CU_MEM_ADVISE_UNSET_ACCESSED_BY: {
+      bool set = advice == CU_MEM_ADVISE_SET_ACCESSED_BY;
+      update_hints(r, p, bytes, [&](managed_hints& h) {
+        (device ? h.accessed_by_device : h.accessed_by_host) = set;
+      });
+      break;
+    }
     default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+void managed_note_prefetch(uintptr_t p, uint64_t bytes, CUmemLocation loc) {
+  region* r = managed_region(p, bytes);
+  if (r == nullptr) return;
+  managed_location where = recorded_location(loc);
+  update_hints(r, p, bytes, [&](managed_hints& h) { h.last_prefetch = where; });
+}
+
+CUresult managed_range_attribute(void* data, size_t data_bytes, CUmem_range_attribute attribute,
+                                 CUdeviceptr p, size_t bytes) {
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  bool size_ok = false;
+  switch (attribute) {
+    case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY:
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION:
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION:
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID:
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID:
+      size_ok = data_bytes == sizeof(int);
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE:
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE:
+      size_ok = data_bytes == sizeof(CUmemLocationType);
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY:
+      size_ok = data_bytes != 0 && data_bytes % sizeof(int) == 0;
+      break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  region* r = managed_region(p, bytes);
+  if (!size_ok || r == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<const managed_hints*> hs = hints_of(r, p, bytes);
+  auto all = [&](bool managed_hints::*flag) {
+    return std::all_of(hs.begin(), hs.end(), [&](const managed_hints* h) { return h->*flag; });
+  };
+  managed_location preferred = common_location(hs, &managed_hints::preferred);
+  managed_location prefetched = common_location(hs, &managed_hints::last_prefetch);
+  int* out = static_cast<int*>(data);
+  switch (attribute) {
+    case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY: *out = all(&managed_hints::read_mostly); break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION: *out = legacy_location(preferred); break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION: *out = legacy_location(prefetched); break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: *out = location_id(preferred); break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: *out = location_id(prefetched); break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE:
+      *static_cast<CUmemLocationType*>(data) = static_cast<CUmemLocationType>(preferred.type);
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE:
+      *static_cast<CUmemLocationType*>(data) = static_cast<CUmemLocationType>(prefetched.type);
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: {
+      size_t n = data_bytes / sizeof(int), i = 0;
+      if (all(&managed_hints::accessed_by_device) && i < n) out[i++] = 0;
+      if (all(&managed_hints::accessed_by_host) && i < n) out[i++] = CU_DEVICE_CPU;
+      for (; i < n; ++i) out[i] = CU_DEVICE_INVALID;
+      break;
+    }
+    default: break;
   }
   return CUDA_SUCCESS;
 }

@@ -47,7 +47,27 @@ uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device);
 // before failing with CUDA_ERROR_OUT_OF_MEMORY. Answers whether they fit now.
 bool managed_make_room(uint64_t bytes);
 
+// cuMemAdvise: validates the advice and records it for [p, p+bytes) rounded out to
+// host pages (see region::hints); placement is not changed.
 CUresult managed_advise(CUdeviceptr p, size_t bytes, CUmem_advise advice, CUmemLocation loc);
+// Records loc as the last prefetch location of [p, p+bytes) (a range cuMemPrefetchAsync
+// validated), when the prefetch is enqueued.
+void managed_note_prefetch(uintptr_t p, uint64_t bytes, CUmemLocation loc);
+
+// Note [Range attributes]
+// cuMemRangeGetAttribute answers from the recorded hints of every host page of the
+// range, as the CUDA documentation describes: read-mostly is 1 only when every page
+// has it; a preferred or last-prefetch location is answered only when every page has
+// the same one, else CU_DEVICE_INVALID (-2) or CU_MEM_LOCATION_TYPE_INVALID; the
+// legacy int forms answer a device ordinal or CU_DEVICE_CPU (-1) for host locations;
+// the _ID forms answer the device ordinal or host NUMA node and otherwise what the
+// legacy form would (the documentation says to ignore it); ACCESSED_BY lists the
+// processors advised for the whole range (device 0, then CU_DEVICE_CPU) and pads with
+// CU_DEVICE_INVALID. The range must lie in one live managed allocation, else
+// CUDA_ERROR_INVALID_VALUE; so must the data size (4, or a non-zero multiple of 4 for
+// ACCESSED_BY).
+CUresult managed_range_attribute(void* data, size_t data_bytes, CUmem_range_attribute attribute,
+                                 CUdeviceptr p, size_t bytes);
 
 }  // namespace simgpu
 

@@ -122,6 +122,8 @@ const proc_entry kTable[] = {
     E("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
     E("cuMemAllocManaged", 6000, cuMemAllocManaged),
     E("cuMemAdvise", 12020, cuMemAdvise_v2),
+    E("cuMemRangeGetAttribute", 8000, cuMemRangeGetAttribute),
+    E("cuMemRangeGetAttributes", 8000, cuMemRangeGetAttributes),
     P("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz),
     P("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
     P("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),

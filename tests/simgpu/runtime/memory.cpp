@@ -18,6 +18,10 @@ static_assert(static_cast<int>(cudaMemLocationTypeDevice) == CU_MEM_LOCATION_TYP
 static_assert(static_cast<int>(cudaMemLocationTypeHost) == CU_MEM_LOCATION_TYPE_HOST);
 static_assert(static_cast<int>(cudaMemAdviseSetPreferredLocation) ==
               CU_MEM_ADVISE_SET_PREFERRED_LOCATION);
+static_assert(static_cast<int>(cudaMemRangeAttributeLastPrefetchLocationId) ==
+              CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID);
+static_assert(sizeof(cudaMemRangeAttribute) == sizeof(CUmem_range_attribute));
+static_assert(cudaCpuDeviceId == CU_DEVICE_CPU && cudaInvalidDeviceId == CU_DEVICE_INVALID);
 
 CUmemLocation location(cudaMemLocation l) {
   CUmemLocation out{};
@@ -218,6 +222,29 @@ SIMGPU_EXPORT cudaError_t cudaMemPrefetchAsync_ptsz(const void* devPtr, size_t c
   SIMGPU_RT_CALL(ctx_pt, cudaMemPrefetchAsync_ptsz_v12020, devPtr, count, location, flags, stream);
   return api.finish(SIMGPU_CU(api.drv(), cuMemPrefetchAsync, dptr(devPtr), count,
                               ::location(location), flags, per_thread_stream(stream)));
+}
+
+// Range attributes: the driver answers from what cuMemAdvise and cuMemPrefetchAsync
+// recorded (Note [Range attributes] in the driver's managed.h); the runtime's enum,
+// device ids (cudaCpuDeviceId, cudaInvalidDeviceId) and location types are the
+// driver's.
+SIMGPU_EXPORT cudaError_t cudaMemRangeGetAttribute(void* data, size_t dataSize,
+                                                   cudaMemRangeAttribute attribute,
+                                                   const void* devPtr, size_t count) {
+  SIMGPU_RT_CALL(ctx, cudaMemRangeGetAttribute_v8000, data, dataSize, attribute, devPtr, count);
+  return api.finish(SIMGPU_CU(api.drv(), cuMemRangeGetAttribute, data, dataSize,
+                              static_cast<CUmem_range_attribute>(attribute), dptr(devPtr), count));
+}
+
+SIMGPU_EXPORT cudaError_t cudaMemRangeGetAttributes(void** data, size_t* dataSizes,
+                                                    cudaMemRangeAttribute* attributes,
+                                                    size_t numAttributes, const void* devPtr,
+                                                    size_t count) {
+  SIMGPU_RT_CALL(ctx, cudaMemRangeGetAttributes_v8000, data, dataSizes, attributes, numAttributes,
+                 devPtr, count);
+  return api.finish(SIMGPU_CU(api.drv(), cuMemRangeGetAttributes, data, dataSizes,
+                              reinterpret_cast<CUmem_range_attribute*>(attributes), numAttributes,
+                              dptr(devPtr), count));
 }
 
 // ---- Pointer attributes --------------------------------------------------------------

@@ -180,22 +180,150 @@ TEST_F(Managed, PrefetchIsCheaperThanFaulting) {
   EXPECT_LT(prefetch_ms, cold - resident);
 }
 
+// cudaMemRangeGetAttribute answers from what cudaMemPrefetchAsync and cudaMemAdvise
+// recorded, for the whole range or for part of it.
 TEST_F(Managed, LastPrefetchLocationIsRecorded) {
-  // Optional in simgpu: looked up at run time so the suite links without it.
-  auto range_attr = reinterpret_cast<decltype(&cudaMemRangeGetAttribute)>(
-      dlsym(RTLD_DEFAULT, "cudaMemRangeGetAttribute"));
-  if (range_attr == nullptr) GTEST_SKIP() << "simgpu's runtime has no cudaMemRangeGetAttribute";
+  int where = -42;
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
+                                   x_, bytes_));
+  EXPECT_EQ(where, cudaInvalidDeviceId) << "never prefetched";
+
   CUDA_OK(prefetch(cudaMemLocationTypeDevice));
   CUDA_OK(cudaStreamSynchronize(s_));
-  int where = -42;
-  CUDA_OK(range_attr(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
                                    x_, bytes_));
   EXPECT_EQ(where, 0);
+  cudaMemLocationType type = cudaMemLocationTypeInvalid;
+  CUDA_OK(cudaMemRangeGetAttribute(&type, sizeof type,
+                                   cudaMemRangeAttributeLastPrefetchLocationType, x_, bytes_));
+  EXPECT_EQ(type, cudaMemLocationTypeDevice);
+  int id = -42;
+  CUDA_OK(cudaMemRangeGetAttribute(&id, sizeof id, cudaMemRangeAttributeLastPrefetchLocationId,
+                                   x_ + 100, 4));
+  EXPECT_EQ(id, 0);
+
   CUDA_OK(prefetch(cudaMemLocationTypeHost));
   CUDA_OK(cudaStreamSynchronize(s_));
-  CUDA_OK(range_attr(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
                                    x_, bytes_));
   EXPECT_EQ(where, cudaCpuDeviceId);
+  CUDA_OK(cudaMemRangeGetAttribute(&type, sizeof type,
+                                   cudaMemRangeAttributeLastPrefetchLocationType, x_, bytes_));
+  EXPECT_EQ(type, cudaMemLocationTypeHost);
+
+  // The first half back on the device: the halves agree, the whole range does not.
+  cudaMemLocation dev{cudaMemLocationTypeDevice, 0};
+  CUDA_OK(cudaMemPrefetchAsync(x_, bytes_ / 2, dev, 0, s_));
+  CUDA_OK(cudaStreamSynchronize(s_));
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
+                                   x_, bytes_ / 2));
+  EXPECT_EQ(where, 0);
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
+                                   x_ + n_ / 2, bytes_ / 2));
+  EXPECT_EQ(where, cudaCpuDeviceId);
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
+                                   x_, bytes_));
+  EXPECT_EQ(where, cudaInvalidDeviceId) << "mixed prefetch locations";
+  CUDA_OK(cudaMemRangeGetAttribute(&type, sizeof type,
+                                   cudaMemRangeAttributeLastPrefetchLocationType, x_, bytes_));
+  EXPECT_EQ(type, cudaMemLocationTypeInvalid);
+
+  // Preferred location: none, then the device for the whole range, then mixed.
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributePreferredLocation,
+                                   x_, bytes_));
+  EXPECT_EQ(where, cudaInvalidDeviceId) << "no preferred location advised";
+  CUDA_OK(cudaMemAdvise(x_, bytes_, cudaMemAdviseSetPreferredLocation, dev));
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributePreferredLocation,
+                                   x_, bytes_));
+  EXPECT_EQ(where, 0);
+  CUDA_OK(cudaMemRangeGetAttribute(&type, sizeof type,
+                                   cudaMemRangeAttributePreferredLocationType, x_, bytes_));
+  EXPECT_EQ(type, cudaMemLocationTypeDevice);
+  CUDA_OK(cudaMemRangeGetAttribute(&id, sizeof id, cudaMemRangeAttributePreferredLocationId, x_,
+                                   bytes_));
+  EXPECT_EQ(id, 0);
+  cudaMemLocation host{cudaMemLocationTypeHost, 0};
+  CUDA_OK(cudaMemAdvise(x_ + n_ / 2, bytes_ / 2, cudaMemAdviseSetPreferredLocation, host));
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributePreferredLocation,
+                                   x_ + n_ / 2, bytes_ / 2));
+  EXPECT_EQ(where, cudaCpuDeviceId);
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributePreferredLocation,
+                                   x_, bytes_));
+  EXPECT_EQ(where, cudaInvalidDeviceId) << "mixed preferred locations";
+  CUDA_OK(cudaMemRangeGetAttribute(&type, sizeof type,
+                                   cudaMemRangeAttributePreferredLocationType, x_, bytes_));
+  EXPECT_EQ(type, cudaMemLocationTypeInvalid);
+  CUDA_OK(cudaMemAdvise(x_, bytes_, cudaMemAdviseUnsetPreferredLocation, host));
+  CUDA_OK(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributePreferredLocation,
+                                   x_ + n_ / 2, bytes_ / 2));
+  EXPECT_EQ(where, cudaInvalidDeviceId) << "unset";
+
+  // Read-mostly: 1 only where every page has it.
+  int read_mostly = -42;
+  CUDA_OK(cudaMemRangeGetAttribute(&read_mostly, sizeof read_mostly,
+                                   cudaMemRangeAttributeReadMostly, x_, bytes_));
+  EXPECT_EQ(read_mostly, 0);
+  CUDA_OK(cudaMemAdvise(x_, bytes_ / 2, cudaMemAdviseSetReadMostly, dev));
+  CUDA_OK(cudaMemRangeGetAttribute(&read_mostly, sizeof read_mostly,
+                                   cudaMemRangeAttributeReadMostly, x_, bytes_ / 2));
+  EXPECT_EQ(read_mostly, 1);
+  CUDA_OK(cudaMemRangeGetAttribute(&read_mostly, sizeof read_mostly,
+                                   cudaMemRangeAttributeReadMostly, x_, bytes_));
+  EXPECT_EQ(read_mostly, 0) << "only half is read-mostly";
+  CUDA_OK(cudaMemAdvise(x_, bytes_, cudaMemAdviseSetReadMostly, dev));
+  CUDA_OK(cudaMemRangeGetAttribute(&read_mostly, sizeof read_mostly,
+                                   cudaMemRangeAttributeReadMostly, x_, bytes_));
+  EXPECT_EQ(read_mostly, 1);
+  CUDA_OK(cudaMemAdvise(x_, bytes_, cudaMemAdviseUnsetReadMostly, dev));
+  CUDA_OK(cudaMemRangeGetAttribute(&read_mostly, sizeof read_mostly,
+                                   cudaMemRangeAttributeReadMostly, x_, bytes_));
+  EXPECT_EQ(read_mostly, 0);
+}
+
+TEST_F(Managed, RangeAttributesTogetherAndTheirErrors) {
+  cudaMemLocation dev{cudaMemLocationTypeDevice, 0};
+  CUDA_OK(cudaMemAdvise(x_, bytes_, cudaMemAdviseSetAccessedBy, dev));
+  CUDA_OK(cudaMemAdvise(x_, bytes_, cudaMemAdviseSetReadMostly, dev));
+  CUDA_OK(prefetch(cudaMemLocationTypeDevice));
+  CUDA_OK(cudaStreamSynchronize(s_));
+
+  int read_mostly = -42, prefetched = -42;
+  int accessed_by[3] = {-42, -42, -42};
+  void* data[] = {&read_mostly, accessed_by, &prefetched};
+  size_t sizes[] = {sizeof read_mostly, sizeof accessed_by, sizeof prefetched};
+  cudaMemRangeAttribute which[] = {cudaMemRangeAttributeReadMostly,
+                                   cudaMemRangeAttributeAccessedBy,
+                                   cudaMemRangeAttributeLastPrefetchLocation};
+  CUDA_OK(cudaMemRangeGetAttributes(data, sizes, which, 3, x_, bytes_));
+  EXPECT_EQ(read_mostly, 1);
+  EXPECT_EQ(accessed_by[0], 0);
+  EXPECT_EQ(accessed_by[1], cudaInvalidDeviceId) << "the rest is padded";
+  EXPECT_EQ(accessed_by[2], cudaInvalidDeviceId);
+  EXPECT_EQ(prefetched, 0);
+
+  CUDA_OK(cudaMemAdvise(x_, bytes_ / 2, cudaMemAdviseUnsetAccessedBy, dev));
+  CUDA_OK(cudaMemRangeGetAttribute(accessed_by, sizeof accessed_by,
+                                   cudaMemRangeAttributeAccessedBy, x_, bytes_));
+  EXPECT_EQ(accessed_by[0], cudaInvalidDeviceId) << "device 0 is not advised for all of it";
+
+  // Not managed memory, a wrong size, a range past the allocation: invalid values.
+  int v = 0;
+  EXPECT_EQ(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributeReadMostly, dev_x_, 4),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemRangeGetAttribute(&v, 8, cudaMemRangeAttributeReadMostly, x_, 4),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemRangeGetAttribute(accessed_by, 6, cudaMemRangeAttributeAccessedBy, x_, 4),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributeReadMostly, x_,
+                                     bytes_ + page_),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributeReadMostly, x_, 0),
+            cudaErrorInvalidValue);
+  std::vector<float> host(4);
+  EXPECT_EQ(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributeReadMostly, host.data(),
+                                     sizeof(float) * host.size()),
+            cudaErrorInvalidValue);
+  (void)cudaGetLastError();
 }
 
 TEST_F(Managed, CopiesToAndFromManagedMemoryMoveTheData) {
