@@ -1,0 +1,122 @@
+"""The programs gpu-validate runs, found in a meson build (--sim) or built with nvcc.
+
+On simgpu (`--sim`) every program comes from the meson build folder (simtrain,
+the preload probes, gpu_facts) and runs with LD_LIBRARY_PATH at its simgpu
+libraries. On a GPU machine there is no meson: each program is compiled by nvcc
+straight from the sources, with `-cudart shared` (a preloaded library cannot
+interpose calls into a statically linked runtime) and an rpath to the toolkit's
+library folder, into a scratch folder. The simgpu probe with a kernel
+(stress_probe.cc) is compiled as CUDA with tests/gpu/nvcc_include first on the
+include path, where simgpu/kernel.h registers nothing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .common import REPO, kit
+
+PROBES = ("memgetinfo_probe", "fork_probe", "stress_probe", "real_runtime_probe")
+
+
+@dataclass
+class programs:
+    """Paths of the programs (None when missing, with the reason in `missing`)."""
+    simtrain: Path | None = None
+    facts: Path | None = None
+    probes: dict[str, Path] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)   # simgpu's variables in --sim
+    missing: dict[str, str] = field(default_factory=dict)
+    toolkit: str = ""
+
+
+def from_meson(build: Path) -> programs:
+    found = programs()
+    simgpu = build / "tests" / "simgpu"
+    found.env = {"LD_LIBRARY_PATH": str(simgpu), "SIMGPU_DEVICE_DIR": str(simgpu / "devices")}
+    found.toolkit = f"simgpu ({simgpu})"
+    wanted = {"simtrain": build / "tests" / "workloads" / "simtrain",
+              "gpu_facts": build / "tests" / "gpu" / "gpu_facts"}
+    wanted.update({p: build / "tests" / "preload" / p for p in PROBES})
+    for name, path in wanted.items():
+        if not path.is_file():
+            found.missing[name] = f"{path} not built (run ninja -C {build})"
+            continue
+        if name == "simtrain":
+            found.simtrain = path
+        elif name == "gpu_facts":
+            found.facts = path
+        else:
+            found.probes[name] = path
+    if not (simgpu / "libcudart.so.13").is_file():
+        found.missing["simgpu"] = f"{simgpu}/libcudart.so.13 not built"
+    return found
+
+
+def find_nvcc() -> Path | None:
+    candidates = [shutil.which("nvcc")]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(str(Path(os.environ[var]) / "bin" / "nvcc"))
+    candidates.append("/usr/local/cuda/bin/nvcc")
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    return None
+
+
+def cudart_dir(nvcc: Path) -> Path:
+    root = nvcc.resolve().parent.parent
+    for d in (root / "lib64", root / "targets" / "x86_64-linux" / "lib", root / "lib"):
+        if (d / "libcudart.so.13").exists() or (d / "libcudart.so").exists():
+            return d
+    return root / "lib64"
+
+
+def with_nvcc(k: kit, work: Path, arch: str) -> programs:
+    found = programs()
+    nvcc = find_nvcc()
+    if nvcc is None:
+        for name in ("simtrain", "gpu_facts", *PROBES):
+            found.missing[name] = "nvcc not found (PATH, CUDA_HOME, /usr/local/cuda/bin)"
+        return found
+    work.mkdir(parents=True, exist_ok=True)
+    libdir = cudart_dir(nvcc)
+    version = k.run([str(nvcc), "--version"], label="toolkit")
+    release = [l for l in version.stdout.splitlines() if "release" in l]
+    found.toolkit = f"{nvcc} ({release[0].strip() if release else '?'})"
+    common = [str(nvcc), "-O2", "-std=c++20", "-cudart", "shared",
+              "-Xlinker", "-rpath", "-Xlinker", str(libdir)]
+    preload = REPO / "tests" / "preload"
+    jobs = {
+        "gpu_facts": [REPO / "tests" / "gpu" / "gpu_facts.cc"],
+        "simtrain": [f"-arch={arch}", REPO / "tests" / "workloads" / "simtrain.cu"],
+        "stress_probe": [f"-arch={arch}", "-x", "cu", "-I", REPO / "tests" / "gpu" / "nvcc_include",
+                         preload / "stress_probe.cc"],
+        "memgetinfo_probe": [preload / "memgetinfo_probe.cc"],
+        "fork_probe": [preload / "fork_probe.cc"],
+        "real_runtime_probe": [preload / "real_runtime_probe.cc"],
+    }
+
+    def build(name: str) -> tuple[str, Path, str]:
+        out = work / name
+        proc = k.run([*common, *[str(a) for a in jobs[name]], "-o", str(out)],
+                     timeout_s=300, label=f"build {name}")
+        if proc.returncode != 0 or not out.is_file():
+            return name, out, f"nvcc failed: {proc.stderr.strip()[-300:]}"
+        return name, out, ""
+
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        for name, out, error in pool.map(build, jobs):
+            if error:
+                found.missing[name] = error
+            elif name == "simtrain":
+                found.simtrain = out
+            elif name == "gpu_facts":
+                found.facts = out
+            else:
+                found.probes[name] = out
+    return found

@@ -1,0 +1,234 @@
+"""Steps 1, 2, 3 and 5 of gpu-validate: facts, preload tests, simtrain, profiler.
+
+Each step returns a step_result and never claims more than it ran:
+- facts: gpu_facts' JSON (device, versions, pinned bandwidth, VMM latency, managed
+  prefetch bandwidth); a section the program could not measure fails the step;
+- preload: tests/preload/preload_test.py, case by case, against the programs of
+  this run (real CUDA runtime on a GPU, simgpu with --sim);
+- simtrain: unlimited, then OVERSUB_MODE=off|track at the job's own peak, then
+  off|track|pool|swap|um at a third of it (3x oversubscription). A run that ends
+  must give the unlimited run's loss bits; a clean out-of-memory error is the
+  expected answer of modes that do not move memory (track, pool), a failure of
+  those that should (swap, um); modes the library rejects are skipped;
+- profiler: skipped until `oversub profile` exists and this step is written.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from .build import programs
+from .common import MiB, REPO, first_line, fmt_bytes, kit, mode_built, step_result
+
+ITER_RE = re.compile(r"^iter (\d+) loss \S+ \(bits 0x([0-9a-f]{8})\)$", re.MULTILINE)
+PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.MULTILINE)
+OOM_RE = re.compile(r"^simtrain: CUDA error cudaErrorMemoryAllocation", re.MULTILINE)
+VIRTUAL_RE = re.compile(r"^simgpu: device \S+, virtual time ([0-9.]+) ms", re.MULTILINE)
+MOVING_MODES = ("swap", "um")   # the modes whose purpose is to run past the limit
+
+
+def facts(k: kit, progs: programs) -> step_result:
+    res = step_result(1, "facts", columns=["fact", "value"])
+    if progs.facts is None:
+        res.fail(f"gpu_facts: {progs.missing.get('gpu_facts', 'missing')}")
+        return res
+    args = ["--mib", "64", "--reps", "3", "--vmm-iters", "5"] if k.sim and k.quick else []
+    proc = k.run([str(progs.facts), *args], progs.env, timeout_s=300)
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        res.fail(f"gpu_facts exit {proc.returncode}, no JSON: {first_line(proc.stderr or proc.stdout)}")
+        return res
+    if not k.sim:
+        smi = k.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                     "--format=csv,noheader"], timeout_s=60)
+        if smi.returncode == 0:
+            data["nvidia_smi"] = smi.stdout.strip()
+    (k.outdir / "facts.json").write_text(json.dumps(data, indent=2) + "\n")
+    res.data = data
+    if "error" in data:
+        res.fail(str(data["error"]))
+        return res
+    dev = data["device"]
+    clock = "simgpu virtual time" if k.sim else "CUDA events"
+    res.rows += [["GPU", f"{dev['name']} ({fmt_bytes(dev['total_bytes'])}, {dev['sm_count']} SMs, "
+                         f"CC {dev['compute_capability']})"],
+                 ["driver / runtime", f"{data['driver_version']} / {data['runtime_version']}"]]
+    if "nvidia_smi" in data:
+        res.rows.append(["nvidia-smi", data["nvidia_smi"]])
+    pinned = data["pinned_bandwidth"]
+    if "error" in pinned:
+        res.fail(f"pinned bandwidth: {pinned['error']}")
+    else:
+        res.rows.append([f"pinned H2D / D2H, {fmt_bytes(pinned['bytes'])}, median of {pinned['reps']} ({clock})",
+                         f"{pinned['h2d_gbps']:.1f} / {pinned['d2h_gbps']:.1f} GB/s"])
+    vmm = data["vmm_latency"]
+    for key in ("granule", "large"):
+        part = vmm.get(key, vmm)
+        if "error" in part:
+            res.fail(f"VMM {key}: {part['error']}")
+            break
+        res.rows.append([f"VMM {fmt_bytes(part['bytes'])}: create / map / set access / unmap / release "
+                         f"(median of {part['iters']}, host wall clock)",
+                         " / ".join(f"{part[f]:.1f}" for f in
+                                    ("create_us", "map_us", "set_access_us", "unmap_us", "release_us")) + " us"])
+    managed = data["managed_prefetch"]
+    if "error" in managed:
+        res.fail(f"managed prefetch: {managed['error']}")
+    elif "skipped" in managed:
+        res.rows.append(["managed prefetch", f"skipped: {managed['skipped']}"])
+    else:
+        res.rows.append([f"managed prefetch to device / to host, {fmt_bytes(managed['bytes'])} ({clock})",
+                         f"{managed['to_device_gbps']:.1f} / {managed['to_host_gbps']:.1f} GB/s"])
+    return res
+
+
+def preload(k: kit, progs: programs) -> step_result:
+    res = step_result(2, "preload tests", columns=["case", "result", "what it showed"])
+    driver = REPO / "tests" / "preload" / "preload_test.py"
+    base = [sys.executable, str(driver), "--lib", str(k.lib)]
+    loss_modes = ["", "--caching"] if k.quick else ["", "--caching", "--streams 2",
+                                                    "--launch runtime", "--launch ex"]
+    cases: list[tuple[str, list[str], str | None]] = [
+        ("bad-value", [], None),
+        ("cli", ["--oversub", str(REPO / "scripts" / "oversub")], None),
+        ("real-runtime", [], "real_runtime_probe"),
+        ("memgetinfo", [], "memgetinfo_probe"),
+        ("fork", [], "fork_probe"),
+        ("stress", [], "stress_probe"),
+    ]
+    cases += [(f"losses {m or '(default)'}", ["--simtrain", str(progs.simtrain or ""), f"--mode-args={m}"],
+               "simtrain") for m in loss_modes]
+    cases.append(("oom", ["--simtrain", str(progs.simtrain or "")], "simtrain"))
+    passed = 0
+    for label, extra, needs in cases:
+        case = label.split()[0]
+        if needs == "simtrain" and progs.simtrain is None:
+            res.rows.append([label, "FAIL", f"simtrain: {progs.missing.get('simtrain')}"])
+            res.fail(f"{label}: simtrain missing")
+            continue
+        if needs not in (None, "simtrain"):
+            if needs not in progs.probes:
+                why = progs.missing.get(needs, "missing")
+                if k.sim and needs == "real_runtime_probe":
+                    res.rows.append([label, "skipped", f"no CUDA toolkit runtime in this build: {why}"])
+                    continue
+                res.rows.append([label, "FAIL", f"{needs}: {why}"])
+                res.fail(f"{label}: {needs} missing")
+                continue
+            extra = ["--probe", str(progs.probes[needs])]
+        # real-runtime drops LD_LIBRARY_PATH itself, so its probe sees the real runtime.
+        proc = k.run([*base, "--case", case, *extra], progs.env, timeout_s=300, label=f"preload {label}")
+        if proc.returncode == 0:
+            passed += 1
+            shown = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+            res.rows.append([label, "pass", shown])
+        else:
+            why = next((l for l in proc.stderr.splitlines() if l.startswith("FAIL")), first_line(proc.stderr))
+            res.rows.append([label, "FAIL", why[:200]])
+            res.fail(f"preload {label}")
+    res.data["passed"] = passed
+    listed = k.run([sys.executable, str(driver), "--help"], timeout_s=60, label="preload cases")
+    known = re.search(r"--case \{([^}]*)\}", listed.stdout)
+    not_run = sorted(set(known.group(1).split(",")) - {c[0].split()[0] for c in cases}) if known else []
+    if not_run:
+        res.notes.append(f"preload_test.py cases this kit does not run yet: {', '.join(not_run)} "
+                         "(add them to the case list in scripts/gpu/steps.py)")
+    return res
+
+
+def simtrain_args(k: kit) -> list[str]:
+    if k.sim:
+        size = ["8", "256", "64", "3"] if k.quick else ["16", "256", "64", "4"]
+    else:
+        size = ["8", "1024", "256", "4"] if k.quick else ["16", "1536", "768", "5"]
+    return [f for pair in zip(["--depth", "--width", "--batch", "--iters"], size) for f in pair]
+
+
+def simtrain(k: kit, progs: programs) -> step_result:
+    res = step_result(3, "simtrain", columns=[
+        "run", "OVERSUB_DEVICE_LIMIT", "outcome", "losses vs unlimited", "wall s", "wall ratio",
+        *(["virtual ms", "virtual ratio"] if k.sim else []), "oversub peak"])
+    if progs.simtrain is None:
+        res.fail(f"simtrain: {progs.missing.get('simtrain')}")
+        return res
+    cmd = [str(progs.simtrain), *simtrain_args(k)]
+    res.data["command"] = cmd
+    sim_env = {**progs.env, **({"SIMGPU_REPORT": "1"} if k.sim else {})}
+    base = k.run(cmd, sim_env, timeout_s=600, label="simtrain unlimited")
+    want = ITER_RE.findall(base.stdout)
+    peak_match = PEAK_RE.search(base.stdout)
+    if base.returncode != 0 or not want or peak_match is None:
+        res.fail(f"simtrain fails without the library: exit {base.returncode}: {first_line(base.stderr)}")
+        return res
+    peak = int(peak_match.group(1))
+    res.data["peak_bytes"] = peak
+    base_virtual = VIRTUAL_RE.search(base.stderr)
+
+    def row(name: str, limit: str, outcome: str, losses: str, proc=None, stats=None) -> None:
+        cells = [name, limit, outcome, losses]
+        if proc is None:
+            cells += ["", ""] + (["", ""] if k.sim else []) + [""]
+        else:
+            cells += [f"{proc.seconds:.2f}", f"{proc.seconds / base.seconds:.2f}" if base.seconds else ""]
+            if k.sim:
+                v = VIRTUAL_RE.search(proc.stderr)
+                cells += [v.group(1) if v else "", f"{float(v.group(1)) / float(base_virtual.group(1)):.2f}"
+                          if v and base_virtual and float(base_virtual.group(1)) > 0 else ""]
+            peak_seen = (stats or {}).get("counters", {}).get("device_bytes", {}).get("peak")
+            cells.append(fmt_bytes(peak_seen) if peak_seen is not None else "")
+        res.rows.append(cells)
+
+    row("unlimited, no library", "-", "ran", f"{len(want)} iterations (reference)", base)
+    third = max(MiB, peak // 3)
+    plan = [("off", peak, "peak"), ("track", peak, "peak")]
+    plan += [(m, third, "peak/3") for m in ("off", "track", "pool", "swap", "um")]
+    built: dict[str, tuple[bool, str]] = {}
+    for mode, limit, label in plan:
+        if mode not in built:
+            built[mode] = mode_built(k, mode)
+        ok, why = built[mode]
+        name = f"OVERSUB_MODE={mode}"
+        if k.out_of_time():
+            row(name, f"{limit} ({label})", "skipped: time budget spent", "")
+            res.notes.append(f"{name} at {label}: skipped: time budget spent")
+            continue
+        if not ok:
+            row(name, f"{limit} ({label})", f"skipped: {why}", "")
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            stats_file = Path(tmp) / "stats.json"
+            proc = k.run(cmd, {**sim_env, "OVERSUB_MODE": mode, "OVERSUB_DEVICE_LIMIT": str(limit),
+                               "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file)},
+                         preload=True, timeout_s=600, label=f"simtrain {mode} at {label}")
+            stats = None
+            if stats_file.exists():
+                lines = [l for l in stats_file.read_text().splitlines() if l.startswith('{"oversub_stats"')]
+                stats = json.loads(lines[-1]) if lines else None
+        got = ITER_RE.findall(proc.stdout)
+        if proc.returncode == 0:
+            same = got == want
+            row(name, f"{limit} ({label})", "ran", "bit-identical" if same else "DIFFER", proc, stats)
+            if not same:
+                res.fail(f"{name} at {label}: losses differ from the unlimited run")
+            elif mode == "off" and label == "peak/3":
+                res.notes.append("OVERSUB_MODE=off is pure pass-through: it does not enforce the limit")
+        elif proc.returncode == 1 and OOM_RE.search(proc.stderr):
+            expected = label == "peak/3" and mode in ("track", "pool")
+            outcome = "clean OOM" + (" (expected: this mode does not move memory)" if expected else "")
+            row(name, f"{limit} ({label})", outcome, f"{len(got)} iterations before it", proc, stats)
+            if not expected:
+                res.fail(f"{name} at {label}: out of memory")
+        else:
+            row(name, f"{limit} ({label})", f"CRASH exit {proc.returncode}", first_line(proc.stderr, 100), proc, stats)
+            res.fail(f"{name} at {label}: exit {proc.returncode}")
+    return res
+
+
+def profiler(k: kit) -> step_result:
+    res = step_result(5, "profiler")
+    res.skip("profiler not built yet (no `oversub profile`)")
+    return res
