@@ -93,6 +93,9 @@ std::string format_value(const device_limit& l) {
   }
   return "?";
 }
+std::string format_value(pool_kind k) { return std::string(to_string(k)); }
+std::string format_value(std::uint64_t bytes) { return fmt::format("{}", bytes); }
+std::string format_value(const host_limit& h) { return format_value(h.value); }
 std::string format_value(log::level l) { return std::string(log::to_string(l)); }
 std::string format_value(const std::string& s) { return s; }
 std::string format_value(bool b) { return b ? "1" : "0"; }
@@ -117,6 +120,10 @@ std::string_view to_string(run_mode m) {
 #undef OVERSUB_MODE_NAME
   }
   return "?";
+}
+
+std::string_view to_string(pool_kind k) {
+  return k == pool_kind::planned ? "planned" : "online";
 }
 
 std::string_view to_string(stats_format s) {
@@ -184,6 +191,28 @@ bool parse_device_limit(std::string_view text, device_limit& out) {
   std::optional<std::uint64_t> bytes = parse_size(s);
   if (!bytes || *bytes < (1ULL << 20) || *bytes > (1ULL << 50)) return false;
   out = device_limit{device_limit::kind::bytes, *bytes, 0.0};
+  return true;
+}
+
+bool parse_pool_kind(std::string_view text, pool_kind& out) {
+  std::string_view s = trim(text);
+  if (iequals(s, "online")) return out = pool_kind::online, true;
+  if (iequals(s, "planned")) return out = pool_kind::planned, true;
+  return false;
+}
+
+bool parse_pool_large(std::string_view text, std::uint64_t& out) {
+  std::optional<std::uint64_t> bytes = parse_size(text);
+  if (!bytes || *bytes < (2ULL << 20)) return false;
+  out = *bytes;
+  return true;
+}
+
+bool parse_host_limit(std::string_view text, host_limit& out) {
+  device_limit l;
+  if (!parse_device_limit(text, l)) return false;
+  if (l.how == device_limit::kind::fraction && l.fraction > 1.0) return false;
+  out.value = l;
   return true;
 }
 
@@ -256,8 +285,10 @@ const std::vector<option_info>& option_table() {
 }
 
 // Note [Closest name]: a name whose tail contains what was typed (OVERSUB_LIMIT,
-// OVERSUB_STAT) most likely meant that option, shortest first; otherwise the
-// smallest edit distance wins (OVERSUB_DEVICE_LIMT, OVERSUB_LOGFILE).
+// OVERSUB_STAT) most likely meant that option, the first such in the table (the
+// table lists the older, more used options first: OVERSUB_LIMIT means
+// OVERSUB_DEVICE_LIMIT, not OVERSUB_HOST_LIMIT); otherwise the smallest edit
+// distance wins (OVERSUB_DEVICE_LIMT, OVERSUB_LOGFILE).
 std::string_view closest_option_name(std::string_view name) {
   const std::string_view typed =
       name.substr(0, option_prefix.size()) == option_prefix ? name.substr(option_prefix.size())
@@ -266,9 +297,9 @@ std::string_view closest_option_name(std::string_view name) {
   if (!typed.empty()) {
     for (const option_info& o : option_table()) {
       std::string_view tail = o.name.substr(option_prefix.size());
-      if (tail.find(typed) != std::string_view::npos &&
-          (best.empty() || o.name.size() < best.size())) {
+      if (tail.find(typed) != std::string_view::npos) {
         best = o.name;
+        break;
       }
     }
     if (!best.empty()) return best;

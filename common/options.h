@@ -24,16 +24,23 @@
 namespace oversub {
 
 // What the library does with the calls it intercepts. Later issues add modes
-// (pool, swap, um): one line here each, and their behaviour behind the core.
+// (swap, um): one line here each, and their behaviour behind the core. The modes
+// are ordered: each does what the one before it does, and more, so code tests
+// `mode >= run_mode::pool`.
 #define OVERSUB_MODES(X)                                                         \
   X(off, "pure pass-through: every call goes to CUDA untouched, nothing counted") \
-  X(track, "track live allocations, enforce OVERSUB_DEVICE_LIMIT, count calls")
+  X(track, "track live allocations, enforce OVERSUB_DEVICE_LIMIT, count calls")   \
+  X(pool, "track, and serve device allocations from oversub's arena (pool/)")
 
 enum class run_mode : std::uint8_t {
 #define OVERSUB_MODE_ENUM(name, doc) name,
   OVERSUB_MODES(OVERSUB_MODE_ENUM)
 #undef OVERSUB_MODE_ENUM
 };
+
+// How the device arena places blocks (OVERSUB_POOL): online best fit, or the
+// lifetime-planned placement learned from the iteration.
+enum class pool_kind : std::uint8_t { online, planned };
 
 // How OVERSUB_STATS asks for the statistics printed at exit.
 enum class stats_format : std::uint8_t { none, text, json };
@@ -51,10 +58,20 @@ struct device_limit {
   bool operator==(const device_limit&) const = default;
 };
 
+// OVERSUB_HOST_LIMIT: the pinned host budget, as a size or a fraction of physical
+// RAM (same forms as device_limit, fractions at most 1.0; none: no budget).
+struct host_limit {
+  device_limit value{device_limit::kind::fraction, 0, 0.5};
+  bool operator==(const host_limit&) const = default;
+};
+
 // The effective configuration.
 struct config {
   run_mode mode = run_mode::track;
   device_limit limit;
+  pool_kind pool = pool_kind::online;
+  std::uint64_t pool_large_bytes = std::uint64_t{32} << 20;
+  host_limit host;
   log::level log_level = log::level::warn;
   std::string log_file;    // empty: stderr. "%p" is replaced by the pid.
   bool verbose = false;
@@ -65,14 +82,23 @@ struct config {
 // X(NAME, field, parser, default, accepted forms, doc). NAME is the part after
 // OVERSUB_; parser is a parse_* function below taking (text, field&).
 #define OVERSUB_OPTIONS(X)                                                          \
-  X(MODE, mode, parse_mode, "track", "off | track",                                 \
+  X(MODE, mode, parse_mode, "track", "off | track | pool",                          \
     "what oversub does with intercepted calls (off: pass-through; track: track "    \
-    "allocations and enforce the device limit)")                                    \
+    "allocations and enforce the device limit; pool: track and serve device "       \
+    "allocations from oversub's arena)")                                            \
   X(DEVICE_LIMIT, limit, parse_device_limit, "none",                                \
     "none | a size such as 12GiB, 512MiB, 1.5GB, 4096 (bytes) | a fraction of the " \
     "device such as 0.75 (a number with a decimal point, at most 16.0)",            \
     "virtual capacity per device: allocations past it fail with "                   \
     "cudaErrorMemoryAllocation, cudaMemGetInfo reports it")                         \
+  X(POOL, pool, parse_pool_kind, "online", "online | planned",                      \
+    "pool mode's placement: online best fit, or planned from the learned iteration") \
+  X(POOL_LARGE, pool_large_bytes, parse_pool_large, "32MiB",                        \
+    "a size such as 32MiB, 64M (at least 2 MiB)",                                   \
+    "pool mode: allocations at least this big get a mapping of their own")          \
+  X(HOST_LIMIT, host, parse_host_limit, "0.5",                                      \
+    "none | a size such as 16GiB | a fraction of physical RAM such as 0.5 (at most 1.0)", \
+    "budget of pinned host memory the pool may hold")                               \
   X(LOG, log_level, parse_log_level, "warn", "error | warn | info | debug | trace", \
     "lowest level of message printed")                                              \
   X(LOG_FILE, log_file, parse_path, "", "a file path (%p is replaced by the pid)",  \
@@ -87,6 +113,9 @@ struct config {
 // Value parsers: true and out set when text is an accepted form.
 bool parse_mode(std::string_view text, run_mode& out);
 bool parse_device_limit(std::string_view text, device_limit& out);
+bool parse_pool_kind(std::string_view text, pool_kind& out);
+bool parse_pool_large(std::string_view text, std::uint64_t& out);
+bool parse_host_limit(std::string_view text, host_limit& out);
 bool parse_log_level(std::string_view text, log::level& out);
 bool parse_path(std::string_view text, std::string& out);
 bool parse_bool(std::string_view text, bool& out);
@@ -138,6 +167,7 @@ struct option_info {
 const std::vector<option_info>& option_table();
 
 std::string_view to_string(run_mode m);
+std::string_view to_string(pool_kind k);
 std::string_view to_string(stats_format s);
 
 // The process's configuration, parsed from environ on first call. Reports

@@ -65,6 +65,14 @@ std::uint64_t calls(std::size_t entry_point) noexcept {
   return entry_point < max_entry_points ? g_calls[entry_point].load(std::memory_order_relaxed) : 0;
 }
 
+namespace {
+std::atomic<section_fn> g_pool_section{nullptr};
+}  // namespace
+
+void set_pool_section(section_fn fn) noexcept {
+  g_pool_section.store(fn, std::memory_order_release);
+}
+
 std::string format_json(const config& cfg, int pid) {
   const counters& c = global();
   std::string out = fmt::format(R"({{"oversub_stats":1,"pid":{},"mode":"{}","device_limit":)",
@@ -95,7 +103,14 @@ std::string format_json(const config& cfg, int pid) {
     first = false;
     out += fmt::format(R"("{}":{})", g_entry_names[i], n);
   }
-  out += "}}\n";
+  out += '}';
+  std::string section_json;
+  std::string section_text;
+  if (section_fn fn = g_pool_section.load(std::memory_order_acquire);
+      fn != nullptr && fn(section_json, section_text)) {
+    out += R"(,"pool":{)" + section_json + '}';
+  }
+  out += "}\n";
   return out;
 }
 
@@ -123,6 +138,12 @@ std::string format_text(const config& cfg) {
     per_call += fmt::format("{}{} {}", per_call.empty() ? "" : ", ", g_entry_names[i], n);
   }
   if (!per_call.empty()) out += fmt::format("oversub:   calls: {}\n", per_call);
+  std::string section_json;
+  std::string section_text;
+  if (section_fn fn = g_pool_section.load(std::memory_order_acquire);
+      fn != nullptr && fn(section_json, section_text)) {
+    out += section_text;
+  }
   return out;
 }
 

@@ -38,7 +38,11 @@ namespace oversub::stats {
   X(copies, event, "memory copies")                                                   \
   X(memsets, event, "memsets")                                                        \
   X(syncs, event, "synchronisations and queries")                                     \
-  X(graph_launches, event, "CUDA graph launches")
+  X(graph_launches, event, "CUDA graph launches")                                     \
+  X(pool_allocations, event, "device allocations served by the pool (OVERSUB_MODE=pool)") \
+  X(pool_planned, event, "pool allocations served at a planned offset")               \
+  X(pool_deviations, event, "planned iterations that deviated and fell back to online") \
+  X(pool_refusals, event, "pool allocations refused: the arena had no room")
 
 enum class kind : std::uint8_t { gauge, event };
 
@@ -83,6 +87,13 @@ std::string format_text(const config& cfg);
 
 // Prints the report cfg asks for (nothing for stats_format::none). Call once.
 void report(const config& cfg) noexcept;
+
+// A section a layer above common/ adds to the report (the pool's arena figures):
+// fills json with the members of one object (printed as "pool":{...} after
+// "calls") and text with whole "oversub:   ..." lines. Called once at exit; it must
+// not block (try a lock, give up if held) and returns false to print nothing.
+using section_fn = bool (*)(std::string& json, std::string& text);
+void set_pool_section(section_fn fn) noexcept;
 
 // Zeroes every counter (tests only).
 void reset_all() noexcept;

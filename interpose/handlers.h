@@ -9,12 +9,20 @@
 #define OVERSUB_INTERPOSE_HANDLERS_H
 
 #include "interpose/hook_table.h"
+#include "interpose/pool_hooks.h"
 #include "interpose/real.h"
 
 namespace oversub::interpose {
 
+// Work-enqueuing families also tell the pool which stream got work (pool mode),
+// before the work is enqueued (Note [Stream-ordered reuse] in pool/stream_fences.h).
 template <hook_id Base, typename... A>
 cudaError_t handle(hook_tag<Base>, hook_id id, A... args) noexcept {
+  constexpr hook_family family = hook_families[index(Base)];
+  if constexpr (family == hook_family::launch || family == hook_family::copy ||
+                family == hook_family::memset || family == hook_family::graph) {
+    note_stream_work(id, args...);
+  }
   return call_real<Base>(id, args...);
 }
 

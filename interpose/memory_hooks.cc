@@ -1,4 +1,6 @@
-// Track-mode handlers of the allocation, free and memory-information hooks.
+// Track-mode handlers of the allocation, free and memory-information hooks, and
+// the pool-mode variant of each (OVERSUB_MODE=pool: the pool replaces the real
+// allocator behind the same reserve/record steps, see pool_hooks.h).
 //
 // Each turns the CUDA call into calls on the core (common/tracker.h) with plain
 // types: reserve the bytes on the current device, call the real allocator, record
@@ -12,6 +14,7 @@
 // cudaSuccess). Frameworks read the returned code, and PyTorch clears the slot
 // after an out-of-memory anyway; faking the slot would need a second, failing
 // real allocation.
+#include <algorithm>
 #include <cstdint>
 
 #include "common/log.h"
@@ -19,6 +22,7 @@
 #include "common/tracker.h"
 #include "common/units.h"
 #include "interpose/handlers.h"
+#include "interpose/pool_hooks.h"
 
 namespace oversub::interpose {
 
@@ -49,6 +53,9 @@ cudaError_t refuse(hook_id id, int device, std::uint64_t bytes) {
   return cudaErrorMemoryAllocation;
 }
 
+cudaStream_t stream_of() { return nullptr; }
+cudaStream_t stream_of(cudaStream_t stream) { return stream; }
+
 void* stream_label(hook_id id, cudaStream_t stream) {
   if (stream == nullptr && hook_per_thread[index(id)]) return cudaStreamPerThread;
   return stream;
@@ -65,7 +72,9 @@ cudaError_t tracked_alloc(hook_id id, void** out, std::uint64_t bytes, alloc_kin
     resolve_limit(device);
     if (!t.reserve(device, bytes)) return refuse(id, device, bytes);
   }
-  const cudaError_t rc = real_call();
+  const bool pooled = kind != alloc_kind::managed && bytes != 0 && pool_mode();
+  const cudaError_t rc = pooled ? pool_serve(id, device, out, bytes, static_cast<cudaStream_t>(stream))
+                                : real_call();
   if (rc != cudaSuccess || *out == nullptr) {
     if (counted) t.release(device, bytes);
     return rc;
@@ -76,6 +85,8 @@ cudaError_t tracked_alloc(hook_id id, void** out, std::uint64_t bytes, alloc_kin
 
 template <hook_id Base, typename... A>
 cudaError_t tracked_free(hook_id id, void* ptr, A... args) {
+  cudaError_t pooled_rc = cudaSuccess;
+  if (pool_free(id, ptr, stream_of(args...), sizeof...(A) != 0, pooled_rc)) return pooled_rc;
   if (ptr != nullptr && !core().forget(reinterpret_cast<std::uintptr_t>(ptr))) {
     stats::global().untracked_frees.count();
     log::debug("{}({}) of a pointer oversub does not track: forwarded", hook_names[index(id)],
@@ -121,6 +132,16 @@ cudaError_t handle(hook_tag<hook_id::cudaMallocPitch>, hook_id id, void** devPtr
   };
   if (devPtr == nullptr || pitch == nullptr || (height != 0 && width > SIZE_MAX / height)) {
     return forward();
+  }
+  if (pool_mode() && width != 0 && height != 0) {
+    // The pool picks the pitch itself: the whole pitched size is known up front.
+    const size_t row = pool_pitch(width);
+    if (row != 0 && height <= SIZE_MAX / row) {
+      const cudaError_t rc = tracked_alloc(id, devPtr, std::uint64_t{row} * height,
+                                           alloc_kind::pitched, nullptr, forward);
+      if (rc == cudaSuccess) *pitch = row;
+      return rc;
+    }
   }
   tracker& t = core();
   const int device = current_device();
@@ -169,6 +190,8 @@ cudaError_t handle(hook_tag<hook_id::cudaMemGetInfo>, hook_id id, size_t* free_b
   tracker& t = core();
   const int device = current_device();
   t.set_device_total(device, *total_bytes);
+  // Chunks the pool maps but the application does not hold are free to it.
+  *free_bytes = std::min<size_t>(*total_bytes, *free_bytes + pool_cached_bytes(device));
   const tracker::memory_info v = t.virtual_info(device, {*free_bytes, *total_bytes});
   *free_bytes = v.free_bytes;
   *total_bytes = v.total_bytes;

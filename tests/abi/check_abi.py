@@ -4,7 +4,8 @@
 exports  the dynamic symbols liboversub.so defines are exactly the hook table's
          (exports.sym, preprocessed from interpose/hooks.def), each under the
          version node libcudart.so.13, and nothing else leaks (no fmt, no C++).
-needed   no NEEDED entry names libcudart, libcuda or libcupti, and none but glibc.
+needed   no NEEDED entry names libcudart, libcuda or libcupti, and none but glibc;
+         no symbol needs a glibc newer than 2.31 (interpose/glibc_compat.cc).
 runtime  every symbol of the hook table is exported by the real CUDA runtime
          (catches a misspelt hook or a _ptsz twin CUDA does not have).
 """
@@ -21,6 +22,8 @@ FORBIDDEN_NEEDED = re.compile(r"^lib(cudart|cuda|cupti)\.so")
 # Only glibc: the library must load on a GPU machine that has none of the build's
 # packages (fmt is header-only, libstdc++ and libgcc are linked statically).
 ALLOWED_NEEDED = re.compile(r"^(libc|libm|libdl|libpthread|librt)\.so\.\d+$|^ld-linux[-\w.]*\.so\.\d+$")
+# The oldest glibc the library must load on (Ubuntu 20.04, Debian 11).
+MAX_GLIBC = (2, 31)
 
 
 def expected_symbols(path: Path) -> set[str]:
@@ -66,7 +69,28 @@ def check_needed(args: argparse.Namespace) -> list[str]:
     problems = [f"liboversub.so must not need {n}" for n in needed if FORBIDDEN_NEEDED.match(n)]
     problems += [f"liboversub.so needs {n}, which a GPU machine may lack (only glibc allowed)"
                  for n in needed if not FORBIDDEN_NEEDED.match(n) and not ALLOWED_NEEDED.match(n)]
-    return problems
+    return problems + check_glibc_versions(args)
+
+
+def check_glibc_versions(args: argparse.Namespace) -> list[str]:
+    """Every GLIBC_x.y the library needs (symbols and version references) <= MAX_GLIBC."""
+    syms = subprocess.run([args.readelf, "--dyn-syms", "-W", str(args.lib)], check=True,
+                          capture_output=True, text=True).stdout
+    refs = subprocess.run([args.readelf, "-V", "-W", str(args.lib)], check=True,
+                          capture_output=True, text=True).stdout
+    users: dict[tuple[int, ...], set[str]] = {}
+    for name, version in re.findall(r"\s(\S+?)@@?GLIBC_([0-9.]+)", syms):
+        users.setdefault(tuple(int(x) for x in version.split(".")), set()).add(name)
+    for version in re.findall(r"Name: GLIBC_([0-9.]+)", refs):
+        users.setdefault(tuple(int(x) for x in version.split(".")), set())
+    if not users:
+        return ["no GLIBC_ versions found at all: readelf output not understood"]
+    newest = max(users)
+    bound = ".".join(map(str, MAX_GLIBC))
+    print(f"newest glibc version needed: {'.'.join(map(str, newest))} (at most {bound} allowed)")
+    return [f"needs GLIBC_{'.'.join(map(str, v))} (> {bound}) for "
+            f"{', '.join(sorted(users[v])) or 'a version reference'}: see interpose/glibc_compat.cc"
+            for v in sorted(users) if v > MAX_GLIBC]
 
 
 def check_runtime(args: argparse.Namespace) -> list[str]:

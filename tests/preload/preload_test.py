@@ -23,6 +23,15 @@ LD_PRELOAD set, and OVERSUB_* variables per run:
                allocation and free, and nothing is left live
   cli          scripts/oversub run: appends to LD_PRELOAD, sets the OVERSUB_*
                variables from its options, passes the command's exit status on
+  pool-losses  simtrain's loss bits identical without the library and under
+               OVERSUB_MODE=pool with OVERSUB_POOL=online and planned, with
+               SIMGPU_RACE=abort (a block reused before the work on it is ordered
+               aborts); the pool served the allocations, planned mode learned the
+               iteration and served from its plan
+  pool-memgetinfo, pool-stress
+               memgetinfo and stress under OVERSUB_MODE=pool
+  pool-oom     a device (SIMGPU_MEMORY) smaller than simtrain's footprint under
+               OVERSUB_MODE=pool: simtrain's clean cudaErrorMemoryAllocation, exit 1
 """
 from __future__ import annotations
 
@@ -40,6 +49,8 @@ from pathlib import Path
 RUN_TIMEOUT_S = 120
 SIMTRAIN_ARGS = ["--depth", "6", "--width", "96", "--batch", "48", "--iters", "3"]
 # Large enough that half the footprint is well above the 1 MiB smallest byte limit.
+# More iterations for the pool: planned mode learns from two and serves the rest.
+SIMTRAIN_POOL_ARGS = ["--depth", "6", "--width", "96", "--batch", "48", "--iters", "6"]
 SIMTRAIN_OOM_ARGS = ["--depth", "8", "--width", "256", "--batch", "64", "--iters", "2"]
 ITER_RE = re.compile(r"^iter (\d+) loss \S+ \(bits 0x([0-9a-f]{8})\)$", re.MULTILINE)
 PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.MULTILINE)
@@ -126,9 +137,10 @@ def case_oom(args: argparse.Namespace) -> None:
         print(f"simtrain {' '.join(extra)}: peak {peak} bytes, limit {limit}: clean OOM")
 
 
-def case_memgetinfo(args: argparse.Namespace) -> None:
+def case_memgetinfo(args: argparse.Namespace, extra: dict[str, str] | None = None) -> None:
+    extra = extra or {}
     limit = 64 * MiB
-    proc = run([str(args.probe)], args.lib, {"OVERSUB_DEVICE_LIMIT": "64MiB"})
+    proc = run([str(args.probe)], args.lib, {"OVERSUB_DEVICE_LIMIT": "64MiB", **extra})
     expect(proc.returncode == 0, "memgetinfo probe failed", proc)
     values = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in
               re.finditer(r"^(\w+) total (\d+) free (\d+)$", proc.stdout, re.MULTILINE)}
@@ -138,7 +150,7 @@ def case_memgetinfo(args: argparse.Namespace) -> None:
     expect(values["freed"] == (limit, limit), "free did not come back", proc)
     expect(re.search(r"^over 2 null$", proc.stdout, re.MULTILINE) is not None,
            "allocation past the limit not refused with cudaErrorMemoryAllocation (2)", proc)
-    fraction = run([str(args.probe)], args.lib, {"OVERSUB_DEVICE_LIMIT": "0.5"})
+    fraction = run([str(args.probe)], args.lib, {"OVERSUB_DEVICE_LIMIT": "0.5", **extra})
     real = run([str(args.probe)], None)
     expect(fraction.returncode == 0 and real.returncode == 0, "probe failed", fraction)
     real_total = int(re.search(r"^before total (\d+)", real.stdout, re.MULTILINE).group(1))
@@ -170,7 +182,7 @@ def case_real_runtime(args: argparse.Namespace) -> None:
     base = run([str(args.probe)], None, drop=drop)
     expect(base.returncode == 0 and base.stdout.rstrip().endswith("done"),
            "probe fails without the library", base)
-    for options in ({"OVERSUB_MODE": "off"}, {"OVERSUB_MODE": "track"},
+    for options in ({"OVERSUB_MODE": "off"}, {"OVERSUB_MODE": "track"}, {"OVERSUB_MODE": "pool"},
                     {"OVERSUB_DEVICE_LIMIT": "0.5"}, {"OVERSUB_DEVICE_LIMIT": "64MiB",
                                                       "OVERSUB_STATS": "1"}):
         proc = run([str(args.probe)], args.lib, options, drop=drop)
@@ -211,13 +223,13 @@ def case_fork(args: argparse.Namespace) -> None:
           "parent's stats count only the parent")
 
 
-def case_stress(args: argparse.Namespace) -> None:
+def case_stress(args: argparse.Namespace, extra: dict[str, str] | None = None) -> None:
     rounds = 100
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
         proc = run([str(args.probe), str(rounds)], args.lib,
                    {"OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file),
-                    "OVERSUB_DEVICE_LIMIT": "1GiB"})
+                    "OVERSUB_DEVICE_LIMIT": "1GiB", **(extra or {})})
         expect(proc.returncode == 0, "stress probe failed", proc)
         made = int(re.search(r"^allocations (\d+)", proc.stdout, re.MULTILINE).group(1))
         expect(made == 8 * rounds, f"probe made {made} allocations, want {8 * rounds}", proc)
@@ -251,10 +263,65 @@ def case_cli(args: argparse.Namespace) -> None:
     print("oversub run: LD_PRELOAD appended, options set, exit status passed on")
 
 
+def case_pool_losses(args: argparse.Namespace) -> None:
+    cmd = [str(args.simtrain), *SIMTRAIN_POOL_ARGS, *shlex.split(args.mode_args)]
+    base = run(cmd, None)
+    expect(base.returncode == 0, "simtrain fails without the library", base)
+    want = ITER_RE.findall(base.stdout)
+    expect(len(want) == 6, "simtrain printed no per-iteration losses", base)
+    caching = "--caching" in args.mode_args
+    for kind in ("online", "planned"):
+        with tempfile.TemporaryDirectory() as tmp:
+            stats_file = Path(tmp) / "stats.json"
+            proc = run(cmd, args.lib, {"OVERSUB_MODE": "pool", "OVERSUB_POOL": kind,
+                                       "OVERSUB_STATS": "json", "SIMGPU_RACE": "abort",
+                                       "OVERSUB_STATS_FILE": str(stats_file)})
+            expect(proc.returncode == 0, f"simtrain fails under OVERSUB_POOL={kind}", proc)
+            got = ITER_RE.findall(proc.stdout)
+            expect(got == want, f"loss bits differ under OVERSUB_POOL={kind}: {got} != {want}",
+                   proc)
+            stats = read_stats(stats_file)
+            c = stats["counters"]
+            expect(c["pool_allocations"]["total"] == c["allocations"]["total"] > 0,
+                   f"the pool did not serve every allocation: {c}")
+            expect(c["allocations"]["current"] == 0 and c["untracked_frees"]["total"] == 0,
+                   f"allocations left live or frees lost: {c}")
+            device = stats["pool"]["device0"]
+            expect(device["used_bytes"] <= device["mapped_bytes"] <= device["reserved_bytes"],
+                   f"pool figures inconsistent: {device}")
+            if kind == "planned" and not caching:
+                planned = device["planned"]
+                expect(planned["learned"] and planned["served"] > 0 and
+                       planned["deviations"] == 0,
+                       f"planned mode did not serve from its plan: {planned}")
+                expect(planned["region_bytes"] <= planned["lower_bound_bytes"] * 1.03 + 256,
+                       f"planned region above 1.03 x the lower bound: {planned}")
+            print(f"OVERSUB_POOL={kind}: bits identical, pool {device}")
+
+
+def case_pool_oom(args: argparse.Namespace) -> None:
+    for extra in ([], ["--caching"]):
+        cmd = [str(args.simtrain), *SIMTRAIN_OOM_ARGS, *extra]
+        base = run(cmd, None)
+        expect(base.returncode == 0, "simtrain fails without the library", base)
+        peak = int(PEAK_RE.search(base.stdout).group(1))
+        device = max(4 * MiB, peak // 2)
+        proc = run(cmd, args.lib, {"OVERSUB_MODE": "pool", "SIMGPU_MEMORY": str(device)})
+        expect(proc.returncode == 1, f"want exit 1 on a {device}-byte device < {peak}", proc)
+        expect(OOM_RE.search(proc.stderr + proc.stdout) is not None,
+               "no cudaErrorMemoryAllocation message from simtrain", proc)
+        expect("the pool could not map more device memory" in proc.stderr,
+               "oversub did not say why", proc)
+        print(f"simtrain {' '.join(extra)}: peak {peak} bytes, device {device}: clean OOM")
+
+
 CASES = {
     "losses": case_losses, "oom": case_oom, "memgetinfo": case_memgetinfo,
     "bad-value": case_bad_value, "real-runtime": case_real_runtime, "fork": case_fork,
     "stress": case_stress, "cli": case_cli,
+    "pool-losses": case_pool_losses, "pool-oom": case_pool_oom,
+    "pool-memgetinfo": lambda a: case_memgetinfo(a, {"OVERSUB_MODE": "pool"}),
+    "pool-stress": lambda a: case_stress(a, {"OVERSUB_MODE": "pool"}),
 }
 
 

@@ -17,7 +17,11 @@ __global__ void fill(unsigned* out, unsigned value, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = value + static_cast<unsigned>(i);
 }
-SIMGPU_KERNEL(fill);
+// The exact footprint: under OVERSUB_MODE=pool two threads' buffers share a 2 MiB
+// mapping, and without it simgpu would take each kernel to use the whole mapping.
+SIMGPU_KERNEL_FOOTPRINT(fill, [](simgpu::footprint& fp, unsigned* out, unsigned, int n) {
+  fp.write(out, n);
+});
 
 namespace {
 

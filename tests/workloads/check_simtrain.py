@@ -13,6 +13,9 @@ test: LD_LIBRARY_PATH at simgpu) and compares what it prints:
   oom     with SIMGPU_MEMORY at half the footprint, simtrain exits 1 with CUDA's
           cudaErrorMemoryAllocation message (uncached and cached), no crash
   race    under SIMGPU_RACE=abort the --streams 2 runs finish, race-free
+  trace   --trace-allocs writes a well-formed trace (docs/trace-format.md) whose
+          most bytes live at once equal the peak simtrain prints, in every mode,
+          with an iteration marker per iteration; the losses do not change
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,10 +127,10 @@ def case_cli(c: checker) -> None:
     help_run = c.run(["--help"])
     c.expect(help_run.returncode == 0, "--help did not exit 0", help_run)
     for flag in ["--depth", "--width", "--batch", "--iters", "--seed", "--lr", "--caching",
-                 "--streams", "--launch"]:
+                 "--streams", "--launch", "--trace-allocs"]:
         c.expect(flag in help_run.stdout, f"--help does not mention {flag}", help_run)
     for bad in (["--streams", "3"], ["--launch", "bogus"], ["--depth", "0"], ["--nope"],
-                ["--caching=1"], ["--iters"]):
+                ["--caching=1"], ["--iters"], ["--trace-allocs="]):
         r = c.run(bad)
         c.expect(r.returncode == 2 and "try" in r.stderr, f"{bad} should be a usage error", r)
 
@@ -193,6 +197,51 @@ def case_race(c: checker) -> None:
         c.expect("race" not in r.stderr.lower(), f"{extra}: race reported", r)
 
 
+def trace_peak(path: Path) -> tuple[int, int, str | None]:
+    """(most bytes live at once, iteration markers, first format error) of a trace."""
+    live: dict[str, int] = {}
+    current = peak = iterations = 0
+    lines = path.read_text().splitlines()
+    if not lines or lines[0] != "# oversub allocation trace v1":
+        return 0, 0, "no header line"
+    for line in lines:
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if fields[0] == "a" and len(fields) == 3 and fields[1] not in live:
+            live[fields[1]] = int(fields[2])
+            current += int(fields[2])
+            peak = max(peak, current)
+        elif fields[0] == "f" and len(fields) == 2 and fields[1] in live:
+            current -= live.pop(fields[1])
+        elif fields[0] == "i" and len(fields) == 2:
+            iterations += 1
+        else:
+            return peak, iterations, f"bad record {line!r}"
+    return peak, iterations, None
+
+
+def case_trace(c: checker) -> None:
+    base = c.run([])
+    if not c.completed(base):
+        return
+    iters = int(BASE_ARGS[BASE_ARGS.index("--iters") + 1])
+    with tempfile.TemporaryDirectory() as tmp:
+        for extra in ([], ["--caching"], ["--streams", "2"]):
+            path = Path(tmp) / "run.trace"
+            r = c.run(extra + ["--trace-allocs", str(path)])
+            c.same_losses(base, r, f"{extra} with --trace-allocs")
+            if not c.expect(path.exists(), f"{extra}: no trace written", r):
+                continue
+            peak, markers, error = trace_peak(path)
+            c.expect(error is None, f"{extra}: malformed trace: {error}", r)
+            c.expect(peak == r.peak, f"{extra}: trace peak {peak} != peak device bytes {r.peak}", r)
+            c.expect(markers == iters, f"{extra}: {markers} iteration markers, not {iters}", r)
+    bad = c.run(["--trace-allocs", "/nonexistent-folder/x.trace"])
+    c.expect(bad.returncode == 2 and "allocation trace" in bad.stderr,
+             "an unwritable trace path should exit 2 with a message", bad)
+
+
 CASES = {
     "cli": case_cli,
     "repeat": case_repeat,
@@ -200,6 +249,7 @@ CASES = {
     "launch": case_launch,
     "oom": case_oom,
     "race": case_race,
+    "trace": case_trace,
 }
 
 

@@ -22,19 +22,61 @@
 //   - segments are never returned to CUDA until release_all() at exit.
 // peak_bytes() counts what the workload holds from cudaMalloc: live tensor bytes
 // (direct) or segment bytes (caching).
+//
+// alloc_trace (--trace-allocs) writes every cudaMalloc and cudaFree either
+// allocator makes, i.e. what an interposer such as oversub sees, in the trace
+// format of docs/trace-format.md, with a marker where each iteration starts.
 #ifndef SIMTRAIN_DEVICE_ALLOCATOR_H
 #define SIMTRAIN_DEVICE_ALLOCATOR_H
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <set>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "gpu_compat.h"
+
+class alloc_trace {
+ public:
+  // Opens path for writing (exit status 2 with a message if it cannot) and writes
+  // the header; source names the run (the command line).
+  alloc_trace(const std::string& path, const std::string& source) {
+    file_ = std::fopen(path.c_str(), "w");
+    if (file_ == nullptr) {
+      std::fprintf(stderr, "simtrain: cannot write the allocation trace '%s'\n", path.c_str());
+      std::exit(2);
+    }
+    std::fprintf(file_, "# oversub allocation trace v1\n# source: %s\n", source.c_str());
+    std::fprintf(file_, "# what: every cudaMalloc/cudaFree simtrain makes (--trace-allocs)\n");
+  }
+  alloc_trace(const alloc_trace&) = delete;
+  alloc_trace& operator=(const alloc_trace&) = delete;
+  ~alloc_trace() { std::fclose(file_); }
+
+  void allocated(const void* p, std::size_t bytes) {
+    ids_[p] = next_id_;
+    std::fprintf(file_, "a %llu %zu\n", static_cast<unsigned long long>(next_id_++), bytes);
+  }
+  void freed(const void* p) {
+    auto it = ids_.find(p);
+    if (it == ids_.end()) return;
+    std::fprintf(file_, "f %llu\n", static_cast<unsigned long long>(it->second));
+    ids_.erase(it);
+  }
+  void iteration(int n) { std::fprintf(file_, "i %d\n", n); }
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::unordered_map<const void*, std::uint64_t> ids_;
+  std::uint64_t next_id_ = 0;
+};
 
 class device_allocator {
  public:
@@ -47,15 +89,23 @@ class device_allocator {
   // Returns every cached segment to CUDA; nothing may be allocated any more.
   virtual void release_all() {}
   std::size_t peak_bytes() const { return peak_bytes_; }
+  // Every later cudaMalloc/cudaFree goes to trace (nullptr: none). Not owned.
+  void set_trace(alloc_trace* trace) { trace_ = trace; }
 
  protected:
-  void add_held(std::size_t bytes) {
+  // Called after each cudaMalloc and before each cudaFree of the allocator.
+  void add_held(void* p, std::size_t bytes) {
     held_bytes_ += bytes;
     peak_bytes_ = std::max(peak_bytes_, held_bytes_);
+    if (trace_ != nullptr) trace_->allocated(p, bytes);
   }
-  void remove_held(std::size_t bytes) { held_bytes_ -= bytes; }
+  void remove_held(void* p, std::size_t bytes) {
+    held_bytes_ -= bytes;
+    if (trace_ != nullptr) trace_->freed(p);
+  }
 
  private:
+  alloc_trace* trace_ = nullptr;
   std::size_t held_bytes_ = 0;
   std::size_t peak_bytes_ = 0;
 };
@@ -66,14 +116,14 @@ class direct_allocator final : public device_allocator {
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, bytes));
     sizes_[p] = bytes;
-    add_held(bytes);
+    add_held(p, bytes);
     return p;
   }
   void record_stream(void*, cudaStream_t) override {}
   void deallocate(void* p) override {
-    CUDA_CHECK(cudaFree(p));
     auto it = sizes_.find(p);
-    remove_held(it->second);
+    remove_held(p, it->second);
+    CUDA_CHECK(cudaFree(p));
     sizes_.erase(it);
   }
 
@@ -144,8 +194,8 @@ class caching_allocator final : public device_allocator {
     CUDA_CHECK(cudaDeviceSynchronize());
     for (block* b : all_blocks()) {
       if (b->prev == nullptr) {
+        remove_held(b->ptr, b->segment_size);
         CUDA_CHECK(cudaFree(b->ptr));
-        remove_held(b->segment_size);
       }
       delete b;
     }
@@ -222,7 +272,7 @@ class caching_allocator final : public device_allocator {
     std::size_t bytes = segment_size_for(size);
     void* ptr = nullptr;
     CUDA_CHECK(cudaMalloc(&ptr, bytes));
-    add_held(bytes);
+    add_held(ptr, bytes);
     auto* b = new block;
     b->ptr = ptr;
     b->size = bytes;

@@ -26,11 +26,12 @@ struct options {
   bool caching = false;
   int streams = 1;
   gpu::launch_path launch = gpu::launch_path::nvcc;
+  std::string trace_allocs;  // empty: no allocation trace
 };
 
 namespace options_detail {
 
-enum class kind { integer, unsigned64, real, flag, streams, launch };
+enum class kind { integer, unsigned64, real, flag, streams, launch, path };
 
 using int_field = int options::*;
 
@@ -59,6 +60,8 @@ inline constexpr spec kSpecs[] = {
     {"launch", "nvcc|runtime|ex",
      "launch path: __cudaLaunchKernel, cudaLaunchKernel, cudaLaunchKernelExC",
      kind::launch},
+    {"trace-allocs", "PATH",
+     "write every cudaMalloc/cudaFree to PATH (docs/trace-format.md)", kind::path},
 };
 
 [[noreturn]] inline void usage_error(const char* prog, const std::string& message) {
@@ -90,7 +93,8 @@ inline void print_help(const char* prog) {
       case kind::launch:
         std::printf(" (default %s)", gpu::launch_path_name(defaults.launch));
         break;
-      case kind::flag: break;
+      case kind::flag:
+      case kind::path: break;
     }
     std::printf("\n");
   }
@@ -149,6 +153,10 @@ inline void apply(const char* prog, const spec& s, const char* text, options& ou
       }
       break;
     }
+    case kind::path:
+      if (*text == '\0') usage_error(prog, bad + " (a file path)");
+      out.trace_allocs = text;
+      break;
   }
 }
 

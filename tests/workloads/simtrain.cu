@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -415,10 +416,24 @@ int main(int argc, char** argv) {
   } else {
     alloc = std::make_unique<direct_allocator>();
   }
+  std::unique_ptr<alloc_trace> trace;
+  if (!opt.trace_allocs.empty()) {
+    std::string command = "simtrain";
+    for (int i = 1; i < argc; ++i) {
+      if (std::strncmp(argv[i], "--trace-allocs", 14) == 0) {
+        if (std::strchr(argv[i], '=') == nullptr) ++i;  // and its value
+        continue;
+      }
+      command += std::string(" ") + argv[i];
+    }
+    trace = std::make_unique<alloc_trace>(opt.trace_allocs, command);
+    alloc->set_trace(trace.get());
+  }
   float loss = 0.0f;
   {
     trainer model(opt, *alloc);
     for (int iter = 0; iter < opt.iters; ++iter) {
+      if (trace) trace->iteration(iter);
       loss = model.step(iter);
       std::printf("iter %d loss %.9e (bits 0x%08" PRIx32 ")\n", iter,
                   static_cast<double>(loss), float_bits(loss));

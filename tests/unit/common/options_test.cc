@@ -171,5 +171,35 @@ TEST(DescribeConfig, OneLinePerOption) {
   EXPECT_EQ(lines[1], "OVERSUB_DEVICE_LIMIT=0.5");
 }
 
+
+TEST(PoolOptions, ModesOrderedAndPoolSettings) {
+  run_mode m = run_mode::off;
+  EXPECT_TRUE(parse_mode("pool", m));
+  EXPECT_EQ(m, run_mode::pool);
+  EXPECT_TRUE(run_mode::off < run_mode::track && run_mode::track < run_mode::pool);
+  parse_outcome o = parse_options({"OVERSUB_MODE=pool", "OVERSUB_POOL=planned",
+                                   "OVERSUB_HOST_LIMIT=16GiB", "OVERSUB_POOL_LARGE=64M"});
+  ASSERT_TRUE(o.errors.empty());
+  EXPECT_EQ(o.cfg.mode, run_mode::pool);
+  EXPECT_EQ(o.cfg.pool, pool_kind::planned);
+  EXPECT_EQ(o.cfg.host.value.how, device_limit::kind::bytes);
+  EXPECT_EQ(o.cfg.host.value.bytes, 16ULL << 30);
+  EXPECT_EQ(o.cfg.pool_large_bytes, 64ULL << 20);
+  parse_outcome d = parse_options({});
+  EXPECT_EQ(d.cfg.pool, pool_kind::online);
+  EXPECT_EQ(d.cfg.host.value.how, device_limit::kind::fraction);
+  EXPECT_DOUBLE_EQ(d.cfg.host.value.fraction, 0.5);
+  EXPECT_EQ(d.cfg.pool_large_bytes, 32ULL << 20);
+  parse_outcome bad = parse_options({"OVERSUB_POOL=offline", "OVERSUB_HOST_LIMIT=1.5",
+                                     "OVERSUB_POOL_LARGE=1M"});
+  ASSERT_EQ(bad.errors.size(), 3u);
+  EXPECT_EQ(bad.errors[0].name, "OVERSUB_POOL");
+  EXPECT_EQ(bad.errors[1].name, "OVERSUB_HOST_LIMIT");
+  EXPECT_EQ(bad.errors[2].name, "OVERSUB_POOL_LARGE");
+  host_limit none;
+  EXPECT_TRUE(parse_host_limit("none", none));
+  EXPECT_EQ(none.value.how, device_limit::kind::none);
+}
+
 }  // namespace
 }  // namespace oversub

@@ -1,0 +1,137 @@
+// Pool-mode handlers of the memory hooks (see pool_hooks.h).
+//
+// Note [The pool behind the tracker]: the tracker stays the source of truth for the
+// application's live allocations and the virtual capacity: a pool allocation is
+// reserved against OVERSUB_DEVICE_LIMIT first and recorded after, exactly as in track
+// mode, and a free is forgotten first. Only the real allocator is replaced. A
+// pointer the pool does not hold (never ours, freed twice, made before pool mode
+// could start) goes to the real cudaFree and CUDA's answer is returned.
+//
+// Note [A context for the pool]: the real cudaMalloc would have created the
+// runtime's context and made it current on this thread; the pool calls the driver
+// directly, so on a thread's first pool allocation (and after it changes device) the
+// real cudaFree(nullptr) is called, the usual way to have the runtime do that.
+#include "interpose/pool_hooks.h"
+
+#include <mutex>
+
+#include "common/log.h"
+#include "common/options.h"
+#include "common/stats.h"
+#include "common/tracker.h"
+#include "common/units.h"
+#include "interpose/real.h"
+#include "pool/device_pool.h"
+#include "pool/host_pool.h"
+
+namespace oversub::interpose {
+
+std::atomic<int> g_pool_on{-1};
+
+namespace {
+
+constexpr std::size_t pitch_alignment_bytes = 512;  // cudaMallocPitch's row alignment
+
+__attribute__((tls_model("initial-exec"))) thread_local int t_context_device = -1;
+std::atomic<bool> g_refusal_logged{false};
+
+std::uint64_t resolve_host_budget(const host_limit& h) {
+  switch (h.value.how) {
+    case device_limit::kind::none: return ~std::uint64_t{0};
+    case device_limit::kind::bytes: return h.value.bytes;
+    case device_limit::kind::fraction:
+      return static_cast<std::uint64_t>(h.value.fraction *
+                                        static_cast<double>(pool::physical_memory_bytes()));
+  }
+  return 0;
+}
+
+CUstream as_driver_stream(hook_id id, cudaStream_t stream) {
+  if (stream == nullptr && hook_per_thread[index(id)]) return CU_STREAM_PER_THREAD;
+  return reinterpret_cast<CUstream>(stream);
+}
+
+void ensure_context(int device) {
+  if (t_context_device == device) return;
+  call_real<hook_id::cudaFree>(hook_id::cudaFree, nullptr);
+  t_context_device = device;
+}
+
+cudaError_t refuse(hook_id id, int device, std::size_t bytes, pool::pool_errc why) {
+  stats::global().pool_refusals.count();
+  const bool first = !g_refusal_logged.exchange(true, std::memory_order_relaxed);
+  const pool::resource_stats s = pool::device_stats(device);
+  log::emit(first ? log::level::warn : log::level::info,
+            "{} of {} refused on device {}: the pool could not map more device memory "
+            "({} mapped, {} in use by the application{}); returning "
+            "cudaErrorMemoryAllocation. Lower the job's footprint or free device memory.",
+            hook_names[index(id)], format_bytes(bytes), device, format_bytes(s.mapped_bytes),
+            format_bytes(s.used_bytes),
+            why == pool::pool_errc::driver_missing ? "; the CUDA driver is unavailable" : "");
+  return cudaErrorMemoryAllocation;
+}
+
+}  // namespace
+
+bool decide_pool_mode() noexcept {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const config& cfg = current_config();
+    bool on = false;
+    if (cfg.mode >= run_mode::pool) {
+      pool::configure(pool::pool_settings{cfg.pool == pool_kind::planned, cfg.pool_large_bytes,
+                                          resolve_host_budget(cfg.host)});
+      on = pool::available();
+      if (!on) log::warn("OVERSUB_MODE={}: the CUDA driver could not be loaded; tracking only",
+                         to_string(cfg.mode));
+    }
+    g_pool_on.store(on ? 1 : 0, std::memory_order_release);
+  });
+  return g_pool_on.load(std::memory_order_acquire) == 1;
+}
+
+cudaError_t pool_serve(hook_id id, int device, void** out, size_t size,
+                       cudaStream_t stream) noexcept {
+  ensure_context(device);
+  const pool::allocation_result r = pool::device_allocate(device, size, as_driver_stream(id, stream));
+  if (!r) return refuse(id, device, size, r.error);
+  *out = r.ptr;
+  stats::global().pool_allocations.count();
+  return cudaSuccess;
+}
+
+size_t pool_pitch(size_t width) noexcept {
+  const size_t row = (width + pitch_alignment_bytes - 1) / pitch_alignment_bytes *
+                     pitch_alignment_bytes;
+  return row < width ? 0 : row;
+}
+
+bool pool_free(hook_id id, void* ptr, cudaStream_t stream, bool async, cudaError_t& rc) noexcept {
+  if (ptr == nullptr || !pool_mode()) return false;
+  tracker& t = core();
+  const auto base = reinterpret_cast<std::uintptr_t>(ptr);
+  const std::optional<allocation> a = t.find(base);
+  if (!a || a->base != base) return false;  // not tracked: the track path forwards it
+  const CUstream s = async ? as_driver_stream(id, stream) : pool::no_stream;
+  // Forget first: another thread may get the same address the moment the pool has it.
+  if (!t.forget(base)) return false;
+  if (!pool::device_deallocate(a->device, ptr, a->bytes, s)) {
+    // Ours to track, not the pool's (made by the real allocator): CUDA frees it.
+    rc = async ? call_real<hook_id::cudaFreeAsync>(id, ptr, stream)
+               : call_real<hook_id::cudaFree>(id, ptr);
+    return true;
+  }
+  rc = cudaSuccess;
+  return true;
+}
+
+std::size_t pool_cached_bytes(int device) noexcept {
+  if (!pool_mode()) return 0;
+  return pool::device_cached_bytes(device);
+}
+
+void pool_note_work(hook_id id, cudaStream_t stream) noexcept {
+  pool::note_work(as_driver_stream(id, stream));
+}
+
+}  // namespace oversub::interpose

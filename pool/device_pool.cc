@@ -1,0 +1,159 @@
+// The per-device arenas and the pool's report section (see device_pool.h).
+#include "pool/device_pool.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "common/stats.h"
+#include "common/units.h"
+#include "pool/driver_api.h"
+#include "pool/planned_region.h"
+#include "pool/stream_fences.h"
+#include "pool/vmm_arena.h"
+
+namespace oversub::pool {
+
+namespace {
+
+constexpr int max_devices = 16;
+
+struct device_state {
+  explicit device_state(int device, const pool_settings& s)
+      : online(vmm_arena_config{device, 0, static_cast<std::size_t>(s.large_bytes)}) {
+    if (s.planned) planned = std::make_unique<planned_region>(online);
+  }
+  memory_resource& front() { return planned ? static_cast<memory_resource&>(*planned) : online; }
+  vmm_arena online;
+  std::unique_ptr<planned_region> planned;
+};
+
+pool_settings g_settings;
+std::atomic<device_state*> g_devices[max_devices];
+std::mutex g_create_mutex;
+
+bool report_section(std::string& json, std::string& text);
+
+device_state* state(int device) {
+  if (device < 0 || device >= max_devices) return nullptr;
+  device_state* s = g_devices[device].load(std::memory_order_acquire);
+  if (s != nullptr) return s;
+  std::lock_guard<std::mutex> lock(g_create_mutex);
+  s = g_devices[device].load(std::memory_order_acquire);
+  if (s == nullptr) {
+    s = new device_state(device, g_settings);
+    g_devices[device].store(s, std::memory_order_release);
+  }
+  return s;
+}
+
+// Note [Report without blocking]: the exit report runs in liboversub's destructor;
+// an arena lock held by a thread that exit() cut short would hang it, so the
+// section reads only the counters each arena publishes under try_lock.
+bool report_section(std::string& json, std::string& text) {
+  bool any = false;
+  for (int d = 0; d < max_devices; ++d) {
+    device_state* s = g_devices[d].load(std::memory_order_acquire);
+    if (s == nullptr) continue;
+    std::optional<resource_stats> maybe = s->online.try_stats();
+    if (!maybe) continue;
+    const resource_stats& r = *maybe;
+    json += fmt::format(R"({}"device{}":{{"reserved_bytes":{},"mapped_bytes":{},)"
+                        R"("peak_mapped_bytes":{},"used_bytes":{},"peak_used_bytes":{},)"
+                        R"("largest_free_bytes":{},"live_blocks":{},"allocations":{},)"
+                        R"("failed_allocations":{},"grows":{},"trims":{},"syncs":{})",
+                        any ? "," : "", d, r.reserved_bytes, r.mapped_bytes,
+                        r.peak_mapped_bytes, r.used_bytes, r.peak_used_bytes,
+                        r.largest_free_bytes, r.live_blocks, r.allocations,
+                        r.failed_allocations, r.grows, r.trims, r.syncs);
+    text += fmt::format(
+        "oversub:   pool device {}: reserved {}  mapped {} (peak {})  used {} (peak {})  "
+        "largest free {}  blocks {}  grows {}  trims {}  syncs {}\n",
+        d, format_bytes(r.reserved_bytes), format_bytes(r.mapped_bytes),
+        format_bytes(r.peak_mapped_bytes), format_bytes(r.used_bytes),
+        format_bytes(r.peak_used_bytes), format_bytes(r.largest_free_bytes), r.live_blocks,
+        r.grows, r.trims, r.syncs);
+    if (s->planned) {
+      const planned_stats p = s->planned->plan_stats();
+      json += fmt::format(R"(,"planned":{{"learned":{},"iteration_allocations":{},)"
+                          R"("region_bytes":{},"lower_bound_bytes":{},"served":{},)"
+                          R"("deviations":{},"online":{}}})",
+                          p.planned ? "true" : "false", p.iteration_allocations,
+                          p.region_bytes, p.lower_bound_bytes, p.served, p.deviations,
+                          p.online);
+      text += fmt::format(
+          "oversub:   pool planned: {}  iteration {} allocations  region {} (lower bound {})  "
+          "served {}  deviations {}  online {}\n",
+          p.planned ? "learned" : "not learned", p.iteration_allocations,
+          format_bytes(p.region_bytes), format_bytes(p.lower_bound_bytes), p.served,
+          p.deviations, p.online);
+    }
+    json += '}';
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace
+
+void configure(const pool_settings& s) {
+  g_settings = s;
+  stats::set_pool_section(&report_section);
+}
+
+bool available() { return driver().complete; }
+
+allocation_result device_allocate(int device, std::size_t bytes, CUstream stream) {
+  device_state* s = state(device);
+  if (s == nullptr) return {nullptr, pool_errc::out_of_memory};
+  return s->front().allocate(bytes, stream);
+}
+
+bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream) {
+  device_state* s = device >= 0 && device < max_devices
+                        ? g_devices[device].load(std::memory_order_acquire)
+                        : nullptr;
+  if (s == nullptr) return false;
+  if (s->planned) {
+    if (!s->planned->owns(ptr)) return false;
+  } else if (!s->online.owns(ptr)) {
+    return false;
+  }
+  s->front().deallocate(ptr, bytes, stream);
+  return true;
+}
+
+std::uint64_t device_cached_bytes(int device) {
+  device_state* s = device >= 0 && device < max_devices
+                        ? g_devices[device].load(std::memory_order_acquire)
+                        : nullptr;
+  if (s == nullptr) return 0;
+  return s->online.cached_bytes() + (s->planned ? s->planned->slack_bytes() : 0);
+}
+
+std::uint64_t trim_all() {
+  std::uint64_t given = 0;
+  for (auto& d : g_devices) {
+    if (device_state* s = d.load(std::memory_order_acquire)) given += s->online.trim();
+  }
+  return given;
+}
+
+resource_stats device_stats(int device) {
+  device_state* s = device >= 0 && device < max_devices
+                        ? g_devices[device].load(std::memory_order_acquire)
+                        : nullptr;
+  return s == nullptr ? resource_stats{} : s->front().stats();
+}
+
+void note_work(CUstream stream) noexcept { fences().note_work(stream); }
+
+host_pool& pinned_host() {
+  static host_pool* instance = new host_pool(host_pool_config{g_settings.host_budget_bytes});
+  return *instance;
+}
+
+}  // namespace oversub::pool

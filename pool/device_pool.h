@@ -1,0 +1,46 @@
+// device_pool: the pool as the interposer sees it (OVERSUB_MODE=pool and above).
+// One arena per device (online, or planned over online), the pinned host pool, the
+// stream fences, and the pool's section of the exit statistics. Plain calls with
+// CUDA's driver types; the hooks translate runtime calls into these.
+#ifndef OVERSUB_POOL_DEVICE_POOL_H
+#define OVERSUB_POOL_DEVICE_POOL_H
+
+#include <cstdint>
+
+#include "pool/host_pool.h"
+#include "pool/memory_resource.h"
+
+namespace oversub::pool {
+
+struct pool_settings {
+  bool planned = false;                           // OVERSUB_POOL=planned
+  std::uint64_t large_bytes = std::uint64_t{32} << 20;  // OVERSUB_POOL_LARGE
+  std::uint64_t host_budget_bytes = 0;            // OVERSUB_HOST_LIMIT, resolved
+};
+
+// Set once, before the first allocation (the interposer does it at first use).
+void configure(const pool_settings& s);
+
+// False when the driver could not be loaded: the hooks forward to CUDA then.
+bool available();
+
+// A block for device (the current device) served in stream order on stream.
+allocation_result device_allocate(int device, std::size_t bytes, CUstream stream);
+// Takes ptr back; false when ptr is not a live pool block (forward it to CUDA).
+bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream);
+// Mapped bytes the pool holds but the application does not (added back to free).
+std::uint64_t device_cached_bytes(int device);
+// Gives every unused chunk back (all devices); returns the bytes.
+std::uint64_t trim_all();
+// The arena's figures for device (tests and the report).
+resource_stats device_stats(int device);
+
+// Work enqueued on stream (launch, copy, memset, graph hooks).
+void note_work(CUstream stream) noexcept;
+
+// The pinned host pool (budget from configure()).
+host_pool& pinned_host();
+
+}  // namespace oversub::pool
+
+#endif  // OVERSUB_POOL_DEVICE_POOL_H

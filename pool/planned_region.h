@@ -1,0 +1,95 @@
+// planned_region: OVERSUB_POOL=planned. Learns the iteration from the allocation
+// stream (policy/allocation_iteration.h), asks policy/placement.h for an offset per
+// buffer in one region, maps the region once (a block of the online arena) and
+// serves the k-th allocation of every later iteration at offsets[k].
+//
+// Note [Serving a plan safely]: the plan is only a prediction. An allocation is
+// served at its planned offset when
+//   - its size is the planned size of the k-th buffer (else the iteration deviated);
+//   - no planned block still live overlaps the offset's bytes (a buffer freed later
+//     than planned, or one from an iteration that deviated);
+//   - every earlier user of those bytes is done for the allocation's stream: freed
+//     planned blocks keep their tickets (Note [Stream-ordered reuse] in
+//     stream_fences.h) until the events complete.
+// Otherwise the allocation, and the rest of that iteration, goes to the online arena
+// (logged once). A new iteration starts at the next allocation of buffer 0's size
+// made while no planned block is live, which is what a closed iteration boundary
+// looks like (Note [Finding the period] in allocation_iteration.h).
+#ifndef OVERSUB_POOL_PLANNED_REGION_H
+#define OVERSUB_POOL_PLANNED_REGION_H
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "policy/allocation_iteration.h"
+#include "policy/placement.h"
+#include "pool/memory_resource.h"
+#include "pool/stream_fences.h"
+#include "pool/vmm_arena.h"
+
+namespace oversub::pool {
+
+struct planned_stats {
+  bool planned = false;
+  std::uint64_t iteration_allocations = 0;
+  std::uint64_t region_bytes = 0;
+  std::uint64_t lower_bound_bytes = 0;
+  std::uint64_t served = 0;      // allocations served at a planned offset
+  std::uint64_t deviations = 0;  // iterations that fell back
+  std::uint64_t online = 0;      // allocations served by the online arena
+};
+
+class planned_region final : public memory_resource {
+ public:
+  planned_region(vmm_arena& online, stream_fences& f = fences());
+
+  allocation_result allocate(std::size_t bytes, CUstream stream) override;
+  void deallocate(void* ptr, std::size_t bytes, CUstream stream) override;
+  resource_stats stats() const override;
+  std::uint64_t trim() override { return online_.trim(); }
+
+  // True when ptr is a live block of the region or of the online arena.
+  bool owns(const void* ptr) const;
+  // Region bytes no live planned block uses (cudaMemGetInfo counts them free).
+  std::uint64_t slack_bytes() const;
+
+  planned_stats plan_stats() const;
+  // The plan in use (tests check its offsets); empty before one is made.
+  std::optional<policy::placement> current_plan() const;
+  std::uintptr_t region_base() const;
+
+ private:
+  struct live_block {
+    std::size_t end = 0;  // offset past the block
+    std::uint64_t alloc_epoch = 0;
+    ticket_set inherited;  // tickets of earlier users (Note [Tickets outlive a reuse])
+  };
+  struct freed_range {
+    std::size_t end = 0;
+    ticket_set tickets;
+  };
+  void make_plan_locked(CUstream stream);
+  bool can_serve_locked(std::size_t offset, std::size_t size, int consumer, CUstream stream);
+  void deviate_locked(std::size_t bytes, const char* why);
+
+  vmm_arena& online_;
+  stream_fences& fences_;
+  mutable std::mutex mutex_;
+  policy::allocation_iteration_learner learner_;
+  std::optional<policy::learned_iteration> iteration_;
+  std::optional<policy::placement> plan_;
+  std::uintptr_t base_ = 0;
+  std::size_t next_ = 0;      // k: the next buffer of the current iteration
+  bool deviated_ = false;     // the current iteration fell back to online
+  bool plan_failed_ = false;  // no plan could be made or mapped: online for good
+  bool trimmed_after_plan_ = false;
+  std::map<std::size_t, live_block> live_;     // offset -> live planned block
+  std::multimap<std::size_t, freed_range> freed_;  // offset -> freed bytes still fenced
+  planned_stats stats_;
+};
+
+}  // namespace oversub::pool
+
+#endif  // OVERSUB_POOL_PLANNED_REGION_H

@@ -1,0 +1,137 @@
+// Stream slots, events and tickets (see stream_fences.h).
+#include "pool/stream_fences.h"
+
+#include "common/log.h"
+#include "pool/driver_api.h"
+
+namespace oversub::pool {
+
+int stream_fences::slot_of(CUstream stream) noexcept {
+  const CUstream key = canonical_stream(stream);
+  int n = used_slots_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    if (slots_[i].stream.load(std::memory_order_relaxed) == key) return i;
+  }
+  std::lock_guard<std::mutex> lock(insert_mutex_);
+  n = used_slots_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    if (slots_[i].stream.load(std::memory_order_relaxed) == key) return i;
+  }
+  if (n == max_slots) return no_slot;
+  slots_[n].stream.store(key, std::memory_order_relaxed);
+  used_slots_.store(n + 1, std::memory_order_release);
+  return n;
+}
+
+void stream_fences::note_work(CUstream stream) noexcept {
+  const int s = slot_of(stream);
+  const std::uint64_t e = epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (s != no_slot) slots_[s].last_work.store(e, std::memory_order_relaxed);
+}
+
+bool stream_fences::capturing(CUstream stream) noexcept {
+  const driver_table& d = driver();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.cuStreamIsCapturing(canonical_stream(stream), &status) != CUDA_SUCCESS) return true;
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+CUevent stream_fences::take_event() noexcept {
+  if (!spare_events_.empty()) {
+    CUevent e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  CUevent e = nullptr;
+  if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+  return e;
+}
+
+ticket stream_fences::ticket_locked(int s) noexcept {
+  slot& sl = slots_[s];
+  const std::uint64_t work = sl.last_work.load(std::memory_order_relaxed);
+  if (sl.seq != 0 && sl.recorded_work >= work) {
+    return ticket{static_cast<std::uint16_t>(s), sl.seq};
+  }
+  const CUstream stream = sl.stream.load(std::memory_order_relaxed);
+  if (capturing(stream)) return ticket{static_cast<std::uint16_t>(s), never_completes};
+  CUevent e = take_event();
+  if (e == nullptr || driver().cuEventRecord(e, stream) != CUDA_SUCCESS) {
+    if (e != nullptr) spare_events_.push_back(e);
+    // Cannot fence: only the same stream may reuse the block.
+    return ticket{static_cast<std::uint16_t>(s), never_completes};
+  }
+  ++events_recorded_;
+  outstanding_.fetch_add(1, std::memory_order_relaxed);
+  sl.recorded_work = work;
+  sl.outstanding.emplace_back(++sl.seq, e);
+  return ticket{static_cast<std::uint16_t>(s), sl.seq};
+}
+
+void stream_fences::tickets_since(std::uint64_t alloc_epoch, ticket_set& out) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int n = used_slots_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    if (slots_[i].last_work.load(std::memory_order_relaxed) > alloc_epoch) {
+      out.add(ticket_locked(i));
+    }
+  }
+  if (n == max_slots) out.overflow = true;  // streams beyond the table: unknown users
+}
+
+void stream_fences::ticket_on(CUstream stream, ticket_set& out) noexcept {
+  const int s = slot_of(stream);
+  if (s == no_slot) {
+    out.overflow = true;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  out.add(ticket_locked(s));
+}
+
+bool stream_fences::advance_locked(slot& sl, bool wait) noexcept {
+  const driver_table& d = driver();
+  bool progressed = false;
+  while (!sl.outstanding.empty()) {
+    auto [seq, e] = sl.outstanding.front();
+    const CUresult r = wait ? d.cuEventSynchronize(e) : d.cuEventQuery(e);
+    if (r == CUDA_ERROR_NOT_READY) break;
+    if (r != CUDA_SUCCESS) {
+      // A broken event (sticky context error): nothing will complete any more.
+      log::debug("pool: event query failed with CUresult {}", static_cast<int>(r));
+      break;
+    }
+    sl.outstanding.pop_front();
+    outstanding_.fetch_sub(1, std::memory_order_relaxed);
+    spare_events_.push_back(e);
+    sl.completed.store(seq, std::memory_order_release);
+    progressed = true;
+  }
+  return progressed;
+}
+
+std::size_t stream_fences::poll() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t n = 0;
+  const int used = used_slots_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) n += advance_locked(slots_[i], false) ? 1 : 0;
+  return n;
+}
+
+bool stream_fences::wait_all() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bool ok = true;
+  const int used = used_slots_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    advance_locked(slots_[i], true);
+    ok = ok && slots_[i].outstanding.empty();
+  }
+  return ok;
+}
+
+stream_fences& fences() noexcept {
+  static stream_fences* instance = new stream_fences;
+  return *instance;
+}
+
+}  // namespace oversub::pool

@@ -1,0 +1,128 @@
+// stream_fences: the stream-ordered reuse rule of the pool, kept apart from any
+// allocator.
+//
+// It knows every stream that has had work enqueued (the launch, copy, memset and
+// graph hooks call note_work), hands out tickets (an event recorded on a stream, see
+// ticket.h) when a block is freed, and answers whether a ticket is complete.
+//
+// Note [Stream-ordered reuse]: real cudaFree waits for the device, so a block it
+// frees is unused by any queued work. The pool's free returns at once, so the block
+// carries tickets instead:
+//   - cudaFree (synchronous): one ticket on every stream that had work enqueued since
+//     the block was allocated (it may have been used there);
+//   - cudaFreeAsync(s): one ticket on s; CUDA's contract is that every other use is
+//     ordered before the free on s.
+// A later allocation for stream t may take the block when each ticket is on t itself
+// (stream order makes the new work run after the old) or complete (cuEventQuery said
+// so, which also orders it for simgpu's race detector). Otherwise the allocator takes
+// another block, grows, and only as a last resort waits for the events — never while
+// the stream it serves is capturing. One event serves every free between two pieces
+// of work on a stream (it is recorded only when the stream has had work since the
+// last one), so a burst of frees costs one cuEventRecord.
+//
+// Note [Streams that capture]: an event cannot be recorded on a capturing stream
+// (it would become a graph node), so a block freed while one of its streams captures
+// gets a ticket that never completes: only that same stream reuses it. cudaMalloc is
+// taken to serve the legacy default stream (its tickets on the legacy stream count as
+// "same stream"); a program that also uses non-blocking streams still gets the
+// legacy work ordered before the reuse only if it orders its streams itself, as with
+// any stream-ordered allocator.
+#ifndef OVERSUB_POOL_STREAM_FENCES_H
+#define OVERSUB_POOL_STREAM_FENCES_H
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "pool/ticket.h"
+
+namespace oversub::pool {
+
+class stream_fences {
+ public:
+  static constexpr int max_slots = 256;
+  static constexpr int no_slot = -1;
+
+  // The slot of stream (null is the legacy stream); creates it on first sight.
+  // no_slot when the table is full.
+  int slot_of(CUstream stream) noexcept;
+
+  // Work was enqueued on stream (lock-free; called from every launch/copy hook).
+  void note_work(CUstream stream) noexcept;
+
+  // The current work epoch: a block remembers it when allocated.
+  std::uint64_t epoch() const noexcept { return epoch_.load(std::memory_order_relaxed); }
+
+  // Tickets for a synchronous free of a block allocated at alloc_epoch: one per
+  // stream with work since then. Records events as needed (driver calls).
+  void tickets_since(std::uint64_t alloc_epoch, ticket_set& out) noexcept;
+  // The ticket of a free ordered on stream (cudaFreeAsync).
+  void ticket_on(CUstream stream, ticket_set& out) noexcept;
+
+  // Complete as far as already known (no driver call).
+  bool known_complete(const ticket& t) const noexcept {
+    return t.seq <= slots_[t.slot].completed.load(std::memory_order_acquire);
+  }
+  // The reuse rule: every ticket on consumer_slot or known complete.
+  bool reusable(const ticket_set& s, int consumer_slot) const noexcept {
+    if (s.overflow) return false;
+    for (int i = 0; i < s.count; ++i) {
+      if (s.items[i].slot != consumer_slot && !known_complete(s.items[i])) return false;
+    }
+    return true;
+  }
+  // Asks the driver (cuEventQuery) about every outstanding event; returns how many
+  // completed.
+  std::size_t poll() noexcept;
+  // Waits for every outstanding event (cuEventSynchronize). Never call it while a
+  // stream the caller serves is capturing. False if a wait failed.
+  bool wait_all() noexcept;
+  // True when stream is capturing (or its capture state cannot be read).
+  static bool capturing(CUstream stream) noexcept;
+
+  std::uint64_t events_recorded() const noexcept { return events_recorded_; }
+  // True while some recorded event is not known complete (no driver call).
+  bool outstanding() const noexcept {
+    return outstanding_.load(std::memory_order_relaxed) != 0;
+  }
+
+ private:
+  struct slot {
+    std::atomic<CUstream> stream{nullptr};
+    std::atomic<std::uint64_t> last_work{0};        // epoch of the latest work
+    std::atomic<std::uint64_t> completed{0};        // tickets up to this seq are done
+    std::uint64_t recorded_work = 0;                // epoch covered by the last event
+    std::uint64_t seq = 0;                          // seq of the last event
+    std::deque<std::pair<std::uint64_t, CUevent>> outstanding;  // oldest first
+  };
+
+  // The ticket covering everything enqueued on slot s so far (mutex_ held).
+  ticket ticket_locked(int s) noexcept;
+  CUevent take_event() noexcept;
+  bool advance_locked(slot& sl, bool wait) noexcept;
+
+  std::atomic<std::uint64_t> epoch_{1};
+  std::atomic<int> used_slots_{0};
+  slot slots_[max_slots];
+  std::mutex insert_mutex_;
+  std::mutex mutex_;  // event bookkeeping
+  std::vector<CUevent> spare_events_;
+  std::uint64_t events_recorded_ = 0;
+  std::atomic<std::uint64_t> outstanding_{0};
+};
+
+// The process's fences (never destroyed).
+stream_fences& fences() noexcept;
+
+// Legacy-stream normalisation: null and CU_STREAM_LEGACY are one stream.
+inline CUstream canonical_stream(CUstream s) noexcept {
+  return s == nullptr ? CU_STREAM_LEGACY : s;
+}
+
+}  // namespace oversub::pool
+
+#endif  // OVERSUB_POOL_STREAM_FENCES_H
