@@ -275,6 +275,7 @@ allocation_result vmm_arena::allocate_dedicated_locked(std::size_t size, int con
     prune_locked();
     if (allocation_result r = reuse()) return r;
   }
+  release_finished_dedicated_locked();
   for (int attempt = 0; attempt < 2; ++attempt) {
     CUdeviceptr base = 0;
     if (!driver_ok(driver().cuMemAddressReserve(&base, bytes, granularity_, 0, 0),
@@ -377,6 +378,13 @@ std::uint64_t vmm_arena::trim_locked(bool capturing) {
       }
     }
   }
+  return given + release_finished_dedicated_locked();
+}
+
+// Cached dedicated mappings no queued work uses any more (empty tickets) are
+// unmapped and released. Returns the bytes given back.
+std::uint64_t vmm_arena::release_finished_dedicated_locked() {
+  std::uint64_t given = 0;
   for (std::size_t i = 0; i < dedicated_free_.size();) {
     dedicated& x = dedicated_free_[i];
     if (!x.tickets.empty()) {

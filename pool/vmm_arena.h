@@ -84,6 +84,7 @@ class vmm_arena final : public memory_resource {
   bool map_chunk_locked(range& r, std::size_t index);
   void unmap_chunk_locked(range& r, std::size_t index);
   std::uint64_t trim_locked(bool capturing);
+  std::uint64_t release_finished_dedicated_locked();
   void prune_locked(bool after_wait = false);
   block* take_locked(std::size_t size, int consumer, CUstream stream);
   allocation_result allocate_dedicated_locked(std::size_t size, int consumer, bool capturing);

@@ -6,8 +6,8 @@
 //     over one reserved range; 2 MiB chunks count as reserved once a block touches
 //     them (the arena maps chunks on demand and unmaps only when trimmed, which the
 //     model never does); requests of at least dedicated_threshold_bytes get a mapping
-//     of their own, kept after free for a later request of the same size, as the
-//     arena does. One stream, all work done at free: every free block is reusable.
+//     of their own, kept after free for a later request of the same size and released
+//     when a new mapping must be created (Note [Dedicated mappings] in vmm_arena.cc). One stream, all work done at free: every free block is reusable.
 //     Two peaks: `plentiful`, with nothing ever given back (a device with room to
 //     spare), and `trimmed`, the capacity the arena needs when it trims (unmaps every
 //     chunk no live block touches, drops its cached mappings) whenever it is short:
@@ -29,10 +29,6 @@ struct online_arena_config {
   std::size_t chunk_bytes = 2u << 20;                 // VMM granularity: 2 MiB
   std::size_t range_bytes = std::size_t{80} << 30;    // one range: an 80 GiB device
   std::size_t dedicated_threshold_bytes = 32u << 20;  // vmm_arena_config's default
-  // false: freed dedicated mappings stay cached until a trim (vmm_arena.cc today);
-  // true: the cache is emptied whenever a new mapping is created (the policy that
-  // Note [Dedicated mappings] in vmm_arena.cc describes).
-  bool drop_cached_mappings_on_create = false;
 };
 
 struct online_arena_peaks {

@@ -27,7 +27,7 @@ online_arena_peaks online_arena_peak(const trace& t, const online_arena_config& 
   std::vector<live_buffer> live;
   std::size_t dedicated_bytes = 0;                  // live and cached mappings
   std::size_t dedicated_live_bytes = 0;
-  std::multimap<std::size_t, bool> dedicated_cache;  // freed mappings by size
+  std::multimap<std::size_t, bool> dedicated_cache;  // freed mappings by size (all work done)
   online_arena_peaks peak;
   auto everything = [](const pool::block&) { return true; };
   auto chunks_of = [&](const pool::block* b) {
@@ -59,10 +59,8 @@ online_arena_peaks online_arena_peak(const trace& t, const online_arena_config& 
       if (it != dedicated_cache.end()) {
         dedicated_cache.erase(it);
       } else {
-        if (cfg.drop_cached_mappings_on_create) {
-          for (const auto& cached : dedicated_cache) dedicated_bytes -= cached.first;
-          dedicated_cache.clear();
-        }
+        for (const auto& cached : dedicated_cache) dedicated_bytes -= cached.first;
+        dedicated_cache.clear();
         dedicated_bytes += bytes;
       }
       dedicated_live_bytes += bytes;
