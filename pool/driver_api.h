@@ -38,7 +38,11 @@ namespace oversub::pool {
   X(cuEventQuery)                   \
   X(cuEventSynchronize)             \
   X(cuStreamIsCapturing)            \
-  X(cuStreamSynchronize)
+  X(cuStreamSynchronize)            \
+  X(cuStreamCreate)                 \
+  X(cuStreamDestroy)                \
+  X(cuStreamWaitEvent)              \
+  X(cuMemcpyAsync)
 
 // Typed pointers, one per function of the list (null when the driver lacks it).
 struct driver_table {

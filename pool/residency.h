@@ -1,0 +1,177 @@
+// residency: which pages of oversub's device arena hold their bytes on the device and
+// which on the host, and the copies that move them, so that a job can own more bytes
+// than the device has (OVERSUB_MODE=swap).
+//
+// A page is one mapping granule of the arena (2 MiB). Every page keeps its virtual
+// address for its whole life; only what backs it changes:
+//
+//   resident   device memory mapped at the address (counted against the capacity);
+//   evicting   still resident, a copy to its host handle queued (or, for a clean page,
+//              only the ordering after its users); the device memory is released when
+//              that completes (finish_eviction);
+//   on_host    its host handle (cuMemCreate with a HOST location) mapped at the
+//              address, device memory released.
+//
+// Note [An unpredicted access is slow, not a crash]: while on the host, the page's
+// address maps host memory that kernels can read and write over the link, so a kernel
+// whose buffers we failed to find still computes the right result. That is why a page
+// is remapped, never left unmapped.
+//
+// Note [Host handle as the host copy]: each page that was ever evicted owns a host
+// handle, also mapped at a shadow address (one reserved range the size of the host
+// budget), where the copies read and write it. After a fetch it stays: the host copy is
+// current until the page is written, so a page fetched and not written since is evicted
+// with no copy (clean eviction). Launches are taken to write every page they use (CUDA
+// does not say which parameters a kernel writes), so clean evictions come from pages
+// only read by copies.
+//
+// Note [Ordering]: copies run on two streams of the engine's own (one per direction),
+// so compute never waits on a copy it does not need. An eviction's copy waits for an
+// event recorded on every stream that used the page since it was last made resident;
+// the device memory is released (cuMemUnmap) only after the host has waited for the
+// copy's event, so no queued work still uses it. A fetch remaps the page, queues its
+// copy in and makes the consuming stream wait on the copy's event (cuStreamWaitEvent);
+// later users on other streams wait on it too until it is known complete.
+//
+// Note [Making room]: pages being prepared for the current launch are pinned. To fit
+// a page the engine first finishes evictions already under way (oldest first), then
+// evicts the least recently used unpinned resident page. A launch whose own pages
+// exceed the capacity cannot run: prepare() says so and nothing is moved.
+//
+// Threads: one mutex. A launch on another thread between prepare() and the real launch
+// call could have its page evicted in between; training loops launch from one thread
+// per device, and a later issue may hold the gate across the launch.
+#ifndef OVERSUB_POOL_RESIDENCY_H
+#define OVERSUB_POOL_RESIDENCY_H
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace oversub::pool {
+
+struct residency_config {
+  int device = 0;
+  std::size_t page_bytes = std::size_t{2} << 20;  // the arena's granularity
+  std::uint64_t capacity_bytes = 0;               // device bytes the pages may hold
+  std::uint64_t host_budget_bytes = 0;            // host handles' bytes (OVERSUB_HOST_LIMIT)
+};
+
+struct residency_stats {
+  std::uint64_t pages = 0;               // live pages
+  std::uint64_t resident_bytes = 0;      // device memory held by pages (evicting included)
+  std::uint64_t peak_resident_bytes = 0;
+  std::uint64_t host_bytes = 0;          // host handles held
+  std::uint64_t peak_host_bytes = 0;
+  std::uint64_t evictions = 0;           // pages moved to the host
+  std::uint64_t clean_evictions = 0;     // ... of which without a copy
+  std::uint64_t fetches = 0;             // pages brought back
+  std::uint64_t bytes_to_host = 0;
+  std::uint64_t bytes_to_device = 0;
+  std::uint64_t waits = 0;               // host waits on an eviction to make room
+  std::uint64_t failures = 0;            // pages that could not be made resident
+};
+
+struct byte_range {
+  std::uintptr_t addr = 0;
+  std::size_t bytes = 0;
+};
+
+enum class residency_errc {
+  ok,
+  too_large,     // the ranges alone need more pages than the capacity holds
+  no_room,       // nothing could be evicted (all pinned) or the device refused
+  host_budget,   // evicting needed a host handle past the host budget
+  driver_error,  // a copy, mapping or event call failed (its CUresult is kept)
+};
+
+struct prepare_result {
+  residency_errc code = residency_errc::ok;
+  std::uint64_t needed_bytes = 0;  // too_large: the pages the ranges span
+  CUresult driver = CUDA_SUCCESS;
+  explicit operator bool() const { return code == residency_errc::ok; }
+};
+
+class residency_engine {
+ public:
+  explicit residency_engine(residency_config cfg);
+  ~residency_engine();
+  residency_engine(const residency_engine&) = delete;
+  residency_engine& operator=(const residency_engine&) = delete;
+
+  // The arena maps a new page at va (page-aligned, inside a reservation): device
+  // memory, making room first. False when no room can be made.
+  bool create_page(std::uintptr_t va);
+  // The page holds no live data any more (the arena's trim): release what backs it,
+  // after the copies under way. The caller knows no queued work uses it.
+  void destroy_page(std::uintptr_t va);
+  // True when va is a page of this engine.
+  bool owns_page(std::uintptr_t va) const;
+
+  // Before work on stream that uses ranges: make every page they touch resident and
+  // order the work after the fetches; the pages count as used (and written, when
+  // writes) by stream. Addresses outside the engine's pages are ignored. When stream
+  // is capturing nothing is moved (pages on the host are reached through their
+  // mapping). Never throws.
+  prepare_result prepare(std::span<const byte_range> ranges, CUstream stream, bool writes = true);
+  // Schedule-driven moves (policy/): start evicting, or start fetching, the pages of
+  // ranges, without making any stream wait. Pages in use by queued work are ordered
+  // after it. Returns false on a driver error or when room could not be made.
+  bool evict(std::span<const byte_range> ranges);
+  bool prefetch(std::span<const byte_range> ranges);
+
+  residency_stats stats() const;
+  std::uint64_t capacity_bytes() const { return cfg_.capacity_bytes; }
+
+ private:
+  enum class state : std::uint8_t { resident, evicting, on_host };
+  struct page {
+    state where = state::resident;
+    bool dirty = true;          // written since the host copy was made
+    bool host_current = false;  // the host handle holds the page's bytes
+    CUmemGenericAllocationHandle device = 0;
+    CUmemGenericAllocationHandle host = 0;
+    std::uintptr_t shadow = 0;  // where the host handle is mapped for copies
+    CUevent copy_done = nullptr;  // the last copy's event (eviction or fetch)
+    bool copy_pending = false;    // copy_done not known complete
+    std::uint64_t last_use = 0;   // LRU tick
+    std::uint64_t pinned = 0;     // == prepare epoch while pinned
+    std::vector<CUstream> users;  // streams that used it since it became resident
+  };
+
+  bool ensure_ready_locked();
+  page* find_locked(std::uintptr_t va);
+  std::vector<std::uintptr_t> pages_of(std::span<const byte_range> ranges) const;
+  CUresult make_room_locked(std::uint64_t bytes);
+  CUresult evict_begin_locked(std::uintptr_t va, page& p);
+  CUresult evict_finish_locked(std::uintptr_t va, page& p);
+  CUresult fetch_locked(std::uintptr_t va, page& p);
+  CUresult map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);
+  CUresult ensure_host_handle_locked(page& p);
+  CUresult order_after_users_locked(page& p, CUstream copy_stream);
+  CUevent stream_event_locked(CUstream s);
+
+  residency_config cfg_;
+  mutable std::mutex mutex_;
+  bool ready_ = false;
+  bool broken_ = false;
+  CUstream to_host_ = nullptr;
+  CUstream to_device_ = nullptr;
+  std::uintptr_t shadow_base_ = 0;
+  std::size_t shadow_bytes_ = 0;
+  std::vector<std::uintptr_t> free_shadow_;  // shadow slots given back
+  std::size_t shadow_next_ = 0;              // slots handed out so far
+  std::unordered_map<std::uintptr_t, page> pages_;  // by address
+  std::unordered_map<CUstream, CUevent> stream_events_;
+  std::uint64_t tick_ = 0;
+  std::uint64_t epoch_ = 1;  // pages start unpinned (pinned == 0)
+  residency_stats stats_;
+};
+
+}  // namespace oversub::pool
+
+#endif  // OVERSUB_POOL_RESIDENCY_H

@@ -1,0 +1,168 @@
+// The residency engine on simgpu (run with SIMGPU_RACE=abort: a copy or remap not
+// ordered after the work that used a page aborts the test): pages evicted to host
+// handles and fetched back keep their bytes, the device never holds more than the
+// capacity, an access we did not prepare reaches the host mapping, clean pages move
+// without a copy, and the limits are clean errors.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "pool/driver_api.h"
+#include "pool/residency.h"
+
+namespace oversub::pool {
+namespace {
+
+constexpr std::size_t kPage = std::size_t{2} << 20;
+
+class Residency : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { ASSERT_EQ(cudaFree(nullptr), cudaSuccess); }
+  void SetUp() override {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess);
+    CUdeviceptr base = 0;
+    ASSERT_EQ(driver().cuMemAddressReserve(&base, kPages * kPage, kPage, 0, 0), CUDA_SUCCESS);
+    base_ = base;
+  }
+  void TearDown() override {
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaStreamDestroy(s_);
+  }
+  std::uintptr_t va(std::size_t i) const { return base_ + i * kPage; }
+  void* ptr(std::size_t i) const { return reinterpret_cast<void*>(va(i)); }
+  CUstream cu() const { return reinterpret_cast<CUstream>(s_); }
+  prepare_result use(residency_engine& e, std::size_t i, bool writes = true) {
+    const byte_range r{va(i), kPage};
+    return e.prepare({&r, 1}, cu(), writes);
+  }
+  // Every byte of page i read back equals value.
+  void expect_bytes(std::size_t i, unsigned char value) {
+    std::vector<unsigned char> host(kPage);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), ptr(i), kPage, cudaMemcpyDeviceToHost, s_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+    for (std::size_t k = 0; k < kPage; k += 4099) {
+      ASSERT_EQ(host[k], value) << "page " << i << " byte " << k;
+    }
+    ASSERT_EQ(host[kPage - 1], value);
+  }
+  static constexpr std::size_t kPages = 16;
+  cudaStream_t s_ = nullptr;
+  std::uintptr_t base_ = 0;
+};
+
+residency_config config(std::size_t capacity_pages, std::size_t host_pages) {
+  residency_config c;
+  c.page_bytes = kPage;
+  c.capacity_bytes = capacity_pages * kPage;
+  c.host_budget_bytes = host_pages * kPage;
+  return c;
+}
+
+TEST_F(Residency, PagesSwappedOutAndBackKeepTheirBytes) {
+  residency_engine e(config(4, 16));
+  for (std::size_t i = 0; i < kPages; ++i) {
+    ASSERT_TRUE(e.create_page(va(i))) << i;
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), static_cast<int>(i + 1), kPage, s_), cudaSuccess);
+  }
+  for (std::size_t round = 0; round < 2; ++round) {
+    for (std::size_t i = 0; i < kPages; ++i) {
+      ASSERT_TRUE(use(e, i, false));
+      expect_bytes(i, static_cast<unsigned char>(i + 1));
+    }
+  }
+  const residency_stats st = e.stats();
+  EXPECT_LE(st.peak_resident_bytes, 4 * kPage);
+  EXPECT_GE(st.evictions, kPages - 4);
+  EXPECT_GE(st.fetches, kPages);
+  EXPECT_EQ(st.pages, kPages);
+  EXPECT_EQ(st.failures, 0u);
+}
+
+TEST_F(Residency, DeviceMemoryHeldStaysUnderTheCapacity) {
+  std::size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  residency_engine e(config(3, 16));
+  for (std::size_t i = 0; i < 10; ++i) {
+    ASSERT_TRUE(e.create_page(va(i)));
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), 9, kPage, s_), cudaSuccess);
+    std::size_t free_now = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_now, &total), cudaSuccess);
+    EXPECT_LE(free0 - free_now, 3 * kPage) << "after page " << i;
+  }
+}
+
+TEST_F(Residency, AnAccessWeDidNotPrepareReachesTheHostCopy) {
+  residency_engine e(config(2, 16));
+  for (std::size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(e.create_page(va(i)));
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x40 + static_cast<int>(i), kPage, s_), cudaSuccess);
+  }
+  // Pages 0 and 1 were evicted to make room: their addresses map host memory now.
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  expect_bytes(0, 0x40);
+  ASSERT_EQ(cudaMemsetAsync(ptr(1), 0x77, kPage, s_), cudaSuccess);  // unprepared write
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  ASSERT_TRUE(use(e, 1, false));  // fetched: the write made on the host comes along
+  expect_bytes(1, 0x77);
+}
+
+TEST_F(Residency, ACleanPageIsEvictedWithoutACopy) {
+  residency_engine e(config(1, 16));
+  ASSERT_TRUE(e.create_page(va(0)));
+  ASSERT_TRUE(use(e, 0));
+  ASSERT_EQ(cudaMemsetAsync(ptr(0), 3, kPage, s_), cudaSuccess);
+  ASSERT_TRUE(e.create_page(va(1)));  // evicts page 0 with a copy
+  ASSERT_TRUE(use(e, 0, false));      // fetched back, only read
+  const std::uint64_t copied = e.stats().bytes_to_host;
+  ASSERT_TRUE(use(e, 1));             // evicts page 0 again: clean
+  const residency_stats st = e.stats();
+  EXPECT_EQ(st.bytes_to_host, copied);
+  EXPECT_EQ(st.clean_evictions, 1u);
+  expect_bytes(0, 3);
+}
+
+TEST_F(Residency, ALaunchLargerThanTheCapacityIsRefusedAndMovesNothing) {
+  residency_engine e(config(2, 16));
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(e.create_page(va(i)));
+  const byte_range all{va(0), 3 * kPage};
+  const std::uint64_t fetches = e.stats().fetches;
+  const prepare_result r = e.prepare({&all, 1}, cu());
+  EXPECT_EQ(r.code, residency_errc::too_large);
+  EXPECT_EQ(r.needed_bytes, 3 * kPage);
+  EXPECT_EQ(e.stats().fetches, fetches);
+}
+
+TEST_F(Residency, TheHostBudgetIsACleanRefusal) {
+  residency_engine e(config(1, 1));
+  ASSERT_TRUE(e.create_page(va(0)));
+  ASSERT_TRUE(e.create_page(va(1)));   // page 0 to the host: the whole budget
+  EXPECT_FALSE(e.create_page(va(2)));  // page 1 would need a second host page
+  EXPECT_EQ(e.stats().host_bytes, kPage);
+}
+
+TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
+  residency_engine e(config(4, 16));
+  for (std::size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(e.create_page(va(i)));
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x10 + static_cast<int>(i), kPage, s_), cudaSuccess);
+  }
+  const byte_range two{va(0), 2 * kPage};
+  ASSERT_TRUE(e.evict({&two, 1}));
+  ASSERT_TRUE(e.create_page(va(4)));   // room from the eviction under way
+  ASSERT_TRUE(e.prefetch({&two, 1}));  // makes room by evicting pages 2-4 as needed
+  ASSERT_TRUE(use(e, 0, false));
+  ASSERT_TRUE(use(e, 1, false));
+  expect_bytes(0, 0x10);
+  expect_bytes(1, 0x11);
+  EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+}
+
+}  // namespace
+}  // namespace oversub::pool
