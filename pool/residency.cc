@@ -221,7 +221,7 @@ CUresult residency_engine::evict_begin_locked(std::uintptr_t va, page& p) {
     if (CUresult r = d.cuStreamWaitEvent(to_host_, p.copy_done, 0); r != CUDA_SUCCESS) return r;
   }
   if (CUresult r = order_after_users_locked(p, to_host_); r != CUDA_SUCCESS) return r;
-  const bool copy = p.dirty || !p.host_current;
+  const bool copy = !p.host_current || p.clean_epoch != write_epoch_;
   if (copy) {
     // The page's own address still maps its device memory: copy it to the host handle.
     if (CUresult r = d.cuMemcpyAsync(p.shadow, va, cfg_.page_bytes, to_host_); r != CUDA_SUCCESS) {
@@ -256,7 +256,7 @@ CUresult residency_engine::evict_finish_locked(std::uintptr_t va, page& p) {
   p.device = 0;
   p.where = state::on_host;
   p.host_current = true;
-  p.dirty = false;
+  p.clean_epoch = write_epoch_;
   p.users.clear();  // the wait above ordered the host after all of them
   stats_.resident_bytes -= cfg_.page_bytes;
   return CUDA_SUCCESS;
@@ -298,9 +298,7 @@ CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p) {
       p.copy_pending = false;
     }
     p.where = state::resident;
-    p.host_current = true;
-    p.dirty = false;
-    return CUDA_SUCCESS;
+    return CUDA_SUCCESS;  // the host copy is as current as the eviction made it
   }
   if (CUresult r = make_room_locked(cfg_.page_bytes); r != CUDA_SUCCESS) return r;
   // Unpredicted users of the host mapping (work we did not see use it) must be done
@@ -335,7 +333,7 @@ CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p) {
   p.copy_pending = true;
   p.where = state::resident;
   p.host_current = true;
-  p.dirty = false;
+  p.clean_epoch = write_epoch_;
   ++stats_.fetches;
   stats_.bytes_to_device += cfg_.page_bytes;
   return CUDA_SUCCESS;
@@ -363,6 +361,7 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
                                          bool writes) {
   std::lock_guard<std::mutex> lock(mutex_);
   prepare_result result;
+  if (writes) ++write_epoch_;
   if (!ready_ || pages_.empty()) return result;
   const std::vector<std::uintptr_t> wanted = pages_of(ranges);
   if (wanted.empty()) return result;
@@ -400,7 +399,6 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
     if (std::find(p.users.begin(), p.users.end(), stream) == p.users.end()) {
       p.users.push_back(stream);
     }
-    if (writes) p.dirty = true;
   }
   return result;
 }

@@ -21,9 +21,15 @@
 // handle, also mapped at a shadow address (one reserved range the size of the host
 // budget), where the copies read and write it. After a fetch it stays: the host copy is
 // current until the page is written, so a page fetched and not written since is evicted
-// with no copy (clean eviction). Launches are taken to write every page they use (CUDA
-// does not say which parameters a kernel writes), so clean evictions come from pages
-// only read by copies.
+// with no copy (clean eviction).
+//
+// Note [What counts as a write]: CUDA does not say which parameters a kernel writes,
+// and a kernel can write through a pointer it found in device memory, which no
+// argument scan sees. So every prepare() with writes (every launch, every copy or
+// memset into device memory) advances a write epoch, and a page is clean only when
+// no such work was prepared since its host copy was made: any launch anywhere may
+// have written it. Only reads we can see (copies out of it) keep it clean. Losing a
+// write is data loss; a needless copy is only time.
 //
 // Note [Ordering]: copies run on two streams of the engine's own (one per direction),
 // so compute never waits on a copy it does not need. An eviction's copy waits for an
@@ -113,8 +119,9 @@ class residency_engine {
   bool owns_page(std::uintptr_t va) const;
 
   // Before work on stream that uses ranges: make every page they touch resident and
-  // order the work after the fetches; the pages count as used (and written, when
-  // writes) by stream. Addresses outside the engine's pages are ignored. When stream
+  // order the work after the fetches; the pages count as used by stream, and with
+  // writes the write epoch advances (Note [What counts as a write]). Addresses
+  // outside the engine's pages are ignored. When stream
   // is capturing nothing is moved (pages on the host are reached through their
   // mapping). Never throws.
   prepare_result prepare(std::span<const byte_range> ranges, CUstream stream, bool writes = true);
@@ -131,8 +138,8 @@ class residency_engine {
   enum class state : std::uint8_t { resident, evicting, on_host };
   struct page {
     state where = state::resident;
-    bool dirty = true;          // written since the host copy was made
-    bool host_current = false;  // the host handle holds the page's bytes
+    bool host_current = false;     // the host handle held the bytes at clean_epoch
+    std::uint64_t clean_epoch = 0; // write epoch when the host copy was made
     CUmemGenericAllocationHandle device = 0;
     CUmemGenericAllocationHandle host = 0;
     std::uintptr_t shadow = 0;  // where the host handle is mapped for copies
@@ -168,6 +175,7 @@ class residency_engine {
   std::unordered_map<std::uintptr_t, page> pages_;  // by address
   std::unordered_map<CUstream, CUevent> stream_events_;
   std::uint64_t tick_ = 0;
+  std::uint64_t write_epoch_ = 1;  // Note [What counts as a write]
   std::uint64_t epoch_ = 1;  // pages start unpinned (pinned == 0)
   residency_stats stats_;
 };

@@ -120,10 +120,19 @@ TEST_F(Residency, ACleanPageIsEvictedWithoutACopy) {
   ASSERT_TRUE(e.create_page(va(1)));  // evicts page 0 with a copy
   ASSERT_TRUE(use(e, 0, false));      // fetched back, only read
   const std::uint64_t copied = e.stats().bytes_to_host;
-  ASSERT_TRUE(use(e, 1));             // evicts page 0 again: clean
-  const residency_stats st = e.stats();
+  ASSERT_TRUE(use(e, 1, false));      // evicts page 0 again: nothing wrote since
+  residency_stats st = e.stats();
   EXPECT_EQ(st.bytes_to_host, copied);
   EXPECT_EQ(st.clean_evictions, 1u);
+  expect_bytes(0, 3);
+  // Any work that may write (a launch anywhere) makes every page dirty again.
+  ASSERT_TRUE(use(e, 0, false));      // page 1 out, clean too
+  const byte_range elsewhere{0x1000, 256};  // not a page of the engine
+  ASSERT_TRUE(e.prepare({&elsewhere, 1}, cu(), true));
+  ASSERT_TRUE(use(e, 1, false));      // page 0 out: copied
+  st = e.stats();
+  EXPECT_EQ(st.clean_evictions, 2u);
+  EXPECT_EQ(st.bytes_to_host, copied + kPage);
   expect_bytes(0, 3);
 }
 
