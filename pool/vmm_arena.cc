@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "pool/driver_api.h"
+#include "pool/residency.h"
 
 namespace oversub::pool {
 
@@ -23,7 +24,19 @@ CUmemAllocationProp device_prop(int device) {
 
 }  // namespace
 
-vmm_arena::vmm_arena(vmm_arena_config cfg, stream_fences& f) : cfg_(cfg), fences_(f) {}
+// Note [Chunks as pages]: with a residency engine (swap mode) the arena keeps
+// deciding where blocks go and which chunks are needed, and the engine decides what
+// backs each chunk: it creates a chunk as a resident page (evicting others to stay
+// under its capacity) and swaps it out and in at the same address. r.chunks[i] then
+// holds engine_page instead of a handle. Every request goes through the ranges, so
+// every byte is on some page the engine can move.
+namespace {
+constexpr CUmemGenericAllocationHandle engine_page = ~CUmemGenericAllocationHandle{0};
+}  // namespace
+
+vmm_arena::vmm_arena(vmm_arena_config cfg, stream_fences& f) : cfg_(cfg), fences_(f) {
+  if (cfg_.pages != nullptr) cfg_.dedicated_threshold_bytes = ~std::size_t{0};
+}
 
 vmm_arena::~vmm_arena() {
   if (!driver_ready_) return;
@@ -33,7 +46,9 @@ vmm_arena::~vmm_arena() {
   const driver_table& d = driver();
   for (range& r : ranges_) {
     for (std::size_t i = 0; i < r.chunks.size(); ++i) {
-      if (r.chunks[i] != 0) {
+      if (r.chunks[i] == engine_page) {
+        cfg_.pages->destroy_page(r.base + i * granularity_);
+      } else if (r.chunks[i] != 0) {
         d.cuMemUnmap(r.base + i * granularity_, granularity_);
         d.cuMemRelease(r.chunks[i]);
       }
@@ -92,6 +107,13 @@ bool vmm_arena::add_range_locked(std::size_t min_bytes) {
 }
 
 bool vmm_arena::map_chunk_locked(range& r, std::size_t i) {
+  if (cfg_.pages != nullptr) {
+    if (!cfg_.pages->create_page(r.base + i * granularity_)) return false;
+    r.chunks[i] = engine_page;
+    stats_.mapped_bytes += granularity_;
+    stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, stats_.mapped_bytes);
+    return true;
+  }
   const driver_table& d = driver();
   const CUmemAllocationProp prop = device_prop(cfg_.device);
   CUmemGenericAllocationHandle h = 0;
@@ -116,9 +138,13 @@ bool vmm_arena::map_chunk_locked(range& r, std::size_t i) {
 }
 
 void vmm_arena::unmap_chunk_locked(range& r, std::size_t i) {
-  const driver_table& d = driver();
-  d.cuMemUnmap(r.base + i * granularity_, granularity_);
-  d.cuMemRelease(r.chunks[i]);
+  if (r.chunks[i] == engine_page) {
+    cfg_.pages->destroy_page(r.base + i * granularity_);
+  } else {
+    const driver_table& d = driver();
+    d.cuMemUnmap(r.base + i * granularity_, granularity_);
+    d.cuMemRelease(r.chunks[i]);
+  }
   r.chunks[i] = 0;
   stats_.mapped_bytes -= granularity_;
   ++stats_.trims;

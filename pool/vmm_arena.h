@@ -36,10 +36,16 @@
 
 namespace oversub::pool {
 
+class residency_engine;
+
 struct vmm_arena_config {
   int device = 0;
   std::size_t range_bytes = 0;                        // 0: the device's total memory
   std::size_t dedicated_threshold_bytes = 32u << 20;  // 32 MiB (OVERSUB_POOL_LARGE)
+  // OVERSUB_MODE=swap: every chunk is a page of this engine (device memory while
+  // resident, host memory while swapped out) and there are no dedicated mappings
+  // (Note [Chunks as pages]). Not owned.
+  residency_engine* pages = nullptr;
 };
 
 class vmm_arena final : public memory_resource {

@@ -12,6 +12,7 @@
 
 #include "pool/driver_api.h"
 #include "pool/residency.h"
+#include "pool/vmm_arena.h"
 
 namespace oversub::pool {
 namespace {
@@ -171,6 +172,41 @@ TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
   expect_bytes(0, 0x10);
   expect_bytes(1, 0x11);
   EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+}
+
+TEST_F(Residency, TheArenaOverTheEngineHoldsMoreThanTheCapacity) {
+  residency_engine e(config(4, 32));
+  vmm_arena_config ac;
+  ac.range_bytes = 64 << 20;
+  ac.pages = &e;
+  vmm_arena arena(ac);
+  constexpr std::size_t kBlock = 1536 * 1024;  // 1.5 MiB: blocks straddle pages
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) {
+    allocation_result r = arena.allocate(kBlock, cu());
+    ASSERT_TRUE(r) << i;
+    const byte_range br{reinterpret_cast<std::uintptr_t>(r.ptr), kBlock};
+    ASSERT_TRUE(e.prepare({&br, 1}, cu()));
+    ASSERT_EQ(cudaMemsetAsync(r.ptr, 0x20 + i, kBlock, s_), cudaSuccess);
+    blocks.push_back(r.ptr);
+  }
+  EXPECT_GT(arena.stats().used_bytes, 2 * e.capacity_bytes());
+  for (int i = 0; i < 16; ++i) {
+    const byte_range br{reinterpret_cast<std::uintptr_t>(blocks[i]), kBlock};
+    ASSERT_TRUE(e.prepare({&br, 1}, cu(), false));
+    std::vector<unsigned char> host(kBlock);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), blocks[i], kBlock, cudaMemcpyDeviceToHost, s_),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+    EXPECT_EQ(host.front(), 0x20 + i);
+    EXPECT_EQ(host.back(), 0x20 + i);
+  }
+  EXPECT_LE(e.stats().peak_resident_bytes, e.capacity_bytes());
+  for (void* b : blocks) arena.deallocate(b, kBlock, cu());
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  arena.trim();
+  EXPECT_EQ(e.stats().pages, 0u);
+  EXPECT_EQ(e.stats().host_bytes, 0u);
 }
 
 }  // namespace
