@@ -1,6 +1,7 @@
 // The per-device arenas and the pool's report section (see device_pool.h).
 #include "pool/device_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -21,12 +22,42 @@ namespace {
 
 constexpr int max_devices = 16;
 
+// Note [Swap capacity]: with OVERSUB_DEVICE_LIMIT the pages may hold the limit;
+// without it, the device's free memory when the engine starts less a headroom of
+// 1/16 of the device (at most 1 GiB) for what others allocate after us (cuBLAS
+// workspaces, the runtime's own buffers), rounded down to whole pages.
+std::uint64_t swap_capacity(const pool_settings& s) {
+  std::uint64_t bytes = s.swap_capacity_bytes;
+  if (bytes == 0) {
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    if (driver().cuMemGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS) {
+      const std::uint64_t headroom = std::min<std::uint64_t>(total_bytes / 16, std::uint64_t{1} << 30);
+      bytes = free_bytes > headroom ? free_bytes - headroom : 0;
+    }
+  }
+  constexpr std::uint64_t page = std::uint64_t{2} << 20;
+  return bytes / page * page;
+}
+
+std::unique_ptr<residency_engine> make_engine(int device, const pool_settings& s) {
+  if (!s.swap) return nullptr;
+  residency_config c;
+  c.device = device;
+  c.capacity_bytes = swap_capacity(s);
+  c.host_budget_bytes = s.host_budget_bytes;
+  return std::make_unique<residency_engine>(c);
+}
+
 struct device_state {
   explicit device_state(int device, const pool_settings& s)
-      : online(vmm_arena_config{device, 0, static_cast<std::size_t>(s.large_bytes)}) {
+      : engine(make_engine(device, s)),
+        online(vmm_arena_config{device, 0, static_cast<std::size_t>(s.large_bytes),
+                                engine.get()}) {
     if (s.planned) planned = std::make_unique<planned_region>(online);
   }
   memory_resource& front() { return planned ? static_cast<memory_resource&>(*planned) : online; }
+  std::unique_ptr<residency_engine> engine;  // swap mode; outlives the arena
   vmm_arena online;
   std::unique_ptr<planned_region> planned;
 };
@@ -76,6 +107,25 @@ bool report_section(std::string& json, std::string& text) {
         format_bytes(r.peak_mapped_bytes), format_bytes(r.used_bytes),
         format_bytes(r.peak_used_bytes), format_bytes(r.largest_free_bytes), r.live_blocks,
         r.grows, r.trims, r.syncs);
+    if (const std::optional<residency_stats> maybe_e =
+            s->engine ? s->engine->try_stats() : std::nullopt) {
+      const residency_stats& e = *maybe_e;
+      json += fmt::format(R"(,"swap":{{"capacity_bytes":{},"pages":{},"resident_bytes":{},)"
+                          R"("peak_resident_bytes":{},"host_bytes":{},"peak_host_bytes":{},)"
+                          R"("evictions":{},"clean_evictions":{},"fetches":{},)"
+                          R"("bytes_to_host":{},"bytes_to_device":{},"waits":{},"failures":{}}})",
+                          s->engine->capacity_bytes(), e.pages, e.resident_bytes,
+                          e.peak_resident_bytes, e.host_bytes, e.peak_host_bytes, e.evictions,
+                          e.clean_evictions, e.fetches, e.bytes_to_host, e.bytes_to_device,
+                          e.waits, e.failures);
+      text += fmt::format(
+          "oversub:   swap device {}: capacity {}  resident {} (peak {})  on host {} (peak {})  "
+          "evictions {} ({} clean)  fetches {}  to host {}  to device {}  waits {}  failures {}\n",
+          d, format_bytes(s->engine->capacity_bytes()), format_bytes(e.resident_bytes),
+          format_bytes(e.peak_resident_bytes), format_bytes(e.host_bytes),
+          format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.fetches,
+          format_bytes(e.bytes_to_host), format_bytes(e.bytes_to_device), e.waits, e.failures);
+    }
     if (s->planned) {
       const planned_stats p = s->planned->plan_stats();
       json += fmt::format(R"(,"planned":{{"learned":{},"iteration_allocations":{},)"
@@ -150,6 +200,36 @@ resource_stats device_stats(int device) {
 }
 
 void note_work(CUstream stream) noexcept { fences().note_work(stream); }
+
+namespace {
+residency_engine* engine_of(int device) {
+  device_state* s = device >= 0 && device < max_devices
+                        ? g_devices[device].load(std::memory_order_acquire)
+                        : nullptr;
+  return s == nullptr ? nullptr : s->engine.get();
+}
+}  // namespace
+
+prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
+                              bool writes) noexcept {
+  residency_engine* e = engine_of(device);
+  return e == nullptr ? prepare_result{} : e->prepare(ranges, stream, writes);
+}
+
+bool device_evict(int device, std::span<const byte_range> ranges) noexcept {
+  residency_engine* e = engine_of(device);
+  return e == nullptr || e->evict(ranges);
+}
+
+bool device_prefetch(int device, std::span<const byte_range> ranges) noexcept {
+  residency_engine* e = engine_of(device);
+  return e == nullptr || e->prefetch(ranges);
+}
+
+residency_stats device_residency(int device) {
+  residency_engine* e = engine_of(device);
+  return e == nullptr ? residency_stats{} : e->stats();
+}
 
 host_pool& pinned_host() {
   static host_pool* instance = new host_pool(host_pool_config{g_settings.host_budget_bytes});

@@ -1,14 +1,17 @@
 // device_pool: the pool as the interposer sees it (OVERSUB_MODE=pool and above).
-// One arena per device (online, or planned over online), the pinned host pool, the
-// stream fences, and the pool's section of the exit statistics. Plain calls with
+// One arena per device (online, or planned over online; in swap mode over a
+// residency engine), the pinned host pool, the stream fences, and the pool's section
+// of the exit statistics. Plain calls with
 // CUDA's driver types; the hooks translate runtime calls into these.
 #ifndef OVERSUB_POOL_DEVICE_POOL_H
 #define OVERSUB_POOL_DEVICE_POOL_H
 
 #include <cstdint>
+#include <span>
 
 #include "pool/host_pool.h"
 #include "pool/memory_resource.h"
+#include "pool/residency.h"
 
 namespace oversub::pool {
 
@@ -16,6 +19,10 @@ struct pool_settings {
   bool planned = false;                           // OVERSUB_POOL=planned
   std::uint64_t large_bytes = std::uint64_t{32} << 20;  // OVERSUB_POOL_LARGE
   std::uint64_t host_budget_bytes = 0;            // OVERSUB_HOST_LIMIT, resolved
+  bool swap = false;                              // OVERSUB_MODE=swap: pages move to the host
+  // Swap mode: device bytes the pages may hold (OVERSUB_DEVICE_LIMIT resolved);
+  // 0: the device's free memory at first use less a headroom (Note [Swap capacity]).
+  std::uint64_t swap_capacity_bytes = 0;
 };
 
 // Set once, before the first allocation (the interposer does it at first use).
@@ -37,6 +44,17 @@ resource_stats device_stats(int device);
 
 // Work enqueued on stream (launch, copy, memset, graph hooks).
 void note_work(CUstream stream) noexcept;
+
+// Swap mode: before work on stream that uses ranges of device's memory, make them
+// resident and order the work after their fetches (residency_engine::prepare).
+// Outside swap mode, or for memory that is not the pool's, ok and nothing moves.
+prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
+                              bool writes) noexcept;
+// Swap mode: schedule-driven moves of ranges of device's memory (no stream waits).
+bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
+bool device_prefetch(int device, std::span<const byte_range> ranges) noexcept;
+// Swap mode: the engine's figures (zeros otherwise).
+residency_stats device_residency(int device);
 
 // The pinned host pool (budget from configure()).
 host_pool& pinned_host();

@@ -434,4 +434,10 @@ residency_stats residency_engine::stats() const {
   return stats_;
 }
 
+std::optional<residency_stats> residency_engine::try_stats() const {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  return stats_;
+}
+
 }  // namespace oversub::pool

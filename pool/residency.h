@@ -54,6 +54,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -132,6 +133,8 @@ class residency_engine {
   bool prefetch(std::span<const byte_range> ranges);
 
   residency_stats stats() const;
+  // stats() unless the engine is locked (the exit report never blocks).
+  std::optional<residency_stats> try_stats() const;
   std::uint64_t capacity_bytes() const { return cfg_.capacity_bytes; }
 
  private:
