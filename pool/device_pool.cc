@@ -46,6 +46,7 @@ std::unique_ptr<residency_engine> make_engine(int device, const pool_settings& s
   c.device = device;
   c.capacity_bytes = swap_capacity(s);
   c.host_budget_bytes = s.host_budget_bytes;
+  c.clean_evictions = s.all_writes_seen;
   return std::make_unique<residency_engine>(c);
 }
 

@@ -23,6 +23,8 @@ struct pool_settings {
   // Swap mode: device bytes the pages may hold (OVERSUB_DEVICE_LIMIT resolved);
   // 0: the device's free memory at first use less a headroom (Note [Swap capacity]).
   std::uint64_t swap_capacity_bytes = 0;
+  // Swap mode: every write-capable call is seen (residency_config::clean_evictions).
+  bool all_writes_seen = false;
 };
 
 // Set once, before the first allocation (the interposer does it at first use).

@@ -221,7 +221,8 @@ CUresult residency_engine::evict_begin_locked(std::uintptr_t va, page& p) {
     if (CUresult r = d.cuStreamWaitEvent(to_host_, p.copy_done, 0); r != CUDA_SUCCESS) return r;
   }
   if (CUresult r = order_after_users_locked(p, to_host_); r != CUDA_SUCCESS) return r;
-  const bool copy = !p.host_current || p.clean_epoch != write_epoch_;
+  const bool copy =
+      !cfg_.clean_evictions || !p.host_current || p.clean_epoch != write_epoch_;
   if (copy) {
     // The page's own address still maps its device memory: copy it to the host handle.
     if (CUresult r = d.cuMemcpyAsync(p.shadow, va, cfg_.page_bytes, to_host_); r != CUDA_SUCCESS) {

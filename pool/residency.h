@@ -29,7 +29,10 @@
 // memset into device memory) advances a write epoch, and a page is clean only when
 // no such work was prepared since its host copy was made: any launch anywhere may
 // have written it. Only reads we can see (copies out of it) keep it clean. Losing a
-// write is data loss; a needless copy is only time.
+// write is data loss; a needless copy is only time. Work that never reaches
+// prepare() (a library launching through the driver API while only the runtime is
+// hooked) would break that, so clean evictions can be switched off
+// (residency_config::clean_evictions).
 //
 // Note [Ordering]: copies run on two streams of the engine's own (one per direction),
 // so compute never waits on a copy it does not need. An eviction's copy waits for an
@@ -66,6 +69,11 @@ struct residency_config {
   std::size_t page_bytes = std::size_t{2} << 20;  // the arena's granularity
   std::uint64_t capacity_bytes = 0;               // device bytes the pages may hold
   std::uint64_t host_budget_bytes = 0;            // host handles' bytes (OVERSUB_HOST_LIMIT)
+  // Evict pages nothing may have written since their host copy without copying them
+  // again. Only sound when every write-capable call reaches prepare(): the
+  // interposer turns it on only when it sees every launch and copy (Note [What
+  // counts as a write]).
+  bool clean_evictions = true;
 };
 
 struct residency_stats {
