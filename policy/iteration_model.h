@@ -1,0 +1,105 @@
+// iteration_model: the policy's input. One learned training iteration as the
+// sequence of its launches (kernels, in stream order) and the buffers they use.
+//
+// Plain C++ with no dependency: the profiler converts its profile into this struct,
+// tests and benchmarks build it from synthetic programs, and the schedule, its
+// checker and the simulator read it. Buffers are named by their index in
+// `buffers`; launches by their index in `launches` (the "launch index").
+//
+// Glossary
+// - long-lived buffer: exists across iterations (weights, optimizer state, a
+//   persistent gradient). Its content must survive from one iteration to the next.
+// - per-iteration buffer: allocated within the iteration and freed within it
+//   (activations, gradients of activations, workspaces). Its content is undefined
+//   until its first use and dead after its last use.
+// - use: a launch reads or writes (touches) the buffer; it must be resident on the
+//   device while the launch runs.
+#ifndef OVERSUB_POLICY_ITERATION_MODEL_H
+#define OVERSUB_POLICY_ITERATION_MODEL_H
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace oversub::policy {
+
+using buffer_id = std::uint32_t;
+
+// One buffer of the iteration.
+struct model_buffer {
+  std::size_t bytes = 0;
+  // True: lives across iterations; alloc_launch/free_launch are ignored.
+  bool long_lived = false;
+  // Per-iteration buffers: allocated before launch alloc_launch runs and freed after
+  // launch free_launch completes (alloc_launch <= free_launch). Every use lies in
+  // [alloc_launch, free_launch]. Note [Memory of a per-iteration buffer].
+  std::uint32_t alloc_launch = 0;
+  std::uint32_t free_launch = 0;
+};
+
+// One launch (kernel) of the iteration, in stream order.
+struct model_launch {
+  // How long it runs on a device with enough memory (ns), from the profile.
+  std::uint64_t duration_ns = 0;
+  // The buffers it reads or writes (each must be resident while it runs).
+  std::vector<buffer_id> uses;
+  // The buffers it writes, a subset of uses; meaningful only when writes_known
+  // (otherwise every used buffer counts as written, which is always safe).
+  std::vector<buffer_id> writes;
+  bool writes_known = false;
+};
+
+// One learned iteration.
+struct iteration_model {
+  std::vector<model_buffer> buffers;
+  std::vector<model_launch> launches;
+  // First launch of the backward half (for vdnn_all, which offloads activations
+  // after the forward half). Absent: the launch at which the per-iteration live
+  // bytes peak (the end of the forward pass in a training step). Note [Halves].
+  std::optional<std::uint32_t> backward_begin;
+};
+
+// Note [Memory of a per-iteration buffer]
+// A per-iteration buffer takes device memory from its first use (when it gets
+// content) to its last use (after which its content is dead). The framework may
+// hold the address longer ([alloc_launch, free_launch]), but the swap backend maps
+// memory behind it only while the content matters. peak_live_bytes (below) counts
+// the framework's view, [alloc_launch, free_launch], which is what a device with
+// enough memory needs.
+//
+// Note [Halves]
+// vDNN's rule is stated in layers: offload a layer's input after its forward, fetch
+// it back for its backward. In a launch sequence the forward/backward boundary is
+// where live activations peak; a profiler that knows better (the loss kernel) sets
+// backward_begin. An "activation" is then a per-iteration buffer used both before
+// and at-or-after the boundary.
+
+// Empty when the model is well formed; otherwise what is wrong (a buffer id out of
+// range, a use outside a per-iteration buffer's [alloc_launch, free_launch], a
+// write that is not a use, alloc_launch > free_launch or past the last launch).
+std::string validate_model(const iteration_model& model);
+
+// True when the launch writes the buffer (every use counts when writes are unknown).
+bool launch_writes(const model_launch& launch, buffer_id buffer);
+
+// The launch index at which the backward half begins (backward_begin or the peak
+// of per-iteration live bytes).
+std::uint32_t backward_begin_of(const iteration_model& model);
+
+// The most bytes live at any launch with enough memory: every long-lived buffer
+// plus the per-iteration buffers whose [alloc_launch, free_launch] contains it.
+std::size_t peak_live_bytes(const iteration_model& model);
+
+// The largest sum of bytes of one launch's distinct buffers, and that launch.
+struct largest_launch {
+  std::uint32_t launch = 0;
+  std::size_t bytes = 0;
+  std::size_t buffer_count = 0;
+};
+largest_launch largest_launch_footprint(const iteration_model& model);
+
+}  // namespace oversub::policy
+
+#endif  // OVERSUB_POLICY_ITERATION_MODEL_H

@@ -1,0 +1,168 @@
+// simulate: the virtual-time replay behind simulate() (policy/simulate.h).
+#include "policy/simulate.h"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+namespace oversub::policy {
+
+std::uint64_t unlimited_iteration_ns(const iteration_model& model, const cost_model& costs) {
+  std::uint64_t t = model.launches.empty() ? 0 : costs.launch_latency_ns;
+  for (const model_launch& l : model.launches) t += l.duration_ns;
+  return t;
+}
+
+std::uint64_t transfer_bound_ns(const iteration_model& model, std::size_t capacity_bytes,
+                                const cost_model& costs) {
+  const std::uint64_t unlimited = unlimited_iteration_ns(model, costs);
+  const std::size_t live = peak_live_bytes(model);
+  if (live <= capacity_bytes) return unlimited;
+  const double bw = std::min(costs.h2d_bytes_per_s, costs.d2h_bytes_per_s);
+  if (bw <= 0) return unlimited;
+  const auto link = static_cast<std::uint64_t>(
+      static_cast<double>(live - capacity_bytes) * 1e9 / bw + 0.5);
+  return std::max(unlimited, link);
+}
+
+namespace {
+
+// Releases the schedule counted on that may not have happened yet in real time.
+class pending_releases {
+ public:
+  void add(std::uint64_t at_ns, std::size_t bytes) {
+    by_time_.emplace(at_ns, bytes);
+    total_ += bytes;
+  }
+  // Forget releases done by `ns` (all later queries start at or after it).
+  void prune(std::uint64_t ns) {
+    while (!by_time_.empty() && by_time_.begin()->first <= ns) {
+      total_ -= by_time_.begin()->second;
+      by_time_.erase(by_time_.begin());
+    }
+  }
+  // The earliest time >= from_ns at which the bytes still pending are <= slack.
+  std::uint64_t when_at_most(std::uint64_t from_ns, std::size_t slack) const {
+    std::uint64_t t = from_ns;
+    std::size_t pending = total_;
+    for (const auto& [at, bytes] : by_time_) {
+      if (at <= t) {
+        pending -= bytes;
+        continue;
+      }
+      if (pending <= slack) break;
+      t = at;
+      pending -= bytes;
+    }
+    return t;
+  }
+
+ private:
+  std::multimap<std::uint64_t, std::size_t> by_time_;
+  std::size_t total_ = 0;
+};
+
+class replay {
+ public:
+  replay(const iteration_model& model, const schedule& plan, const cost_model& costs)
+      : model_(model), plan_(plan), costs_(costs), ready_(model.buffers.size(), 0),
+        out_done_(model.buffers.size(), 0) {}
+
+  simulation run() {
+    compute_free_ = model_.launches.empty() ? 0 : costs_.launch_latency_ns;
+    for (buffer_id b : plan_.resident_at_start) used_ += model_.buffers[b].bytes;
+    result_.peak_device_bytes = used_;
+    for (const evict_action& e : plan_.evict_at_start) compute_free_ += evict(e, 0);
+    for (std::size_t i = 0; i < model_.launches.size(); ++i) {
+      std::uint64_t paging_ns = 0;
+      for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f);
+      const model_launch& launch = model_.launches[i];
+      std::uint64_t start = compute_free_ + paging_ns;
+      for (buffer_id b : launch.uses) start = std::max(start, ready_[b]);
+      compute_free_ = start + launch.duration_ns;
+      for (const evict_action& e : plan_.launches[i].evict_after) {
+        compute_free_ += evict(e, compute_free_);
+      }
+    }
+    for (const fetch_action& f : plan_.end_fetches) compute_free_ += fetch(f);
+    result_.iteration_ns = std::max({compute_free_, h2d_free_, d2h_free_});
+    const std::uint64_t unlimited = unlimited_iteration_ns(model_, costs_);
+    result_.stall_ns = result_.iteration_ns > unlimited ? result_.iteration_ns - unlimited : 0;
+    return result_;
+  }
+
+ private:
+  // Issues a fetch; returns the time it adds to the compute stream (demand paging).
+  std::uint64_t fetch(const fetch_action& f) {
+    const std::size_t bytes = model_.buffers[f.buffer].bytes;
+    if (used_ + bytes > plan_.capacity_bytes && result_.error.empty()) {
+      result_.error = "fetch of buffer " + std::to_string(f.buffer) + " exceeds the capacity";
+    }
+    const std::size_t slack =
+        plan_.capacity_bytes >= used_ + bytes ? plan_.capacity_bytes - used_ - bytes : 0;
+    used_ += bytes;
+    result_.peak_device_bytes = std::max(result_.peak_device_bytes, used_);
+    if (plan_.demand_paged) {
+      ready_[f.buffer] = 0;
+      if (!f.copy_in) return 0;
+      result_.h2d_bytes += bytes;
+      ++result_.h2d_copies;
+      return costs_.fault_in_ns(bytes);
+    }
+    pending_.prune(std::min(h2d_free_, compute_free_));
+    if (!f.copy_in) {
+      ready_[f.buffer] = pending_.when_at_most(compute_free_, slack);
+      return 0;
+    }
+    const std::uint64_t from = std::max(h2d_free_, out_done_[f.buffer]);
+    const std::uint64_t start = pending_.when_at_most(from, slack);
+    h2d_free_ = start + costs_.h2d_ns(bytes);
+    ready_[f.buffer] = h2d_free_;
+    result_.h2d_bytes += bytes;
+    ++result_.h2d_copies;
+    return 0;
+  }
+
+  // Evicts after a launch that ends at `after_ns`; returns the time it adds to the
+  // compute stream (demand paging).
+  std::uint64_t evict(const evict_action& e, std::uint64_t after_ns) {
+    const std::size_t bytes = model_.buffers[e.buffer].bytes;
+    used_ -= bytes;
+    if (plan_.demand_paged) {
+      if (!e.copy_out) return 0;
+      result_.d2h_bytes += bytes;
+      ++result_.d2h_copies;
+      return costs_.fault_out_ns(bytes);
+    }
+    std::uint64_t release = std::max(after_ns, ready_[e.buffer]);
+    if (e.copy_out) {
+      const std::uint64_t start = std::max(d2h_free_, release);
+      d2h_free_ = start + costs_.d2h_ns(bytes);
+      out_done_[e.buffer] = d2h_free_;
+      release = d2h_free_;
+      result_.d2h_bytes += bytes;
+      ++result_.d2h_copies;
+    }
+    pending_.add(release, bytes);
+    return 0;
+  }
+
+  const iteration_model& model_;
+  const schedule& plan_;
+  const cost_model& costs_;
+  std::vector<std::uint64_t> ready_;     // when the buffer's last fetch completes
+  std::vector<std::uint64_t> out_done_;  // when its last copy out completes
+  pending_releases pending_;
+  std::uint64_t compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0;
+  std::size_t used_ = 0;
+  simulation result_;
+};
+
+}  // namespace
+
+simulation simulate(const iteration_model& model, const schedule& plan,
+                    const cost_model& costs) {
+  return replay(model, plan, costs).run();
+}
+
+}  // namespace oversub::policy

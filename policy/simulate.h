@@ -1,0 +1,69 @@
+// simulate: a what-if replay of one iteration under a schedule, in virtual time.
+// A compute stream runs the launches in order; one host-to-device and one
+// device-to-host copy stream run the schedule's copies in schedule order; events
+// order a launch after the fetches of its own buffers, a copy out after the launch
+// it follows, and a fetch after the device memory it needs has been released.
+// This is what the residency benchmark and `oversub simulate` / `tune-batch` use.
+//
+// Note [Virtual time model]
+// - The host runs ahead (it is never the bottleneck): a fetch may start as soon as
+//   its copy stream is free, the buffer's own copy out (if any) is done, and the
+//   memory is there; the device memory in use at any real time is at most the
+//   schedule's logical usage plus the releases it counted on that are not done yet.
+// - A copy takes copy_setup_ns + bytes / bandwidth; one copy at a time per direction.
+// - A launch starts when the previous launch ended and its buffers' fetches are
+//   done; it runs duration_ns. launch_latency_ns is paid once, at the start.
+// - An eviction releases memory when its copy out ends (or, without a copy, when
+//   the launch it follows ends and any fetch of the buffer still in flight ends).
+// - The iteration ends when the compute and both copy streams are idle (the next
+//   iteration starts from the schedule's start state).
+//
+// Note [Demand paging cost]
+// For demand_paged schedules (um_naive) nothing overlaps: a launch first services
+// the faults of its fetches (cost_model::fault_in_ns: one managed_fault_ns per
+// managed page, or per buffer without demand paging, plus the transfer) and the
+// migrations back of the evictions that made room (fault_out_ns), then runs. A
+// first touch of a per-iteration buffer costs nothing: a caching allocator hands
+// the framework pages already on the device (the most favourable reading for the
+// baseline).
+#ifndef OVERSUB_POLICY_SIMULATE_H
+#define OVERSUB_POLICY_SIMULATE_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "policy/cost_model.h"
+#include "policy/iteration_model.h"
+#include "policy/schedule.h"
+
+namespace oversub::policy {
+
+struct simulation {
+  std::uint64_t iteration_ns = 0;     // start to all streams idle
+  std::uint64_t stall_ns = 0;         // iteration_ns minus unlimited_iteration_ns
+  std::uint64_t h2d_bytes = 0;        // copied (or migrated) host to device
+  std::uint64_t d2h_bytes = 0;        // copied (or migrated) device to host
+  std::uint64_t h2d_copies = 0;
+  std::uint64_t d2h_copies = 0;
+  std::size_t peak_device_bytes = 0;  // the most device bytes in the schedule's order
+  std::string error;                  // non-empty: the schedule broke the capacity
+};
+
+// The iteration time with enough memory: launch latency plus every duration, ns.
+std::uint64_t unlimited_iteration_ns(const iteration_model& model, const cost_model& costs);
+
+// The lower bound for any schedule: max(T_unlimited, (peak_live - capacity) / the
+// slower direction's bandwidth), ns. What does not fit must leave and come back,
+// one direction at a time per byte.
+std::uint64_t transfer_bound_ns(const iteration_model& model, std::size_t capacity_bytes,
+                                const cost_model& costs);
+
+// Replays `plan` (for `model`) in virtual time. The schedule should pass
+// check_schedule; one that exceeds its capacity is reported in `error`.
+simulation simulate(const iteration_model& model, const schedule& plan,
+                    const cost_model& costs);
+
+}  // namespace oversub::policy
+
+#endif  // OVERSUB_POLICY_SIMULATE_H

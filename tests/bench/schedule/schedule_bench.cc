@@ -1,0 +1,109 @@
+// schedule_bench: the residency policies in the what-if simulator, on VGG-like and
+// ResNet-like synthetic iterations at 1.5x, 3x and 10x oversubscription, with the
+// H100-PCIe and Titan X device models. Prints a markdown table (virtual time, not a
+// timed test) and which of issue 7's goals hold:
+// - cost within 1.15x of the transfer bound at every point;
+// - where the bound is T_unlimited, cost at most 1.10x T_unlimited;
+// - cost faster than vdnn-all, lru and um-naive at every point.
+// Usage: schedule_bench [--batch N] (default 32). Exit status 0 even when a goal
+// fails: the table is the result.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "policy/schedule.h"
+#include "policy/simulate.h"
+#include "synthetic_iterations.h"
+
+namespace {
+
+using namespace oversub::policy;
+
+double gb(std::uint64_t bytes) { return static_cast<double>(bytes) / 1e9; }
+
+struct goal_tally {
+  int points = 0, within_bound = 0, hidden_points = 0, hidden_ok = 0, fastest = 0;
+  std::vector<std::string> misses;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int batch = 32;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--batch") == 0) batch = std::atoi(argv[i + 1]);
+  }
+  const policy_kind policies[] = {policy_kind::cost, policy_kind::vdnn_all, policy_kind::lru,
+                                  policy_kind::um_naive};
+  goal_tally tally;
+  std::printf("| device | network | oversub | T_unlimited ms | bound / T_unl | policy | "
+              "time / T_unl | time / bound | H2D GB | D2H GB | peak device GB | capacity GB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const char* device_name : {"h100-pcie", "titanx-maxwell"}) {
+    const synthetic::device_figures device = synthetic::read_device_model(device_name);
+    for (const char* network : {"vgg-like", "resnet-like"}) {
+      const iteration_model m = std::strcmp(network, "vgg-like") == 0
+                                    ? synthetic::vgg_like(device, batch)
+                                    : synthetic::resnet_like(device, batch);
+      const double unlimited = static_cast<double>(unlimited_iteration_ns(m, device.costs));
+      for (double ratio : {1.5, 3.0, 10.0}) {
+        const auto cap = static_cast<std::size_t>(static_cast<double>(peak_live_bytes(m)) / ratio);
+        const double bound = static_cast<double>(transfer_bound_ns(m, cap, device.costs));
+        double cost_ns = 0, best_other_ns = 1e300;
+        for (policy_kind kind : policies) {
+          const schedule_result r = plan_schedule(m, cap, device.costs, kind);
+          if (!r.ok()) {
+            std::printf("| %s | %s | %.1fx | | | %s | error: %s |\n", device_name, network, ratio,
+                        std::string(policy_name(kind)).c_str(), r.error.c_str());
+            continue;
+          }
+          const simulation s = simulate(m, r.value, device.costs);
+          const double t = static_cast<double>(s.iteration_ns);
+          if (kind == policy_kind::cost) {
+            cost_ns = t;
+          } else if (t < best_other_ns) {
+            best_other_ns = t;
+          }
+          std::printf("| %s | %s | %.1fx | %.1f | %.2f | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                      device.name.c_str(), network, ratio, unlimited / 1e6, bound / unlimited,
+                      std::string(policy_name(kind)).c_str(), t / unlimited, t / bound,
+                      gb(s.h2d_bytes), gb(s.d2h_bytes), gb(s.peak_device_bytes), gb(cap));
+        }
+        const std::string point = std::string(device_name) + " " + network + " " +
+                                  std::to_string(ratio).substr(0, 4) + "x";
+        ++tally.points;
+        if (cost_ns <= 1.15 * bound) {
+          ++tally.within_bound;
+        } else {
+          tally.misses.push_back(point + ": cost " + std::to_string(cost_ns / bound).substr(0, 4) +
+                                 "x the bound");
+        }
+        if (bound == unlimited) {
+          ++tally.hidden_points;
+          if (cost_ns <= 1.10 * unlimited) {
+            ++tally.hidden_ok;
+          } else {
+            tally.misses.push_back(point + ": cost " + std::to_string(cost_ns / unlimited).substr(0, 4) +
+                                   "x T_unlimited where the bound is T_unlimited");
+          }
+        }
+        if (cost_ns < best_other_ns) {
+          ++tally.fastest;
+        } else {
+          tally.misses.push_back(point + ": a baseline is as fast as cost");
+        }
+      }
+    }
+  }
+  std::printf("\nGoals (batch %d):\n", batch);
+  std::printf("- cost within 1.15x of the transfer bound: %d of %d points\n", tally.within_bound,
+              tally.points);
+  std::printf("- cost <= 1.10x T_unlimited where the bound is T_unlimited: %d of %d points\n",
+              tally.hidden_ok, tally.hidden_points);
+  std::printf("- cost faster than vdnn-all, lru and um-naive: %d of %d points\n", tally.fastest,
+              tally.points);
+  for (const std::string& miss : tally.misses) std::printf("  - miss: %s\n", miss.c_str());
+  return 0;
+}

@@ -1,0 +1,141 @@
+// Tests of the what-if simulator: exact virtual times on hand-built schedules
+// (a fetch waits for the memory a copy out releases; demand paging charges faults),
+// the transfer bound, and the policies' order on VGG-like and ResNet-like
+// iterations: cost is never slower than vdnn-all, lru or um-naive.
+#include "policy/simulate.h"
+
+#include <gtest/gtest.h>
+
+#include "policy/schedule_check.h"
+#include "synthetic_iterations.h"
+
+namespace oversub::policy {
+namespace {
+
+// 1 byte per ns each way, no setup cost, no launch latency: times are byte counts.
+cost_model byte_per_ns() {
+  cost_model c;
+  c.h2d_bytes_per_s = c.d2h_bytes_per_s = 1e9;
+  return c;
+}
+
+TEST(Simulate, UnlimitedIsLatencyPlusDurations) {
+  iteration_model m;
+  m.buffers = {{10, true, 0, 0}};
+  m.launches = {{300, {0}, {}, false}, {700, {0}, {}, false}};
+  cost_model c = byte_per_ns();
+  c.launch_latency_ns = 50;
+  EXPECT_EQ(unlimited_iteration_ns(m, c), 1050u);
+  EXPECT_EQ(unlimited_iteration_ns(iteration_model{}, c), 0u);
+}
+
+TEST(Simulate, TransferBound) {
+  iteration_model m;
+  m.buffers = {{1000, true, 0, 0}, {3000, false, 0, 1}};
+  m.launches = {{100, {0, 1}, {}, false}, {100, {1}, {}, false}};
+  cost_model c = byte_per_ns();
+  c.d2h_bytes_per_s = 0.5e9;  // the slower direction counts
+  EXPECT_EQ(peak_live_bytes(m), 4000u);
+  EXPECT_EQ(transfer_bound_ns(m, 4000, c), 200u);            // fits: T_unlimited
+  EXPECT_EQ(transfer_bound_ns(m, 3000, c), 2000u);           // 1000 bytes at 0.5 B/ns
+  EXPECT_EQ(transfer_bound_ns(m, 3950, c), 200u);            // 100 ns of link < compute
+}
+
+// A (per-iteration, 100 bytes) is written, copied out, and read again at launch 2;
+// B (long-lived, read-only, 100 bytes) is read at launch 1. Capacity 100: B's
+// fetch waits for A's copy out to release the memory, A's fetch back for B's
+// release after launch 1.
+TEST(Simulate, FetchWaitsForTheMemoryACopyOutReleases) {
+  iteration_model m;
+  m.buffers = {{100, false, 0, 2}, {100, true, 0, 0}};
+  m.launches = {{10, {0}, {0}, true}, {20, {1}, {}, true}, {30, {0}, {}, true}};
+  schedule s;
+  s.capacity_bytes = 100;
+  s.planned_peak_bytes = 100;
+  s.launches.resize(3);
+  s.launches[0].fetch_before = {{0, false}};
+  s.launches[0].evict_after = {{0, true}};
+  s.launches[1].fetch_before = {{1, true}};
+  s.launches[1].evict_after = {{1, false}};
+  s.launches[2].fetch_before = {{0, true}};
+  s.launches[2].evict_after = {{0, false}};
+  ASSERT_EQ(check_schedule(m, s), "");
+  const simulation r = simulate(m, s, byte_per_ns());
+  // A: 0-10; copy out 10-110; B in 110-210; launch 1 210-230; A in 230-330;
+  // launch 2 330-360.
+  EXPECT_EQ(r.iteration_ns, 360u);
+  EXPECT_EQ(r.stall_ns, 300u);
+  EXPECT_EQ(r.h2d_bytes, 200u);
+  EXPECT_EQ(r.d2h_bytes, 100u);
+  EXPECT_EQ(r.peak_device_bytes, 100u);
+  EXPECT_EQ(r.error, "");
+
+  // With room for both, B's fetch overlaps launch 0 and A stays: 0-10, 100-120 (B
+  // arrives at 100), 120-150.
+  schedule roomy = s;
+  roomy.capacity_bytes = roomy.planned_peak_bytes = 200;
+  roomy.launches[0].evict_after.clear();
+  roomy.launches[2].fetch_before.clear();
+  roomy.launches[0].fetch_before.push_back({1, true});
+  roomy.launches[1].fetch_before.clear();
+  ASSERT_EQ(check_schedule(m, roomy), "");
+  EXPECT_EQ(simulate(m, roomy, byte_per_ns()).iteration_ns, 150u);
+
+  schedule over = roomy;
+  over.capacity_bytes = 150;
+  EXPECT_NE(simulate(m, over, byte_per_ns()).error, "");
+}
+
+TEST(Simulate, DemandPagingChargesFaultsToTheLaunch) {
+  iteration_model m;
+  m.buffers = {{1 << 20, true, 0, 0}};
+  m.launches = {{1000, {0}, {}, true}};
+  cost_model c = byte_per_ns();
+  c.managed_fault_ns = 20000;
+  c.managed_page_bytes = 64 << 10;
+  const schedule_result r = plan_schedule(m, 1 << 19, c, policy_kind::um_naive);
+  ASSERT_FALSE(r.ok());  // the launch alone does not fit
+  const schedule_result fits = plan_schedule(m, 1 << 20, c, policy_kind::um_naive);
+  ASSERT_TRUE(fits.ok()) << fits.error;
+  // Steady state keeps it resident: nothing faults.
+  EXPECT_EQ(simulate(m, fits.value, c).iteration_ns, 1000u);
+  schedule cold = fits.value;  // start with it on the host and end there
+  cold.resident_at_start.clear();
+  cold.launches[0].fetch_before = {{0, true}};
+  cold.launches[0].evict_after = {{0, true}};
+  ASSERT_EQ(check_schedule(m, cold), "");
+  // 16 faults of 20 us, 1 MiB in at 1 B/ns, the launch, 1 MiB back out.
+  EXPECT_EQ(simulate(m, cold, c).iteration_ns, 16u * 20000 + (1u << 20) + 1000 + (1u << 20));
+  c.demand_paging = false;  // Maxwell: one fault for the whole buffer
+  EXPECT_EQ(simulate(m, cold, c).iteration_ns, 20000u + (1u << 20) + 1000 + (1u << 20));
+}
+
+// cost against each baseline, on both networks, both devices, every ratio.
+TEST(Simulate, CostIsNeverSlowerThanTheBaselines) {
+  for (const char* name : {"h100-pcie", "titanx-maxwell"}) {
+    const auto device = synthetic::read_device_model(name);
+    const iteration_model models[] = {synthetic::vgg_like(device, 16),
+                                      synthetic::resnet_like(device, 16)};
+    for (std::size_t k = 0; k < 2; ++k) {
+      const iteration_model& m = models[k];
+      for (double ratio : {1.5, 3.0, 10.0}) {
+        const auto cap = static_cast<std::size_t>(static_cast<double>(peak_live_bytes(m)) / ratio);
+        const std::string what = std::string(name) + (k == 0 ? " vgg " : " resnet ") +
+                                 std::to_string(ratio);
+        const schedule_result cost = plan_schedule(m, cap, device.costs, policy_kind::cost);
+        ASSERT_TRUE(cost.ok()) << what << cost.error;
+        const simulation c = simulate(m, cost.value, device.costs);
+        EXPECT_GE(c.iteration_ns, transfer_bound_ns(m, cap, device.costs)) << what;
+        for (policy_kind other : {policy_kind::vdnn_all, policy_kind::lru, policy_kind::um_naive}) {
+          const schedule_result o = plan_schedule(m, cap, device.costs, other);
+          ASSERT_TRUE(o.ok()) << what << o.error;
+          const simulation s = simulate(m, o.value, device.costs);
+          EXPECT_LE(c.iteration_ns, s.iteration_ns) << what << " vs " << policy_name(other);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace oversub::policy
