@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "policy/cost_model.h"
 #include "policy/iteration_model.h"
@@ -47,6 +48,7 @@ struct simulation {
   std::uint64_t h2d_copies = 0;
   std::uint64_t d2h_copies = 0;
   std::size_t peak_device_bytes = 0;  // the most device bytes in the schedule's order
+  std::vector<std::uint64_t> launch_end_ns;  // when each launch ends
   std::string error;                  // non-empty: the schedule broke the capacity
 };
 

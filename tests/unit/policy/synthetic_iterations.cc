@@ -208,7 +208,7 @@ iteration_model resnet_like(const device_figures& device, int batch) {
     double flops;
   };
   std::vector<conv> convs;  // every weighted layer, forward order
-  auto fwd_conv = [&](const tensor& in, std::size_t c, std::size_t px, std::size_t k) {
+  auto fwd_conv = [&](const tensor in, std::size_t c, std::size_t px, std::size_t k) {  // by value: convs grows
     const tensor out = act(c, px);
     const std::size_t wbytes = in.channels * c * k * k * fp32;
     const double flops = 2.0 * n * px * px * in.channels * c * k * k;
