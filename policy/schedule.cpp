@@ -79,8 +79,9 @@ struct buffer_state {
 class planner {
  public:
   planner(const iteration_model& model, const use_index& uses, std::size_t capacity,
-          const cost_model& costs, policy_kind kind)
-      : model_(model), uses_(uses), capacity_(capacity), costs_(costs), kind_(kind) {
+          const cost_model& costs, policy_kind kind, std::uint32_t prefetch_distance)
+      : model_(model), uses_(uses), capacity_(capacity), costs_(costs), kind_(kind),
+        prefetch_distance_(prefetch_distance) {
     if (kind_ == policy_kind::vdnn_all) plan_vdnn();
     if (kind_ == policy_kind::cost) plan_headroom();
   }
@@ -109,6 +110,7 @@ class planner {
   std::size_t capacity_;
   const cost_model& costs_;
   policy_kind kind_;
+  std::uint32_t prefetch_distance_;  // 0: as far as capacity allows
 
   std::vector<buffer_state> st_;
   std::set<std::pair<std::int64_t, buffer_id>> victims_;  // ascending key
@@ -278,7 +280,9 @@ std::int64_t planner::headroom(std::int64_t now, std::int64_t upto) const {
 void planner::prefetch_cost(std::int64_t now) {
   const std::int64_t n = static_cast<std::int64_t>(uses_.launch_uses.size());
   cursor_ = std::max(cursor_, now);
-  while (cursor_ < now + n - 1) {
+  std::int64_t horizon = now + n - 1;
+  if (prefetch_distance_ > 0) horizon = std::min<std::int64_t>(horizon, now + prefetch_distance_);
+  while (cursor_ < horizon) {
     const std::int64_t p = cursor_ + 1;
     const bool next_iteration = p >= n;
     for (buffer_id b : uses_.launch_uses[static_cast<std::size_t>(p % n)]) {
@@ -438,7 +442,8 @@ std::size_t planner::replayed_peak(const schedule& plan) const {
 }  // namespace
 
 schedule_result plan_schedule(const iteration_model& model, std::size_t capacity_bytes,
-                              const cost_model& costs, policy_kind kind) {
+                              const cost_model& costs, policy_kind kind,
+                              std::uint32_t prefetch_distance_launches) {
   schedule_result result;
   result.error = validate_model(model);
   if (!result.ok()) return result;
@@ -451,7 +456,7 @@ schedule_result plan_schedule(const iteration_model& model, std::size_t capacity
     return result;
   }
   const use_index uses(model);
-  planner plan(model, uses, capacity_bytes, costs, kind);
+  planner plan(model, uses, capacity_bytes, costs, kind, prefetch_distance_launches);
   plan.run({}, false);
   const std::vector<buffer_id> start = plan.resident_long_lived();
   result.value = plan.run(start, true);

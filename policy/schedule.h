@@ -92,10 +92,13 @@ struct schedule_result {
 
 // Plans one iteration. capacity_bytes: device bytes the schedule may use. An
 // invalid model, or a launch whose own buffers exceed the capacity, gives an error
-// naming the launch and the figures. Runs in O(uses log buffers) for cost (10,000
-// launches in a few milliseconds).
+// naming the launch and the figures. prefetch_distance_launches (cost only; the
+// OVERSUB_PREFETCH setting): 0 prefetches as far ahead as capacity allows (up to
+// one iteration), k > 0 no further than k launches ahead. Runs in
+// O(uses log buffers) for cost (10,000 launches in tens of milliseconds).
 schedule_result plan_schedule(const iteration_model& model, std::size_t capacity_bytes,
-                              const cost_model& costs, policy_kind kind);
+                              const cost_model& costs, policy_kind kind,
+                              std::uint32_t prefetch_distance_launches = 0);
 
 }  // namespace oversub::policy
 

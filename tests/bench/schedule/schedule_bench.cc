@@ -5,8 +5,19 @@
 // - cost within 1.15x of the transfer bound at every point;
 // - where the bound is T_unlimited, cost at most 1.10x T_unlimited;
 // - cost faster than vdnn-all, lru and um-naive at every point.
+// Also printed: a phase estimate, max(T_forward, X / d2h) + max(T_backward,
+// X / h2d) with X = peak_live - capacity (Note [Phase estimate]).
 // Usage: schedule_bench [--batch N] (default 32). Exit status 0 even when a goal
 // fails: the table is the result.
+//
+// Note [Phase estimate]
+// The transfer bound lets copies out and copies in overlap for the whole
+// iteration. In a training step the bytes that do not fit at the peak (the end of
+// the forward pass) are activations written during the forward pass: they must
+// leave before the peak and come back after it, so the forward half cannot end
+// before X / d2h bandwidth and the backward half not before X / h2d. It is an
+// estimate, not a bound: clean long-lived data can leave without a copy.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,8 +34,21 @@ using namespace oversub::policy;
 
 double gb(std::uint64_t bytes) { return static_cast<double>(bytes) / 1e9; }
 
+// Note [Phase estimate], ns.
+double phase_estimate_ns(const iteration_model& m, std::size_t cap, const cost_model& c) {
+  const std::uint32_t boundary = backward_begin_of(m);
+  double before = static_cast<double>(c.launch_latency_ns), after = 0;
+  for (std::size_t i = 0; i < m.launches.size(); ++i) {
+    (i < boundary ? before : after) += static_cast<double>(m.launches[i].duration_ns);
+  }
+  const std::size_t live = peak_live_bytes(m);
+  const double x = live > cap ? static_cast<double>(live - cap) : 0.0;
+  return std::max(before, x * 1e9 / c.d2h_bytes_per_s) + std::max(after, x * 1e9 / c.h2d_bytes_per_s);
+}
+
 struct goal_tally {
   int points = 0, within_bound = 0, hidden_points = 0, hidden_ok = 0, fastest = 0;
+  double worst_vs_phase = 0;
   std::vector<std::string> misses;
 };
 
@@ -38,9 +62,10 @@ int main(int argc, char** argv) {
   const policy_kind policies[] = {policy_kind::cost, policy_kind::vdnn_all, policy_kind::lru,
                                   policy_kind::um_naive};
   goal_tally tally;
-  std::printf("| device | network | oversub | T_unlimited ms | bound / T_unl | policy | "
-              "time / T_unl | time / bound | H2D GB | D2H GB | peak device GB | capacity GB |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| device | network | oversub | T_unlimited ms | bound / T_unl | phase est / T_unl | "
+              "policy | time / T_unl | time / bound | H2D GB | D2H GB | peak device GB | "
+              "capacity GB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const char* device_name : {"h100-pcie", "titanx-maxwell"}) {
     const synthetic::device_figures device = synthetic::read_device_model(device_name);
     for (const char* network : {"vgg-like", "resnet-like"}) {
@@ -51,6 +76,7 @@ int main(int argc, char** argv) {
       for (double ratio : {1.5, 3.0, 10.0}) {
         const auto cap = static_cast<std::size_t>(static_cast<double>(peak_live_bytes(m)) / ratio);
         const double bound = static_cast<double>(transfer_bound_ns(m, cap, device.costs));
+        const double phase = phase_estimate_ns(m, cap, device.costs);
         double cost_ns = 0, best_other_ns = 1e300;
         for (policy_kind kind : policies) {
           const schedule_result r = plan_schedule(m, cap, device.costs, kind);
@@ -66,14 +92,17 @@ int main(int argc, char** argv) {
           } else if (t < best_other_ns) {
             best_other_ns = t;
           }
-          std::printf("| %s | %s | %.1fx | %.1f | %.2f | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+          std::printf("| %s | %s | %.1fx | %.1f | %.2f | %.2f | %s | %.2f | %.2f | %.2f | %.2f | "
+                      "%.2f | %.2f |\n",
                       device.name.c_str(), network, ratio, unlimited / 1e6, bound / unlimited,
-                      std::string(policy_name(kind)).c_str(), t / unlimited, t / bound,
+                      phase / unlimited, std::string(policy_name(kind)).c_str(), t / unlimited,
+                      t / bound,
                       gb(s.h2d_bytes), gb(s.d2h_bytes), gb(s.peak_device_bytes), gb(cap));
         }
         const std::string point = std::string(device_name) + " " + network + " " +
                                   std::to_string(ratio).substr(0, 4) + "x";
         ++tally.points;
+        tally.worst_vs_phase = std::max(tally.worst_vs_phase, cost_ns / phase);
         if (cost_ns <= 1.15 * bound) {
           ++tally.within_bound;
         } else {
@@ -104,6 +133,8 @@ int main(int argc, char** argv) {
               tally.hidden_ok, tally.hidden_points);
   std::printf("- cost faster than vdnn-all, lru and um-naive: %d of %d points\n", tally.fastest,
               tally.points);
+  std::printf("- (not a goal) cost at most %.2fx the phase estimate at every point\n",
+              tally.worst_vs_phase);
   for (const std::string& miss : tally.misses) std::printf("  - miss: %s\n", miss.c_str());
   return 0;
 }

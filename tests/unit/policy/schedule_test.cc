@@ -213,6 +213,35 @@ TEST(Schedule, CheckerRejectsBrokenSchedules) {
   EXPECT_NE(check_schedule(m, moved), "");
 }
 
+// A fixed prefetch distance: no fetch is issued more than k launches before its
+// use, and the schedule stays valid; far prefetch (0) hides more than distance 1.
+TEST(Schedule, PrefetchDistanceBoundsHowEarlyFetchesStart) {
+  const auto device = synthetic::read_device_model("titanx-maxwell");
+  const iteration_model m = synthetic::resnet_like(device, 8);
+  const auto cap = static_cast<std::size_t>(static_cast<double>(peak_live_bytes(m)) / 3.0);
+  for (std::uint32_t k : {1u, 4u}) {
+    const schedule_result r = plan_schedule(m, cap, device.costs, policy_kind::cost, k);
+    ASSERT_TRUE(r.ok()) << r.error;
+    ASSERT_EQ(check_schedule(m, r.value), "");
+    for (std::size_t i = 0; i < m.launches.size(); ++i) {
+      for (const fetch_action& f : r.value.launches[i].fetch_before) {
+        // The fetched buffer is used within k launches (or at the next
+        // iteration's start, for the last launches).
+        bool used_soon = false;
+        for (std::size_t j = i; j <= i + k; ++j) {
+          const auto& uses = m.launches[j % m.launches.size()].uses;
+          used_soon |= std::find(uses.begin(), uses.end(), f.buffer) != uses.end();
+        }
+        EXPECT_TRUE(used_soon) << "fetch of " << f.buffer << " before launch " << i;
+      }
+    }
+  }
+  const auto near = plan_schedule(m, cap, device.costs, policy_kind::cost, 1);
+  const auto far = plan_schedule(m, cap, device.costs, policy_kind::cost);
+  EXPECT_LT(simulate(m, far.value, device.costs).iteration_ns,
+            simulate(m, near.value, device.costs).iteration_ns);
+}
+
 TEST(Schedule, CostPlansTenThousandLaunchesWellUnderASecond) {
   const auto device = synthetic::read_device_model("h100-pcie");
   const iteration_model m = synthetic::random_layered(11, 3400);
