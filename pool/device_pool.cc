@@ -232,6 +232,11 @@ residency_stats device_residency(int device) {
   return e == nullptr ? residency_stats{} : e->stats();
 }
 
+std::uint64_t device_residency_capacity(int device) noexcept {
+  residency_engine* e = engine_of(device);
+  return e == nullptr ? 0 : e->capacity_bytes();
+}
+
 host_pool& pinned_host() {
   static host_pool* instance = new host_pool(host_pool_config{g_settings.host_budget_bytes});
   return *instance;

@@ -55,8 +55,9 @@ prepare_result device_prepare(int device, std::span<const byte_range> ranges, CU
 // Swap mode: schedule-driven moves of ranges of device's memory (no stream waits).
 bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
 bool device_prefetch(int device, std::span<const byte_range> ranges) noexcept;
-// Swap mode: the engine's figures (zeros otherwise).
+// Swap mode: the engine's figures and capacity (zeros otherwise).
 residency_stats device_residency(int device);
+std::uint64_t device_residency_capacity(int device) noexcept;
 
 // The pinned host pool (budget from configure()).
 host_pool& pinned_host();

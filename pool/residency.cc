@@ -132,11 +132,14 @@ void residency_engine::destroy_page(std::uintptr_t va) {
   --stats_.pages;
 }
 
-std::vector<std::uintptr_t> residency_engine::pages_of(std::span<const byte_range> ranges) const {
+// The engine's pages under the required (or, with optional, the optional) ranges,
+// sorted, each once.
+std::vector<std::uintptr_t> residency_engine::pages_of(std::span<const byte_range> ranges,
+                                                       bool optional) const {
   std::vector<std::uintptr_t> out;
   const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
   for (const byte_range& r : ranges) {
-    if (r.bytes == 0) continue;
+    if (r.bytes == 0 || r.optional != optional) continue;
     for (std::uintptr_t a = r.addr & mask; a < r.addr + r.bytes; a += cfg_.page_bytes) {
       if (pages_.count(a) != 0) out.push_back(a);
     }
@@ -364,13 +367,23 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
   prepare_result result;
   if (writes) ++write_epoch_;
   if (!ready_ || pages_.empty()) return result;
-  const std::vector<std::uintptr_t> wanted = pages_of(ranges);
-  if (wanted.empty()) return result;
+  std::vector<std::uintptr_t> wanted = pages_of(ranges);
   result.needed_bytes = wanted.size() * cfg_.page_bytes;
   if (result.needed_bytes > cfg_.capacity_bytes) {
     result.code = residency_errc::too_large;
     return result;
   }
+  // Note [Windows into large allocations]: optional pages while they fit.
+  const std::size_t room = cfg_.capacity_bytes / cfg_.page_bytes;
+  for (std::uintptr_t va : pages_of(ranges, true)) {
+    if (wanted.size() >= room) break;
+    if (!std::binary_search(wanted.begin(), wanted.begin() + static_cast<std::ptrdiff_t>(
+                                                                  result.needed_bytes / cfg_.page_bytes),
+                            va)) {
+      wanted.push_back(va);
+    }
+  }
+  if (wanted.empty()) return result;
   if (capturing(stream)) return result;  // nothing may be enqueued for us now
   const driver_table& d = driver();
   const unpin_at_exit unpin{epoch_};

@@ -42,6 +42,14 @@
 // copy in and makes the consuming stream wait on the copy's event (cuStreamWaitEvent);
 // later users on other streams wait on it too until it is known complete.
 //
+// Note [Windows into large allocations]: a framework's caching allocator hands out
+// tensors inside segments of 20 MiB or more, and the argument scan finds the
+// segment, not the tensor. Making whole segments resident for each launch would
+// need more than the capacity, so the hooks ask for a window from the argument word
+// on, as an optional range: fetched when it fits, otherwise left on the host, where
+// the kernel still reaches it (Note [An unpredicted access is slow, not a crash]).
+// Only the required ranges can make prepare() fail with too_large.
+//
 // Note [Making room]: pages being prepared for the current launch are pinned. To fit
 // a page the engine first finishes evictions already under way (oldest first), then
 // evicts the least recently used unpinned resident page. A launch whose own pages
@@ -94,6 +102,10 @@ struct residency_stats {
 struct byte_range {
   std::uintptr_t addr = 0;
   std::size_t bytes = 0;
+  // Best effort (Note [Windows into large allocations]): made resident only while
+  // the capacity allows once the required ranges are; the rest stays reachable
+  // through the host mapping.
+  bool optional = false;
 };
 
 enum class residency_errc {
@@ -163,7 +175,8 @@ class residency_engine {
 
   bool ensure_ready_locked();
   page* find_locked(std::uintptr_t va);
-  std::vector<std::uintptr_t> pages_of(std::span<const byte_range> ranges) const;
+  std::vector<std::uintptr_t> pages_of(std::span<const byte_range> ranges,
+                                       bool optional = false) const;
   CUresult make_room_locked(std::uint64_t bytes);
   CUresult evict_begin_locked(std::uintptr_t va, page& p);
   CUresult evict_finish_locked(std::uintptr_t va, page& p);
