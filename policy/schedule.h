@@ -67,6 +67,9 @@ struct launch_actions {
 // present) and ends in that same state: after the last launch it evicts what is
 // not in the set and fetches what is (end_fetches). The set is the state in which a
 // first planning pass over the iteration ended, so the end is usually already there.
+// For cost, when a second pass from that state evicts buffers before its first
+// launch, a third pass plans from the set without them, and the simulator keeps the
+// faster of the two.
 // The device copies of resident_at_start are taken as newer than the host's (an
 // eviction copies them out), which is safe whatever the last iteration wrote.
 struct schedule {
