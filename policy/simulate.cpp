@@ -66,11 +66,15 @@ class replay {
  public:
   replay(const iteration_model& model, const schedule& plan, const cost_model& costs)
       : model_(model), plan_(plan), costs_(costs), ready_(model.buffers.size(), 0),
-        out_done_(model.buffers.size(), 0) {}
+        out_done_(model.buffers.size(), 0), taken_at_(model.buffers.size(), 0),
+        resident_(model.buffers.size(), false) {}
 
   simulation run() {
     compute_free_ = model_.launches.empty() ? 0 : costs_.launch_latency_ns;
-    for (buffer_id b : plan_.resident_at_start) used_ += model_.buffers[b].bytes;
+    for (buffer_id b : plan_.resident_at_start) {
+      used_ += model_.buffers[b].bytes;
+      resident_[b] = true;
+    }
     result_.peak_device_bytes = used_;
     for (const evict_action& e : plan_.evict_at_start) compute_free_ += evict(e, 0);
     for (std::size_t i = 0; i < model_.launches.size(); ++i) {
@@ -89,6 +93,10 @@ class replay {
     result_.iteration_ns = std::max({compute_free_, h2d_free_, d2h_free_});
     const std::uint64_t unlimited = unlimited_iteration_ns(model_, costs_);
     result_.stall_ns = result_.iteration_ns > unlimited ? result_.iteration_ns - unlimited : 0;
+    for (buffer_id b = 0; b < resident_.size(); ++b) {
+      if (resident_[b]) hold(b, result_.iteration_ns);
+    }
+    result_.peak_device_bytes_in_time = peak_in_time();
     return result_;
   }
 
@@ -103,8 +111,10 @@ class replay {
         plan_.capacity_bytes >= used_ + bytes ? plan_.capacity_bytes - used_ - bytes : 0;
     used_ += bytes;
     result_.peak_device_bytes = std::max(result_.peak_device_bytes, used_);
+    resident_[f.buffer] = true;
     if (plan_.demand_paged) {
       ready_[f.buffer] = 0;
+      taken_at_[f.buffer] = compute_free_;
       if (!f.copy_in) return 0;
       result_.h2d_bytes += bytes;
       ++result_.h2d_copies;
@@ -113,10 +123,12 @@ class replay {
     pending_.prune(std::min(h2d_free_, compute_free_));
     if (!f.copy_in) {
       ready_[f.buffer] = pending_.when_at_most(compute_free_, slack);
+      taken_at_[f.buffer] = ready_[f.buffer];
       return 0;
     }
     const std::uint64_t from = std::max(h2d_free_, out_done_[f.buffer]);
     const std::uint64_t start = pending_.when_at_most(from, slack);
+    taken_at_[f.buffer] = start;
     h2d_free_ = start + costs_.h2d_ns(bytes);
     ready_[f.buffer] = h2d_free_;
     result_.h2d_bytes += bytes;
@@ -129,7 +141,9 @@ class replay {
   std::uint64_t evict(const evict_action& e, std::uint64_t after_ns) {
     const std::size_t bytes = model_.buffers[e.buffer].bytes;
     used_ -= bytes;
+    resident_[e.buffer] = false;
     if (plan_.demand_paged) {
+      hold(e.buffer, after_ns);
       if (!e.copy_out) return 0;
       result_.d2h_bytes += bytes;
       ++result_.d2h_copies;
@@ -145,7 +159,26 @@ class replay {
       ++result_.d2h_copies;
     }
     pending_.add(release, bytes);
+    hold(e.buffer, release);
     return 0;
+  }
+
+  // Records that b held its device memory from taken_at_[b] to release_ns.
+  void hold(buffer_id b, std::uint64_t release_ns) {
+    const auto bytes = static_cast<std::int64_t>(model_.buffers[b].bytes);
+    holds_.push_back({taken_at_[b], bytes});
+    holds_.push_back({std::max(release_ns, taken_at_[b]), -bytes});
+  }
+
+  // The most bytes held at one instant (a release at t frees memory for a take at t).
+  std::size_t peak_in_time() {
+    std::sort(holds_.begin(), holds_.end());
+    std::int64_t held = 0, peak = 0;
+    for (const auto& [at, delta] : holds_) {
+      held += delta;
+      peak = std::max(peak, held);
+    }
+    return static_cast<std::size_t>(peak);
   }
 
   const iteration_model& model_;
@@ -155,6 +188,9 @@ class replay {
   std::vector<std::uint64_t> out_done_;  // when its last copy out completes
   pending_releases pending_;
   std::uint64_t compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0;
+  std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
+  std::vector<bool> resident_;
+  std::vector<std::pair<std::uint64_t, std::int64_t>> holds_;  // (time, +-bytes)
   std::size_t used_ = 0;
   simulation result_;
 };

@@ -48,6 +48,10 @@ struct simulation {
   std::uint64_t h2d_copies = 0;
   std::uint64_t d2h_copies = 0;
   std::size_t peak_device_bytes = 0;  // the most device bytes in the schedule's order
+  // The most device bytes held at one instant of virtual time (a fetch holds memory
+  // from its copy's start, an eviction until its copy out ends); never above the
+  // capacity for a valid schedule (Note [Virtual time model]).
+  std::size_t peak_device_bytes_in_time = 0;
   std::vector<std::uint64_t> launch_end_ns;  // when each launch ends
   std::string error;                  // non-empty: the schedule broke the capacity
 };

@@ -36,6 +36,7 @@ void expect_valid(const iteration_model& m, std::size_t cap, const cost_model& c
   const simulation s = simulate(m, r.value, costs);
   EXPECT_EQ(s.error, "") << what;
   EXPECT_LE(s.peak_device_bytes, cap) << what;
+  EXPECT_LE(s.peak_device_bytes_in_time, cap) << what;
   EXPECT_GE(s.iteration_ns, unlimited_iteration_ns(m, costs)) << what;
 }
 
@@ -254,7 +255,7 @@ TEST(Schedule, CostPlansTenThousandLaunchesWellUnderASecond) {
   ASSERT_TRUE(r.ok()) << r.error;
   EXPECT_EQ(check_schedule(m, r.value), "");
   RecordProperty("plan_seconds", std::to_string(seconds));
-  EXPECT_LT(seconds, 0.5) << m.launches.size() << " launches";
+  EXPECT_LT(seconds, 1.0) << m.launches.size() << " launches";  // about 0.08 s in a debug build
 }
 
 }  // namespace
