@@ -104,6 +104,45 @@ TEST(Schedule, LaunchAloneOverCapacityIsAClearError) {
   }
 }
 
+TEST(Schedule, EdgeCases) {
+  const auto device = synthetic::read_device_model("h100-pcie");
+  for (policy_kind kind : all_policies) {
+    const schedule_result empty = plan_schedule(iteration_model{}, 0, device.costs, kind);
+    ASSERT_TRUE(empty.ok()) << empty.error;
+    EXPECT_TRUE(empty.value.launches.empty());
+    EXPECT_EQ(simulate(iteration_model{}, empty.value, device.costs).iteration_ns, 0u);
+
+    // A long-lived buffer nobody uses, one used by every launch, capacity exactly
+    // the largest launch.
+    iteration_model m;
+    m.buffers = {{1000, true, 0, 0}, {600, true, 0, 0}, {400, false, 1, 2}, {400, false, 2, 3}};
+    m.launches = {{100, {1}, {}, false}, {100, {1, 2}, {2}, true},
+                  {100, {1, 2, 3}, {3}, true}, {100, {1, 3}, {1}, true}};
+    const schedule_result r = plan_schedule(m, 1400, device.costs, kind);
+    ASSERT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(check_schedule(m, r.value), "") << policy_name(kind);
+  }
+}
+
+// Without backward_begin the boundary is where per-iteration bytes peak; vdnn-all
+// still offloads the activations and stays valid.
+TEST(Schedule, BoundaryFromThePeakOfLiveBytes) {
+  const auto device = synthetic::read_device_model("titanx-maxwell");
+  iteration_model m = synthetic::vgg_like(device, 8, 4);
+  const std::uint32_t marked = *m.backward_begin;
+  m.backward_begin.reset();
+  const std::uint32_t found = backward_begin_of(m);
+  // At or a few launches after the loss (gradients appear before the last
+  // activations die), well before the middle of the backward pass.
+  EXPECT_GE(found, marked);
+  EXPECT_LT(found, marked + (m.launches.size() - marked) / 4) << m.launches.size();
+  const auto cap = static_cast<std::size_t>(static_cast<double>(peak_live_bytes(m)) / 3.0);
+  const schedule_result r = plan_schedule(m, cap, device.costs, policy_kind::vdnn_all);
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(check_schedule(m, r.value), "");
+  EXPECT_GT(simulate(m, r.value, device.costs).d2h_bytes, 0u);
+}
+
 TEST(Schedule, InvalidModelIsAnError) {
   iteration_model m;
   m.buffers.push_back({100, false, 0, 1});
