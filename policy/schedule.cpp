@@ -478,6 +478,12 @@ schedule_result plan_schedule(const iteration_model& model, std::size_t capacity
       result.value = std::move(smaller);
     }
   }
+  if (result.value.planned_peak_bytes > capacity_bytes) {
+    // Cannot happen when every launch fits (demand can always evict the rest); kept
+    // so that a planner bug is an error, never a schedule past the capacity.
+    result.error = "internal: planned " + gib(result.value.planned_peak_bytes) +
+                   " over the capacity of " + gib(capacity_bytes);
+  }
   return result;
 }
 

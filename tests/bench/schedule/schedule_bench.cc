@@ -52,7 +52,8 @@ double phase_estimate_ns(const iteration_model& m, std::size_t cap, const cost_m
   }
   const std::size_t live = peak_live_bytes(m);
   const double x = live > cap ? static_cast<double>(live - cap) : 0.0;
-  return std::max(before, x * 1e9 / c.d2h_bytes_per_s) + std::max(after, x * 1e9 / c.h2d_bytes_per_s);
+  return std::max(before, x * 1e9 / c.d2h_bytes_per_s) +
+         std::max(after, x * 1e9 / c.h2d_bytes_per_s);
 }
 
 struct goal_tally {
@@ -170,9 +171,11 @@ int main(int argc, char** argv) {
               tally.hidden_ok, tally.hidden_points);
   std::printf("- cost faster than vdnn-all, lru and um-naive: %d of %d points\n", tally.fastest,
               tally.points);
-  std::printf("- schedule-driven um >= 3x faster than um-naive at 3x: %d of %d points\n", tally.um_ok,
-              tally.um_points);
-  for (const std::string& r : tally.um_ratios) std::printf("  - um-naive / schedule, %s\n", r.c_str());
+  std::printf("- schedule-driven um >= 3x faster than um-naive at 3x: %d of %d points\n",
+              tally.um_ok, tally.um_points);
+  for (const std::string& r : tally.um_ratios) {
+    std::printf("  - um-naive / schedule, %s\n", r.c_str());
+  }
   std::printf("- (not a goal) cost at most %.2fx the phase estimate at every point\n",
               tally.worst_vs_phase);
   for (const std::string& miss : tally.misses) std::printf("  - miss: %s\n", miss.c_str());

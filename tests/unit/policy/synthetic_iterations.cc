@@ -208,7 +208,8 @@ iteration_model resnet_like(const device_figures& device, int batch) {
     double flops;
   };
   std::vector<conv> convs;  // every weighted layer, forward order
-  auto fwd_conv = [&](const tensor in, std::size_t c, std::size_t px, std::size_t k) {  // by value: convs grows
+  // `in` by value: convs grows while it is in use.
+  auto fwd_conv = [&](const tensor in, std::size_t c, std::size_t px, std::size_t k) {
     const tensor out = act(c, px);
     const std::size_t wbytes = in.channels * c * k * k * fp32;
     const double flops = 2.0 * n * px * px * in.channels * c * k * k;
@@ -312,7 +313,8 @@ iteration_model random_layered(std::uint32_t seed, int layers) {
     auto& in = inputs[static_cast<std::size_t>(k)];
     in.push_back(acts.back());
     if (k > 2 && chance(0.35)) {
-      const buffer_id skip = acts[std::uniform_int_distribution<std::size_t>(0, acts.size() - 2)(rng)];
+      std::uniform_int_distribution<std::size_t> earlier(0, acts.size() - 2);
+      const buffer_id skip = acts[earlier(rng)];
       if (skip != in[0]) in.push_back(skip);
     }
     const std::size_t wbytes = log_uniform(16 << 10, 8 << 20);
