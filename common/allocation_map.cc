@@ -42,4 +42,23 @@ const allocation* allocation_map::find(std::uintptr_t address) const {
   return it->second.contains(address) ? &it->second : nullptr;
 }
 
+std::size_t allocation_map::scan(const std::uint64_t* words, std::size_t count,
+                                 std::uint64_t* bases) const {
+  if (by_base_.empty()) return 0;
+  const std::uintptr_t lo = by_base_.begin()->first;
+  const allocation& last = by_base_.rbegin()->second;
+  const std::uintptr_t hi = last.base + last.bytes;
+  std::size_t found = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t w = words[i];
+    if (w < lo || w >= hi) continue;
+    const allocation* a = find(w);
+    if (a == nullptr) continue;
+    bool seen = false;
+    for (std::size_t j = 0; j < found && !seen; ++j) seen = bases[j] == a->base;
+    if (!seen) bases[found++] = a->base;
+  }
+  return found;
+}
+
 }  // namespace oversub

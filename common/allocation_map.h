@@ -51,6 +51,13 @@ class allocation_map {
   // The allocation containing address, or null. Valid until the next change.
   const allocation* find(std::uintptr_t address) const;
 
+  // Note [Scanning argument words]: for each word that lies inside a live
+  // allocation, that allocation's base, each base written once to bases (room for
+  // count); returns how many. Words outside [lowest base, highest end) are
+  // rejected with two compares, so scalars (sizes, floats, flags) cost almost
+  // nothing; the rest is one tree lookup each.
+  std::size_t scan(const std::uint64_t* words, std::size_t count, std::uint64_t* bases) const;
+
   std::size_t size() const { return by_base_.size(); }
   bool empty() const { return by_base_.empty(); }
 

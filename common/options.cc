@@ -258,6 +258,19 @@ bool parse_stats(std::string_view text, stats_format& out) {
   return true;
 }
 
+bool parse_count(std::string_view text, std::uint64_t& out) {
+  std::string_view s = trim(text);
+  if (s.empty() || s.size() > 7) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (v > 1'000'000) return false;
+  out = v;
+  return true;
+}
+
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> row(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;

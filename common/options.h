@@ -77,6 +77,10 @@ struct config {
   bool verbose = false;
   stats_format stats = stats_format::none;
   std::string stats_file;  // empty: stderr. "%p" is replaced by the pid.
+  std::string profile_out;        // non-empty: profile (mode >= track), write here
+  std::string iteration_marker;   // kernel-name substring starting an iteration
+  std::uint64_t profile_iterations = 0;  // write the profile after this many; 0: at exit
+  std::string profile_in;         // a profile to load at start (validated)
 };
 
 // X(NAME, field, parser, default, accepted forms, doc). NAME is the part after
@@ -108,7 +112,21 @@ struct config {
   X(STATS, stats, parse_stats, "0", "0 | 1 | json",                                 \
     "print statistics at exit (1: text, json: one JSON object on one line)")        \
   X(STATS_FILE, stats_file, parse_path, "", "a file path (%p is replaced by the pid)",\
-    "append the exit statistics to this file instead of stderr")
+    "append the exit statistics to this file instead of stderr")                  \
+  X(PROFILE_OUT, profile_out, parse_path, "",                                       \
+    "a file path (%p is replaced by the pid)",                                      \
+    "profile the run (any mode but off) and write the learned iteration there "     \
+    "(docs/profile-format.md)")                                                     \
+  X(ITERATION_MARKER, iteration_marker, parse_path, "",                             \
+    "a substring of a kernel name",                                                 \
+    "profiling: an iteration begins at each launch of a kernel whose name contains " \
+    "it (default: found from the repeating launch sequence)")                       \
+  X(PROFILE_ITERATIONS, profile_iterations, parse_count, "0",                       \
+    "0 | a number of iterations (at most 1000000)",                                 \
+    "profiling: write the profile once this many iterations are seen (0: at exit)") \
+  X(PROFILE_IN, profile_in, parse_path, "", "a file path",                          \
+    "a profile to load at start; a corrupt or foreign one is refused with a warning " \
+    "and the run goes on without it")
 
 // Value parsers: true and out set when text is an accepted form.
 bool parse_mode(std::string_view text, run_mode& out);
@@ -120,6 +138,7 @@ bool parse_log_level(std::string_view text, log::level& out);
 bool parse_path(std::string_view text, std::string& out);
 bool parse_bool(std::string_view text, bool& out);
 bool parse_stats(std::string_view text, stats_format& out);
+bool parse_count(std::string_view text, std::uint64_t& out);
 
 // A size with an optional unit: B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB (binary
 // for the bare letter and *iB, decimal for *B), case-insensitive, fractional

@@ -59,6 +59,10 @@ class tracker {
   // The allocation containing address.
   std::optional<allocation> find(std::uintptr_t address) const;
 
+  // The bases of the live allocations the words point into, under one lock
+  // (allocation_map::scan; the profiler's argument scanning).
+  std::size_t scan(const std::uint64_t* words, std::size_t count, std::uint64_t* bases) const;
+
   struct memory_info {
     std::uint64_t free_bytes = 0;
     std::uint64_t total_bytes = 0;

@@ -10,6 +10,7 @@
 
 #include "interpose/hook_table.h"
 #include "interpose/pool_hooks.h"
+#include "interpose/profile_hooks.h"
 #include "interpose/real.h"
 
 namespace oversub::interpose {
@@ -22,6 +23,10 @@ cudaError_t handle(hook_tag<Base>, hook_id id, A... args) noexcept {
   if constexpr (family == hook_family::launch || family == hook_family::copy ||
                 family == hook_family::memset || family == hook_family::graph) {
     note_stream_work(id, args...);
+    profile_before<Base>(args...);
+    const cudaError_t rc = call_real<Base>(id, args...);
+    profile_after();
+    return rc;
   }
   return call_real<Base>(id, args...);
 }

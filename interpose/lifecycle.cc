@@ -23,6 +23,7 @@
 #include "common/options.h"
 #include "common/stats.h"
 #include "interpose/real.h"
+#include "profiler/session.h"
 
 namespace oversub::interpose {
 
@@ -54,6 +55,7 @@ process_state initialise() noexcept {
     stats::set_entry_points(hook_names, hook_count);
     ::pthread_atfork(nullptr, nullptr, &on_fork_child);
     if (cfg.verbose) print_configuration(cfg);
+    if (!cfg.profile_in.empty()) profiler::load_input(cfg.profile_in);
     return wanted;
   }
   return expected;

@@ -80,11 +80,13 @@ cudaError_t tracked_alloc(hook_id id, void** out, std::uint64_t bytes, alloc_kin
     return rc;
   }
   t.record(allocation{reinterpret_cast<std::uintptr_t>(*out), bytes, kind, stream, device});
+  profile_alloc(*out, bytes);
   return rc;
 }
 
 template <hook_id Base, typename... A>
 cudaError_t tracked_free(hook_id id, void* ptr, A... args) {
+  profile_free(ptr);
   cudaError_t pooled_rc = cudaSuccess;
   if (pool_free(id, ptr, stream_of(args...), sizeof...(A) != 0, pooled_rc)) return pooled_rc;
   if (ptr != nullptr && !core().forget(reinterpret_cast<std::uintptr_t>(ptr))) {
@@ -163,6 +165,7 @@ cudaError_t handle(hook_tag<hook_id::cudaMallocPitch>, hook_id id, void** devPtr
   if (actual < estimate) t.release(device, estimate - actual);
   t.record(allocation{reinterpret_cast<std::uintptr_t>(*devPtr), actual, alloc_kind::pitched,
                       nullptr, device});
+  profile_alloc(*devPtr, actual);
   return rc;
 }
 

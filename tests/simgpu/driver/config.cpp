@@ -134,6 +134,7 @@ config load() {
     else if (s == "off" || s == "0") c.race = race_mode::off;
     else config_error("SIMGPU_RACE='%s' is not valid: expected report, abort or off", v);
   }
+  if (const char* v = env("SIMGPU_LAUNCH_LOG")) c.launch_log = v;
   return c;
 }
 

@@ -29,6 +29,7 @@ struct config {
   std::vector<fail_rule> fail;
   bool report = false;
   race_mode race = race_mode::report;
+  std::string launch_log;     // SIMGPU_LAUNCH_LOG: a path; empty: off
 };
 
 // Parsed on first call; exits 2 on a malformed value.

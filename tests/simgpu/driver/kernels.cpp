@@ -5,13 +5,16 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <map>
 #include <memory>
 
 #include "address_space.h"
 #include "callbacks.h"
 #include "capture.h"
+#include "config.h"
 #include "device.h"
 #include "fault.h"
 #include "fault_injection.h"
@@ -98,6 +101,31 @@ bool derive_footprint(const kernel_obj* k, const std::vector<uint8_t>& buf,
   return true;
 }
 
+// Note [The launch log]: SIMGPU_LAUNCH_LOG=path appends one line per kernel that
+// runs: "<correlation id> <kernel name> <base> <base> ...", the bases (hex) of the
+// live device allocations (cuMemAlloc, managed) the kernel's footprint touches, in
+// footprint order. With a footprint function that is what the kernel's author says
+// it uses: the ground truth the profiler's argument scanning is tested against.
+void log_launch(const kernel_obj* k, const simgpuFootprint& fp) {
+  const std::string& path = get_config().launch_log;
+  if (path.empty()) return;
+  static FILE* out = std::fopen(path.c_str(), "a");
+  if (out == nullptr) return;
+  std::string line = std::to_string(current_correlation_id()) + " " + k->name;
+  for (int i = 0; i < fp.count; ++i) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(fp.accesses[i].ptr);
+    if (!in_device_va(p)) continue;
+    region* r = find_region(p);
+    if (r == nullptr || !r->live || r->kind == region_kind::vmm_reservation) continue;
+    char hex[32];
+    std::snprintf(hex, sizeof hex, " %" PRIxPTR, r->base);
+    line += hex;
+  }
+  line += "\n";
+  std::fwrite(line.data(), 1, line.size(), out);
+  std::fflush(out);
+}
+
 struct run_args {
   kernel_obj* k;
   void** args;
@@ -147,6 +175,7 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
     }
   }
 
+  log_launch(k, fp);
   double start = op_begin(s, engine::compute, d.model.launch_latency_ns);
   device_window w;
   w.what = what.c_str();

@@ -201,5 +201,41 @@ TEST(PoolOptions, ModesOrderedAndPoolSettings) {
   EXPECT_EQ(none.value.how, device_limit::kind::none);
 }
 
+TEST(ParseOptions, ProfilingOptions) {
+  parse_outcome o = parse_options({"OVERSUB_PROFILE_OUT=/tmp/m-%p.oprof",
+                                   "OVERSUB_ITERATION_MARKER=adam_step",
+                                   "OVERSUB_PROFILE_ITERATIONS=3", "OVERSUB_PROFILE_IN=in.oprof"});
+  EXPECT_TRUE(o.errors.empty());
+  EXPECT_TRUE(o.unknown.empty());
+  EXPECT_EQ(o.cfg.profile_out, "/tmp/m-%p.oprof");
+  EXPECT_EQ(o.cfg.iteration_marker, "adam_step");
+  EXPECT_EQ(o.cfg.profile_iterations, 3u);
+  EXPECT_EQ(o.cfg.profile_in, "in.oprof");
+  parse_outcome d = parse_options({});
+  EXPECT_TRUE(d.cfg.profile_out.empty());
+  EXPECT_EQ(d.cfg.profile_iterations, 0u);
+}
+
+TEST(ParseOptions, ProfileIterationsRejectsNonCounts) {
+  std::uint64_t n = 7;
+  EXPECT_TRUE(parse_count("0", n));
+  EXPECT_EQ(n, 0u);
+  EXPECT_TRUE(parse_count(" 1000000 ", n));
+  EXPECT_EQ(n, 1000000u);
+  EXPECT_FALSE(parse_count("1000001", n));
+  EXPECT_FALSE(parse_count("-1", n));
+  EXPECT_FALSE(parse_count("3x", n));
+  EXPECT_FALSE(parse_count("", n));
+  parse_outcome o = parse_options({"OVERSUB_PROFILE_ITERATIONS=many"});
+  ASSERT_EQ(o.errors.size(), 1u);
+  EXPECT_NE(describe(o.errors[0]).find("OVERSUB_PROFILE_ITERATIONS='many'"), std::string::npos);
+}
+
+TEST(ClosestName, ProfilingNames) {
+  EXPECT_EQ(closest_option_name("OVERSUB_PROFILE"), "OVERSUB_PROFILE_OUT");
+  EXPECT_EQ(closest_option_name("OVERSUB_MARKER"), "OVERSUB_ITERATION_MARKER");
+  EXPECT_EQ(closest_option_name("OVERSUB_PROFILE_ITERATION"), "OVERSUB_PROFILE_ITERATIONS");
+}
+
 }  // namespace
 }  // namespace oversub

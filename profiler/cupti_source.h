@@ -1,0 +1,58 @@
+// cupti_source: launches, copies and memsets as CUPTI reports them, and their
+// durations from CUPTI's activity records.
+//
+// libcupti.so.13 is opened with dlopen by soname (never linked: a preload that
+// needs it would break processes that never touch CUDA). The subscriber follows
+// the CUPTI samples: one callback switched on domain, then callback id, then
+// enter/exit; typed parameter structs; activity buffers handed out and walked by
+// two callbacks; one forced flush (flush()) at the end. Errors are never fatal: a
+// CUPTI that cannot be had is reported to the caller, which falls back to the
+// interposer's own hooks.
+//
+// Note [One launch, two domains]: the runtime reaches the driver, so a
+// cudaLaunchKernel is also a cuLaunchKernel on the same thread. A launch is taken
+// at the runtime-domain enter (it carries the function and the argument pointers);
+// a driver-domain launch is taken only when no runtime launch is open on that
+// thread (cuBLAS, cuDNN and other driver-level callers). The same holds for copies
+// and memsets (runtime domain only: the driver-level ones of libraries are counted
+// by the activity records, not placed in the launch order).
+#ifndef OVERSUB_PROFILER_CUPTI_SOURCE_H
+#define OVERSUB_PROFILER_CUPTI_SOURCE_H
+
+#include <cstdint>
+#include <string>
+
+#include "profiler/profile_format.h"
+
+namespace oversub::profiler::cupti {
+
+// What the source reports to (the session).
+class sink {
+ public:
+  virtual void runtime_launch(const void* func, void** args, std::uint32_t correlation_id) = 0;
+  virtual void driver_launch(void* func, void** params, void** extra, const char* symbol,
+                             std::uint32_t correlation_id) = 0;
+  // kind other: infer from the addresses (cudaMemcpyDefault).
+  virtual void copy(copy_kind kind, std::uint64_t bytes, const void* dst, const void* src,
+                    std::uint32_t correlation_id) = 0;
+  virtual void kernel_time(std::uint32_t correlation_id, std::uint64_t ns) = 0;
+  virtual void copy_time(std::uint32_t correlation_id, copy_kind kind, std::uint64_t bytes,
+                         std::uint64_t ns) = 0;
+
+ protected:
+  ~sink() = default;
+};
+
+enum class outcome { subscribed, held, unavailable };
+
+// Subscribes (once per process) and enables the callbacks and activity kinds.
+// held: another subscriber has CUPTI, *detail names it; unavailable: no libcupti
+// or a CUPTI error, *detail says which.
+outcome subscribe(sink* to, std::string* detail) noexcept;
+
+// Delivers every activity record still buffered (forced flush).
+void flush() noexcept;
+
+}  // namespace oversub::profiler::cupti
+
+#endif  // OVERSUB_PROFILER_CUPTI_SOURCE_H

@@ -1,0 +1,93 @@
+// launch_scan: a launch's argument words, and the functions' parameter layouts.
+//
+// CUDA gives a launch's arguments as an array of pointers, one per parameter
+// (kernelParams / args), or as one packed buffer (CU_LAUNCH_PARAM_BUFFER_POINTER);
+// the layout (offset and size of each parameter in the packed form) comes from
+// cudaFuncGetParamInfo / cuFuncGetParamInfo. Every 8-byte-aligned word of the
+// packed form is a candidate pointer (framework kernels pass pointers inside
+// structs by value), so the words are taken at every offset o with o % 8 == 0
+// that lies wholly inside one parameter.
+//
+// function_cache keeps one layout, name and recorder id per function handle, so
+// the layout query runs once per function. Plain C++, no CUDA.
+#ifndef OVERSUB_PROFILER_LAUNCH_SCAN_H
+#define OVERSUB_PROFILER_LAUNCH_SCAN_H
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace oversub::profiler {
+
+struct param_slot {
+  std::uint32_t offset = 0;  // bytes, in the packed form
+  std::uint32_t size = 0;
+};
+
+struct function_info {
+  std::uint32_t id = 0;              // recorder function id
+  std::vector<param_slot> params;    // in parameter order
+};
+
+// Most words one launch is scanned for (4 KiB of parameters, CUDA's classic limit;
+// larger blocks are cut there).
+inline constexpr std::size_t max_scan_words = 512;
+
+// The aligned words of a launch given per-parameter pointers; returns how many
+// (at most max_scan_words) were written to words.
+inline std::size_t gather_words(const std::vector<param_slot>& params, void* const* args,
+                                std::uint64_t* words) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const param_slot& p = params[i];
+    if (args[i] == nullptr) continue;
+    const auto* bytes = static_cast<const unsigned char*>(args[i]);
+    for (std::uint32_t o = (p.offset + 7) & ~7u; o + 8 <= p.offset + p.size; o += 8) {
+      if (n == max_scan_words) return n;
+      std::memcpy(&words[n++], bytes + (o - p.offset), 8);
+    }
+  }
+  return n;
+}
+
+// The same for a packed argument buffer of size bytes.
+inline std::size_t gather_packed(const std::vector<param_slot>& params, const void* buffer,
+                                 std::size_t size, std::uint64_t* words) {
+  std::size_t n = 0;
+  const auto* bytes = static_cast<const unsigned char*>(buffer);
+  for (const param_slot& p : params) {
+    for (std::uint32_t o = (p.offset + 7) & ~7u; o + 8 <= p.offset + p.size && o + 8 <= size;
+         o += 8) {
+      if (n == max_scan_words) return n;
+      std::memcpy(&words[n++], bytes + o, 8);
+    }
+  }
+  return n;
+}
+
+// Layouts and ids by handle. lookup() returns null for an unknown handle; the
+// caller queries CUDA outside the lock and insert()s.
+class function_cache {
+ public:
+  const function_info* lookup(const void* handle) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = by_handle_.find(handle);
+    return it == by_handle_.end() ? nullptr : &it->second;
+  }
+  const function_info* insert(const void* handle, function_info info) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return &by_handle_.try_emplace(handle, std::move(info)).first->second;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<const void*, function_info> by_handle_;  // node-based: stable
+};
+
+}  // namespace oversub::profiler
+
+#endif  // OVERSUB_PROFILER_LAUNCH_SCAN_H

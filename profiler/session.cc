@@ -1,0 +1,410 @@
+// The profiling session of the process (see session.h).
+//
+// Note [Writing the profile at exit]: the exit handler is registered with atexit()
+// when the session starts, after libcupti has been loaded, so it runs before the
+// shared libraries' destructors (libcupti's, libcuda's, liboversub's own): the
+// forced activity flush still reaches a live CUPTI. A forked child writes nothing.
+#include "profiler/session.h"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/options.h"
+#include "common/tracker.h"
+#include "profiler/cupti_source.h"
+#include "profiler/launch_scan.h"
+#include "profiler/recorder.h"
+
+namespace oversub::profiler {
+
+namespace {
+
+constexpr int call_site_depth = 12;  // raw frames taken per allocation
+
+using unw_backtrace_t = int (*)(void**, int);
+
+class session final : public cupti::sink {
+ public:
+  session(tracker& live, const cuda_queries& q, std::uint64_t capacity, const config& cfg)
+      : live_(live), q_(q), capacity_(capacity), rec_(cfg.iteration_marker),
+        out_(expand_pid(cfg.profile_out)), target_(cfg.profile_iterations) {
+    if (void* h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL)) {
+      unwind_ = reinterpret_cast<unw_backtrace_t>(dlsym(h, "unw_backtrace"));
+    }
+    std::string exe(4096, '\0');
+    const ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+    program_ = n > 0 ? exe.substr(0, static_cast<std::size_t>(n)) : std::string();
+  }
+
+  void attach_cupti() {
+    std::string detail;
+    switch (cupti::subscribe(this, &detail)) {
+      case cupti::outcome::subscribed:
+        cupti_.store(true, std::memory_order_release);
+        log::info("profile: CUPTI subscribed (launches, copies, memsets, kernel durations)");
+        break;
+      case cupti::outcome::held:
+        log::warn("profile: CUPTI is held by another subscriber ({}); falling back to "
+                  "oversub's own launch hooks. Not seen then: launches made directly through "
+                  "the driver API (cuLaunchKernel from cuBLAS, cuDNN and other libraries) and "
+                  "kernel and copy durations (no activity records)",
+                  detail);
+        break;
+      case cupti::outcome::unavailable:
+        log::warn("profile: CUPTI unavailable ({}); falling back to oversub's own launch "
+                  "hooks. Not seen then: driver-level launches and durations",
+                  detail);
+        break;
+    }
+  }
+
+  bool cupti() const { return cupti_.load(std::memory_order_acquire); }
+
+  // ---- cupti::sink ----
+  void runtime_launch(const void* func, void** args, std::uint32_t corr) override {
+    const function_info* f = runtime_function(func);
+    if (f != nullptr) record_launch(*f, args, nullptr, corr);
+  }
+  void driver_launch(void* func, void** params, void** extra, const char* symbol,
+                     std::uint32_t corr) override {
+    const function_info* f = driver_cache_.lookup(func);
+    if (f == nullptr) {
+      function_info info;
+      const char* name = symbol;
+      if (name == nullptr && q_.driver_name != nullptr) q_.driver_name(&name, func);
+      info.id = rec_.add_function(demangle(name));
+      if (q_.driver_param_info != nullptr) {
+        for (std::size_t i = 0; i < 1024; ++i) {
+          std::size_t off = 0, size = 0;
+          if (q_.driver_param_info(func, i, &off, &size) != 0) break;
+          info.params.push_back(param_slot{static_cast<std::uint32_t>(off),
+                                           static_cast<std::uint32_t>(size)});
+        }
+      }
+      f = driver_cache_.insert(func, std::move(info));
+    }
+    record_launch(*f, params, extra, corr);
+  }
+  void copy(copy_kind kind, std::uint64_t bytes, const void* dst, const void* src,
+            std::uint32_t corr) override {
+    const auto d = reinterpret_cast<std::uint64_t>(dst);
+    const auto s = reinterpret_cast<std::uint64_t>(src);
+    std::uint64_t base[1] = {0};
+    if (kind == copy_kind::other) {
+      const bool dd = live_.scan(&d, 1, base) == 1;
+      std::uint64_t sb[1] = {0};
+      const bool sd = src != nullptr && live_.scan(&s, 1, sb) == 1;
+      kind = dd && sd ? copy_kind::d2d : dd ? copy_kind::h2d : sd ? copy_kind::d2h : copy_kind::other;
+      if (!dd) base[0] = sb[0];
+    } else {
+      const std::uint64_t device_side = kind == copy_kind::d2h ? s : d;
+      live_.scan(&device_side, 1, base);
+    }
+    rec_.on_copy(kind, bytes, base[0], corr);
+  }
+  void kernel_time(std::uint32_t corr, std::uint64_t ns) override { rec_.on_kernel_time(corr, ns); }
+  void copy_time(std::uint32_t corr, copy_kind kind, std::uint64_t bytes,
+                 std::uint64_t ns) override {
+    rec_.on_copy_time(corr, kind, bytes, ns);
+  }
+
+  // ---- the interposer's side ----
+  void alloc(std::uint64_t base, std::uint64_t bytes) {
+    void* frames[call_site_depth];
+    int n = unwind_ != nullptr ? unwind_(frames, call_site_depth)
+                               : ::backtrace(frames, call_site_depth);
+    if (n < 0) n = 0;
+    std::uintptr_t pcs[call_site_depth];
+    for (int i = 0; i < n; ++i) pcs[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
+    rec_.on_alloc(base, bytes, pcs, static_cast<std::size_t>(n));
+  }
+  void free(std::uint64_t base) { rec_.on_free(base); }
+  void iteration_begin() { rec_.on_iteration_begin(); }
+
+  void progress() {
+    iteration_source how{};
+    std::size_t period = 0;
+    const std::uint32_t it = rec_.iterations(&how, &period);
+    if (it != reported_) {
+      reported_ = it;
+      log::info("profile: {} iteration{} seen ({} launches each, {}), {} launches",
+                it, it == 1 ? "" : "s", period, to_string(how), rec_.launches());
+    }
+    if (target_ != 0 && it >= target_) write();
+  }
+
+  void write() {
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    if (written_) return;
+    written_ = true;
+    cupti::flush();
+    device_figures dev;
+    const std::uint64_t limit = live_.limit(0);
+    dev.capacity_bytes = limit != tracker::no_limit ? std::min(limit, capacity_) : capacity_;
+    std::string why;
+    const std::optional<profile> p = rec_.build(dev, cupti(), program_, &resolve_frame, &why);
+    if (!p) {
+      log::warn("profile: nothing written to {}: {}", out_, why);
+      return;
+    }
+    std::string error;
+    if (!write_file(*p, out_, &error)) {
+      log::warn("profile: could not write {}: {}", out_, error);
+      return;
+    }
+    log::write_raw(fmt::format(
+        "oversub: profile: wrote {}: one iteration of {} launches ({}, {} iterations seen), "
+        "{} buffers, {} copies; launches seen through {}\n",
+        out_, p->launches.size(), to_string(p->source), p->iterations_seen,
+        p->allocations.size(), p->copies.size(), p->cupti ? "CUPTI" : "oversub's hooks"));
+  }
+
+  // Note [Probing leaves no error behind]: the parameter count is found by asking
+  // for parameters until the runtime says there is no such one, which sets the
+  // runtime's last-error slot the application reads with cudaGetLastError(). So
+  // the probe runs only when no error is pending (then the slot is cleared after
+  // it); with one pending, the launch is recorded without a buffer set and the
+  // function is probed at a later launch.
+  const function_info* runtime_function(const void* func) {
+    const function_info* f = runtime_cache_.lookup(func);
+    if (f != nullptr) return f;
+    const bool can_probe = q_.runtime_peek_error != nullptr && q_.runtime_take_error != nullptr &&
+                           q_.runtime_peek_error() == 0;
+    function_info info;
+    const char* name = nullptr;
+    if (q_.runtime_name != nullptr && can_probe) q_.runtime_name(&name, func);
+    info.id = rec_.add_function(demangle(name));
+    if (!can_probe) {
+      unprobed_ = info;
+      return &unprobed_;
+    }
+    if (q_.runtime_param_info != nullptr) {
+      for (std::size_t i = 0; i < 1024; ++i) {
+        std::size_t off = 0, size = 0;
+        if (q_.runtime_param_info(func, i, &off, &size) != 0) break;
+        info.params.push_back(
+            param_slot{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size)});
+      }
+    }
+    q_.runtime_take_error();
+    return runtime_cache_.insert(func, std::move(info));
+  }
+
+  void record_launch(const function_info& f, void** args, void** extra, std::uint32_t corr) {
+    std::uint64_t words[max_scan_words];
+    std::size_t n = 0;
+    if (args != nullptr) {
+      n = gather_words(f.params, args, words);
+    } else if (extra != nullptr) {
+      n = gather_extra(f.params, extra, words);
+    }
+    std::uint64_t bases[max_scan_words];
+    const std::size_t found = live_.scan(words, n, bases);
+    rec_.on_launch(f.id, bases, found, corr);
+  }
+
+ private:
+  static std::size_t gather_extra(const std::vector<param_slot>& params, void** extra,
+                                  std::uint64_t* words) {
+    const void* buffer = nullptr;
+    std::size_t size = 0;
+    for (std::size_t i = 0; extra[i] != nullptr && i < 64; i += 2) {  // CU_LAUNCH_PARAM_END
+      if (extra[i] == reinterpret_cast<void*>(1)) buffer = extra[i + 1];  // BUFFER_POINTER
+      if (extra[i] == reinterpret_cast<void*>(2) && extra[i + 1] != nullptr) {  // BUFFER_SIZE
+        size = *static_cast<std::size_t*>(extra[i + 1]);
+      }
+    }
+    return buffer == nullptr ? 0 : gather_packed(params, buffer, size, words);
+  }
+
+  static std::string demangle(const char* name) {
+    if (name == nullptr) return "<unnamed kernel>";
+    int status = 0;
+    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    std::string out = status == 0 && d != nullptr ? std::string(d) : std::string(name);
+    std::free(d);
+    return out;
+  }
+
+  static std::string expand_pid(const std::string& path) {
+    std::string out;
+    for (std::size_t i = 0; i < path.size(); ++i) {
+      if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+        out += std::to_string(::getpid());
+        ++i;
+      } else {
+        out += path[i];
+      }
+    }
+    return out;
+  }
+
+  static recorder::frame_info resolve_frame(std::uintptr_t pc) {
+    recorder::frame_info f;
+    Dl_info mine{}, info{};
+    dladdr(reinterpret_cast<void*>(&resolve_frame), &mine);
+    if (dladdr(reinterpret_cast<void*>(pc - 1), &info) == 0) {
+      f.module = "?";
+      f.offset = pc;
+      return f;
+    }
+    f.skip = info.dli_fbase == mine.dli_fbase;
+    f.module = info.dli_fname != nullptr ? info.dli_fname : "?";
+    f.offset = pc - reinterpret_cast<std::uintptr_t>(info.dli_fbase);
+    if (info.dli_sname != nullptr) f.symbol = demangle(info.dli_sname);
+    return f;
+  }
+
+  tracker& live_;
+  cuda_queries q_;
+  std::uint64_t capacity_;
+  recorder rec_;
+  std::string out_;
+  std::uint64_t target_;
+  std::string program_;
+  unw_backtrace_t unwind_ = nullptr;
+  std::atomic<bool> cupti_{false};
+  function_cache runtime_cache_;
+  function_cache driver_cache_;
+  thread_local static function_info unprobed_;
+  std::mutex write_mutex_;
+  bool written_ = false;
+  std::uint32_t reported_ = 0;
+};
+
+thread_local function_info session::unprobed_;
+
+std::atomic<session*> g_session{nullptr};
+std::atomic<bool> g_starting{false};
+std::atomic<bool> g_forked{false};
+
+void on_fork_child() { g_forked.store(true, std::memory_order_relaxed); }
+
+void at_exit() {
+  if (g_forked.load(std::memory_order_relaxed)) return;
+  finish();
+}
+
+session* get() { return g_session.load(std::memory_order_acquire); }
+
+}  // namespace
+
+bool wanted(const config& cfg) noexcept {
+  return cfg.mode != run_mode::off && !cfg.profile_out.empty();
+}
+
+void start(tracker& live, const cuda_queries& queries, std::uint64_t capacity_bytes) noexcept {
+  if (get() != nullptr || g_starting.exchange(true)) return;
+  try {
+    auto* s = new session(live, queries, capacity_bytes, current_config());
+    s->attach_cupti();
+    g_session.store(s, std::memory_order_release);
+    ::pthread_atfork(nullptr, nullptr, &on_fork_child);
+    std::atexit(&at_exit);
+  } catch (...) {
+    log::error("profile: the profiler could not start (out of memory); running without it");
+  }
+}
+
+bool running() noexcept { return get() != nullptr; }
+
+bool hooks_feed_launches() noexcept {
+  session* s = get();
+  return s != nullptr && !s->cupti();
+}
+
+void on_alloc(std::uint64_t base, std::uint64_t bytes) noexcept {
+  if (session* s = get()) {
+    try {
+      s->alloc(base, bytes);
+    } catch (...) {
+    }
+  }
+}
+
+void on_free(std::uint64_t base) noexcept {
+  if (session* s = get()) {
+    try {
+      s->free(base);
+    } catch (...) {
+    }
+  }
+}
+
+void on_hook_launch(const void* func, void** args) noexcept {
+  session* s = get();
+  if (s == nullptr || s->cupti()) return;
+  try {
+    if (const function_info* f = s->runtime_function(func)) s->record_launch(*f, args, nullptr, 0);
+  } catch (...) {
+  }
+}
+
+void on_hook_copy(copy_kind kind, std::uint64_t bytes, const void* dst,
+                  const void* src) noexcept {
+  session* s = get();
+  if (s == nullptr || s->cupti()) return;
+  try {
+    s->copy(kind, bytes, dst, src, 0);
+  } catch (...) {
+  }
+}
+
+void iteration_begin() noexcept {
+  if (session* s = get()) {
+    try {
+      s->iteration_begin();
+    } catch (...) {
+    }
+  }
+}
+
+void after_call() noexcept {
+  if (session* s = get()) {
+    try {
+      s->progress();
+    } catch (...) {
+    }
+  }
+}
+
+void load_input(const std::string& path) noexcept {
+  try {
+    auto r = read_file(path);
+    if (const format_error* e = std::get_if<format_error>(&r)) {
+      log::warn("profile: {} refused: {}; running without it", path, e->message);
+      return;
+    }
+    const profile& p = std::get<profile>(r);
+    log::info("profile: loaded {}: one iteration of {} launches ({}), {} buffers", path,
+              p.launches.size(), to_string(p.source), p.allocations.size());
+  } catch (...) {
+    log::warn("profile: {} could not be read (out of memory); running without it", path);
+  }
+}
+
+void finish() noexcept {
+  if (session* s = get()) {
+    try {
+      s->write();
+    } catch (...) {
+      log::error("profile: writing the profile failed (out of memory)");
+    }
+  }
+}
+
+}  // namespace oversub::profiler

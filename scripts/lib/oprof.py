@@ -1,0 +1,196 @@
+"""Reader of oversub profile files (docs/profile-format.md), for scripts.
+
+    from oprof import read_profile, ProfileError
+    p = read_profile("model.oprof")   # raises ProfileError with a clear message
+    for launch in p.launches: print(p.strings[launch.name], launch.buffers)
+
+Standard library only. Validates what the C++ reader (profiler/profile_format.cc)
+validates: magic, version, header, length, CRC-32, every count and index.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAGIC = b"OVSPROF\0"
+VERSION = 1
+HEADER_BYTES = 32
+NO_INDEX = 0xFFFFFFFF
+SOURCES = ("automatic", "marker", "api")
+COPY_KINDS = ("other", "h2d", "d2h", "d2d", "memset")
+
+
+class ProfileError(Exception):
+    """The file is not a profile this reader accepts; str() says why."""
+
+
+@dataclass
+class Frame:
+    module: int
+    offset: int
+    symbol: int
+
+
+@dataclass
+class Allocation:
+    ordinal: int | None
+    bytes: int
+    address: int
+    alloc_at: int
+    free_at: int | None
+    long_lived: bool
+    call_site: int | None
+
+
+@dataclass
+class Launch:
+    name: int
+    duration_ns: int
+    correlation_id: int
+    buffers: list[int]
+
+
+@dataclass
+class Copy:
+    before_launch: int
+    kind: str
+    bytes: int
+    duration_ns: int
+    buffer: int | None
+
+
+@dataclass
+class Profile:
+    source: str
+    cupti: bool
+    iterations_seen: int
+    total_launches: int
+    first_launch: int
+    marker: str
+    program: str
+    capacity_bytes: int
+    h2d_bytes_per_s: int
+    d2h_bytes_per_s: int
+    iteration_kernel_ns: int
+    strings: list[str] = field(default_factory=list)
+    call_sites: list[list[Frame]] = field(default_factory=list)
+    allocations: list[Allocation] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)
+    copies: list[Copy] = field(default_factory=list)
+
+    def name(self, index: int | None) -> str:
+        return "" if index is None or index == NO_INDEX else self.strings[index]
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, fmt: str, what: str):
+        size = struct.calcsize(fmt)
+        if self.at + size > len(self.data):
+            raise ProfileError(f"corrupt payload: {what}")
+        values = struct.unpack_from(fmt, self.data, self.at)
+        self.at += size
+        return values if len(values) > 1 else values[0]
+
+    def string(self, what: str) -> str:
+        n = self.take("<I", what)
+        if self.at + n > len(self.data):
+            raise ProfileError(f"corrupt payload: {what}")
+        s = self.data[self.at:self.at + n].decode("utf-8", errors="replace")
+        self.at += n
+        return s
+
+    def count(self, min_bytes: int, what: str) -> int:
+        n = self.take("<I", what)
+        if n * min_bytes > len(self.data) - self.at:
+            raise ProfileError(f"corrupt payload: {what}")
+        return n
+
+
+def _opt(v: int) -> int | None:
+    return None if v == NO_INDEX else v
+
+
+def decode(data: bytes) -> Profile:
+    if data[:8] != MAGIC:
+        raise ProfileError("not an oversub profile (wrong magic number)")
+    if len(data) < HEADER_BYTES:
+        raise ProfileError("truncated: the header is incomplete")
+    version, header, length, crc, reserved = struct.unpack_from("<IIQII", data, 8)
+    if version != VERSION:
+        raise ProfileError(f"format version {version}, this reader knows version {VERSION}")
+    if header != HEADER_BYTES or reserved != 0:
+        raise ProfileError("corrupt header")
+    have = len(data) - HEADER_BYTES
+    if length > have:
+        raise ProfileError(f"truncated: the header announces {length} payload bytes, "
+                           f"the file has {have}")
+    if length < have:
+        raise ProfileError("trailing bytes after the declared payload length")
+    payload = data[HEADER_BYTES:]
+    if zlib.crc32(payload) != crc:
+        raise ProfileError("checksum mismatch: the file is corrupt")
+    r = _Reader(payload)
+    source, cupti = r.take("<BB", "summary")
+    if source > 2 or cupti > 1:
+        raise ProfileError("corrupt payload: summary flags")
+    iterations, total, first = r.take("<IQQ", "summary")
+    marker, program = r.string("summary"), r.string("summary")
+    cap, h2d, d2h, kns = r.take("<QQQQ", "summary")
+    p = Profile(SOURCES[source], cupti == 1, iterations, total, first, marker, program,
+                cap, h2d, d2h, kns)
+    p.strings = [r.string("string table") for _ in range(r.count(4, "string count"))]
+
+    def string_ok(i: int) -> bool:
+        return i == NO_INDEX or i < len(p.strings)
+
+    for _ in range(r.count(4, "call-site count")):
+        frames = []
+        for _ in range(r.count(16, "frame count")):
+            module, offset, symbol = r.take("<IQI", "frame")
+            if not string_ok(module) or not string_ok(symbol):
+                raise ProfileError("corrupt payload: frame string index")
+            frames.append(Frame(module, offset, symbol))
+        p.call_sites.append(frames)
+    for _ in range(r.count(33, "allocation count")):
+        ordinal, size, address, alloc_at, free_at, ll, site = r.take("<IQQIIBI", "allocation")
+        if ll > 1:
+            raise ProfileError("corrupt payload: allocation flags")
+        if site != NO_INDEX and site >= len(p.call_sites):
+            raise ProfileError("corrupt payload: allocation call-site index")
+        p.allocations.append(Allocation(_opt(ordinal), size, address, alloc_at, _opt(free_at),
+                                        ll == 1, _opt(site)))
+    for _ in range(r.count(20, "launch count")):
+        name, duration, corr = r.take("<IQI", "launch")
+        if name >= len(p.strings):
+            raise ProfileError("corrupt payload: launch name index")
+        n = r.count(4, "launch")
+        buffers = list(r.take(f"<{n}I", "launch buffer index")) if n > 1 else (
+            [r.take("<I", "launch buffer index")] if n == 1 else [])
+        if any(b >= len(p.allocations) for b in buffers):
+            raise ProfileError("corrupt payload: launch buffer index")
+        p.launches.append(Launch(name, duration, corr, buffers))
+    for _ in range(r.count(25, "copy count")):
+        before, kind, size, duration, buffer = r.take("<IBQQI", "copy")
+        if kind > 4:
+            raise ProfileError("corrupt payload: copy kind")
+        if buffer != NO_INDEX and buffer >= len(p.allocations):
+            raise ProfileError("corrupt payload: copy buffer index")
+        if before > len(p.launches):
+            raise ProfileError("corrupt payload: copy position")
+        p.copies.append(Copy(before, COPY_KINDS[kind], size, duration, _opt(buffer)))
+    if r.at != len(payload):
+        raise ProfileError("corrupt payload: bytes after the last table")
+    return p
+
+
+def read_profile(path: str | Path) -> Profile:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ProfileError(f"{path}: {e.strerror}") from None
+    return decode(data)
