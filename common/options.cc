@@ -94,6 +94,7 @@ std::string format_value(const device_limit& l) {
   return "?";
 }
 std::string format_value(pool_kind k) { return std::string(to_string(k)); }
+std::string format_value(swap_policy p) { return std::string(to_string(p)); }
 std::string format_value(std::uint64_t bytes) { return fmt::format("{}", bytes); }
 std::string format_value(const host_limit& h) { return format_value(h.value); }
 std::string format_value(log::level l) { return std::string(log::to_string(l)); }
@@ -124,6 +125,15 @@ std::string_view to_string(run_mode m) {
 
 std::string_view to_string(pool_kind k) {
   return k == pool_kind::planned ? "planned" : "online";
+}
+
+std::string_view to_string(swap_policy p) {
+  switch (p) {
+    case swap_policy::cost: return "cost";
+    case swap_policy::vdnn_all: return "vdnn-all";
+    case swap_policy::lru: return "lru";
+  }
+  return "?";
 }
 
 std::string_view to_string(stats_format s) {
@@ -199,6 +209,28 @@ bool parse_pool_kind(std::string_view text, pool_kind& out) {
   if (iequals(s, "online")) return out = pool_kind::online, true;
   if (iequals(s, "planned")) return out = pool_kind::planned, true;
   return false;
+}
+
+bool parse_swap_policy(std::string_view text, swap_policy& out) {
+  std::string_view s = trim(text);
+  if (iequals(s, "cost")) return out = swap_policy::cost, true;
+  if (iequals(s, "vdnn-all")) return out = swap_policy::vdnn_all, true;
+  if (iequals(s, "lru")) return out = swap_policy::lru, true;
+  return false;
+}
+
+bool parse_prefetch(std::string_view text, std::uint64_t& out) {
+  std::string_view s = trim(text);
+  if (iequals(s, "auto")) return out = 0, true;
+  std::uint64_t n = 0;
+  if (s.empty() || s.size() > 6) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    n = n * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (n < 1 || n > 100000) return false;
+  out = n;
+  return true;
 }
 
 bool parse_pool_large(std::string_view text, std::uint64_t& out) {
@@ -334,12 +366,14 @@ parse_outcome parse_options(const std::vector<std::string_view>& env) {
 #define OVERSUB_OPTION_DEFAULT(NAME, field, parser, def, accepted, doc) parser(def, cfg.field);
   OVERSUB_OPTIONS(OVERSUB_OPTION_DEFAULT)
 #undef OVERSUB_OPTION_DEFAULT
+  bool pool_given = false;
   for (std::string_view entry : env) {
     if (entry.substr(0, option_prefix.size()) != option_prefix) continue;
     std::size_t eq = entry.find('=');
     if (eq == std::string_view::npos) continue;
     std::string_view name = entry.substr(0, eq);
     std::string_view value = entry.substr(eq + 1);
+    pool_given = pool_given || name == "OVERSUB_POOL";
     bool known = false;
 #define OVERSUB_OPTION_PARSE(NAME, field, parser, def, accepted, doc)           \
   if (!known && name == "OVERSUB_" #NAME) {                                    \
@@ -353,6 +387,11 @@ parse_outcome parse_options(const std::vector<std::string_view>& env) {
       result.unknown.push_back({std::string(name), std::string(closest_option_name(name))});
     }
   }
+  // Note [Swap plans its pool]: swap mode's schedule is learned from the pages each
+  // launch uses, which repeat only when every iteration's buffers land at the same
+  // addresses: the planned placement. So swap mode defaults to OVERSUB_POOL=planned;
+  // an explicit OVERSUB_POOL still wins.
+  if (cfg.mode >= run_mode::swap && !pool_given) cfg.pool = pool_kind::planned;
   return result;
 }
 

@@ -30,7 +30,9 @@ namespace oversub {
 #define OVERSUB_MODES(X)                                                         \
   X(off, "pure pass-through: every call goes to CUDA untouched, nothing counted") \
   X(track, "track live allocations, enforce OVERSUB_DEVICE_LIMIT, count calls")   \
-  X(pool, "track, and serve device allocations from oversub's arena (pool/)")
+  X(pool, "track, and serve device allocations from oversub's arena (pool/)")   \
+  X(swap, "pool, and swap pages to host memory to run past the device's memory: "   \
+          "OVERSUB_DEVICE_LIMIT bounds what is resident")
 
 enum class run_mode : std::uint8_t {
 #define OVERSUB_MODE_ENUM(name, doc) name,
@@ -41,6 +43,11 @@ enum class run_mode : std::uint8_t {
 // How the device arena places blocks (OVERSUB_POOL): online best fit, or the
 // lifetime-planned placement learned from the iteration.
 enum class pool_kind : std::uint8_t { online, planned };
+
+// Which schedule drives swap mode (OVERSUB_POLICY; policy/schedule.h): cost-aware
+// (farthest next use, prefetch ahead), vDNN's offload-all-activations, or on-demand
+// least-recently-used only.
+enum class swap_policy : std::uint8_t { cost, vdnn_all, lru };
 
 // How OVERSUB_STATS asks for the statistics printed at exit.
 enum class stats_format : std::uint8_t { none, text, json };
@@ -72,6 +79,8 @@ struct config {
   pool_kind pool = pool_kind::online;
   std::uint64_t pool_large_bytes = std::uint64_t{32} << 20;
   host_limit host;
+  swap_policy policy = swap_policy::cost;
+  std::uint64_t prefetch_launches = 0;  // 0: as far ahead as capacity allows
   log::level log_level = log::level::warn;
   std::string log_file;    // empty: stderr. "%p" is replaced by the pid.
   bool verbose = false;
@@ -86,10 +95,11 @@ struct config {
 // X(NAME, field, parser, default, accepted forms, doc). NAME is the part after
 // OVERSUB_; parser is a parse_* function below taking (text, field&).
 #define OVERSUB_OPTIONS(X)                                                          \
-  X(MODE, mode, parse_mode, "track", "off | track | pool",                          \
+  X(MODE, mode, parse_mode, "track", "off | track | pool | swap",                   \
     "what oversub does with intercepted calls (off: pass-through; track: track "    \
     "allocations and enforce the device limit; pool: track and serve device "       \
-    "allocations from oversub's arena)")                                            \
+    "allocations from oversub's arena; swap: pool, and move pages to host memory "  \
+    "so the job may own more than the device holds)")                              \
   X(DEVICE_LIMIT, limit, parse_device_limit, "none",                                \
     "none | a size such as 12GiB, 512MiB, 1.5GB, 4096 (bytes) | a fraction of the " \
     "device such as 0.75 (a number with a decimal point, at most 16.0)",            \
@@ -103,6 +113,13 @@ struct config {
   X(HOST_LIMIT, host, parse_host_limit, "0.5",                                      \
     "none | a size such as 16GiB | a fraction of physical RAM such as 0.5 (at most 1.0)", \
     "budget of pinned host memory the pool may hold")                               \
+  X(POLICY, policy, parse_swap_policy, "cost", "cost | vdnn-all | lru",             \
+    "swap mode's schedule once the iteration is learned: cost-aware, vDNN's "      \
+    "offload of every activation, or least-recently-used on demand only")          \
+  X(PREFETCH, prefetch_launches, parse_prefetch, "auto",                            \
+    "auto | a number of launches (1 to 100000)",                                    \
+    "swap mode, cost policy: how far ahead fetches may start (auto: as far as "    \
+    "the capacity allows)")                                                         \
   X(LOG, log_level, parse_log_level, "warn", "error | warn | info | debug | trace", \
     "lowest level of message printed")                                              \
   X(LOG_FILE, log_file, parse_path, "", "a file path (%p is replaced by the pid)",  \
@@ -132,6 +149,8 @@ struct config {
 bool parse_mode(std::string_view text, run_mode& out);
 bool parse_device_limit(std::string_view text, device_limit& out);
 bool parse_pool_kind(std::string_view text, pool_kind& out);
+bool parse_swap_policy(std::string_view text, swap_policy& out);
+bool parse_prefetch(std::string_view text, std::uint64_t& out);
 bool parse_pool_large(std::string_view text, std::uint64_t& out);
 bool parse_host_limit(std::string_view text, host_limit& out);
 bool parse_log_level(std::string_view text, log::level& out);
@@ -187,6 +206,7 @@ const std::vector<option_info>& option_table();
 
 std::string_view to_string(run_mode m);
 std::string_view to_string(pool_kind k);
+std::string_view to_string(swap_policy p);
 std::string_view to_string(stats_format s);
 
 // The process's configuration, parsed from environ on first call. Reports

@@ -42,7 +42,10 @@ namespace oversub::stats {
   X(pool_allocations, event, "device allocations served by the pool (OVERSUB_MODE=pool)") \
   X(pool_planned, event, "pool allocations served at a planned offset")               \
   X(pool_deviations, event, "planned iterations that deviated and fell back to online") \
-  X(pool_refusals, event, "pool allocations refused: the arena had no room")
+  X(pool_refusals, event, "pool allocations refused: the arena had no room")             \
+  X(swap_refusals, event, "calls refused in swap mode: their memory could not be made resident") \
+  X(swap_scheduled, event, "swap mode: launches that followed the learned schedule")  \
+  X(swap_deviations, event, "swap mode: launches that left the learned schedule")
 
 enum class kind : std::uint8_t { gauge, event };
 

@@ -12,6 +12,7 @@
 #include "interpose/pool_hooks.h"
 #include "interpose/profile_hooks.h"
 #include "interpose/real.h"
+#include "interpose/swap_hooks.h"
 
 namespace oversub::interpose {
 
@@ -23,6 +24,7 @@ cudaError_t handle(hook_tag<Base>, hook_id id, A... args) noexcept {
   if constexpr (family == hook_family::launch || family == hook_family::copy ||
                 family == hook_family::memset || family == hook_family::graph) {
     note_stream_work(id, args...);
+    if (const cudaError_t rc = swap_before<Base>(id, args...); rc != cudaSuccess) return rc;
     profile_before<Base>(args...);
     const cudaError_t rc = call_real<Base>(id, args...);
     profile_after();

@@ -46,11 +46,6 @@ std::uint64_t resolve_host_budget(const host_limit& h) {
   return 0;
 }
 
-CUstream as_driver_stream(hook_id id, cudaStream_t stream) {
-  if (stream == nullptr && hook_per_thread[index(id)]) return CU_STREAM_PER_THREAD;
-  return reinterpret_cast<CUstream>(stream);
-}
-
 void ensure_context(int device) {
   if (t_context_device == device) return;
   call_real<hook_id::cudaFree>(hook_id::cudaFree, nullptr);
@@ -71,6 +66,17 @@ cudaError_t refuse(hook_id id, int device, std::size_t bytes, pool::pool_errc wh
   return cudaErrorMemoryAllocation;
 }
 
+// OVERSUB_DEVICE_LIMIT as the swap capacity: a fraction of the real device's total,
+// or bytes; 0 (none) lets the pool take the device's free memory less a headroom.
+std::uint64_t resolve_swap_capacity(const device_limit& limit) {
+  if (limit.how == device_limit::kind::none) return 0;
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  call_real<hook_id::cudaMemGetInfo>(hook_id::cudaMemGetInfo, &free_bytes, &total_bytes);
+  const std::uint64_t bytes = limit.resolve(total_bytes);
+  return bytes == ~std::uint64_t{0} ? 0 : bytes;
+}
+
 }  // namespace
 
 bool decide_pool_mode() noexcept {
@@ -79,8 +85,13 @@ bool decide_pool_mode() noexcept {
     const config& cfg = current_config();
     bool on = false;
     if (cfg.mode >= run_mode::pool) {
-      pool::configure(pool::pool_settings{cfg.pool == pool_kind::planned, cfg.pool_large_bytes,
-                                          resolve_host_budget(cfg.host)});
+      pool::pool_settings settings{cfg.pool == pool_kind::planned, cfg.pool_large_bytes,
+                                   resolve_host_budget(cfg.host)};
+      if (cfg.mode >= run_mode::swap) {
+        settings.swap = true;
+        settings.swap_capacity_bytes = resolve_swap_capacity(cfg.limit);
+      }
+      pool::configure(settings);
       on = pool::available();
       if (!on) log::warn("OVERSUB_MODE={}: the CUDA driver could not be loaded; tracking only",
                          to_string(cfg.mode));
@@ -93,7 +104,7 @@ bool decide_pool_mode() noexcept {
 cudaError_t pool_serve(hook_id id, int device, void** out, size_t size,
                        cudaStream_t stream) noexcept {
   ensure_context(device);
-  const pool::allocation_result r = pool::device_allocate(device, size, as_driver_stream(id, stream));
+  const pool::allocation_result r = pool::device_allocate(device, size, driver_stream(id, stream));
   if (!r) return refuse(id, device, size, r.error);
   *out = r.ptr;
   stats::global().pool_allocations.count();
@@ -112,7 +123,7 @@ bool pool_free(hook_id id, void* ptr, cudaStream_t stream, bool async, cudaError
   const auto base = reinterpret_cast<std::uintptr_t>(ptr);
   const std::optional<allocation> a = t.find(base);
   if (!a || a->base != base) return false;  // not tracked: the track path forwards it
-  const CUstream s = async ? as_driver_stream(id, stream) : pool::no_stream;
+  const CUstream s = async ? driver_stream(id, stream) : pool::no_stream;
   // Forget first: another thread may get the same address the moment the pool has it.
   if (!t.forget(base)) return false;
   if (!pool::device_deallocate(a->device, ptr, a->bytes, s)) {
@@ -130,8 +141,13 @@ std::size_t pool_cached_bytes(int device) noexcept {
   return pool::device_cached_bytes(device);
 }
 
+CUstream driver_stream(hook_id id, cudaStream_t stream) noexcept {
+  if (stream == nullptr && hook_per_thread[index(id)]) return CU_STREAM_PER_THREAD;
+  return reinterpret_cast<CUstream>(stream);
+}
+
 void pool_note_work(hook_id id, cudaStream_t stream) noexcept {
-  pool::note_work(as_driver_stream(id, stream));
+  pool::note_work(driver_stream(id, stream));
 }
 
 }  // namespace oversub::interpose

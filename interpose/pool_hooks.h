@@ -10,6 +10,8 @@
 #ifndef OVERSUB_INTERPOSE_POOL_HOOKS_H
 #define OVERSUB_INTERPOSE_POOL_HOOKS_H
 
+#include <cuda.h>
+
 #include <atomic>
 #include <type_traits>
 
@@ -36,6 +38,9 @@ bool pool_free(hook_id id, void* ptr, cudaStream_t stream, bool async, cudaError
 // The unused bytes the pool holds on device (added to the real free).
 std::size_t pool_cached_bytes(int device) noexcept;
 void pool_note_work(hook_id id, cudaStream_t stream) noexcept;
+// The driver stream a runtime call of hook id on stream enqueues on (the per-thread
+// stream for a _ptsz/_ptds twin's null stream).
+CUstream driver_stream(hook_id id, cudaStream_t stream) noexcept;
 
 // The stream a launch, copy, memset or graph launch enqueues on: its cudaStream_t
 // argument (the last one), a launch config's stream, or none (the synchronous

@@ -77,7 +77,11 @@ int current_device() noexcept {
 }
 
 tracker& core() noexcept {
-  static tracker* instance = new tracker(current_config().limit);
+  // In swap mode the limit bounds what is resident, not what is allocated: the
+  // residency engine enforces it (pool_hooks.cc), the tracker only tracks.
+  const config& cfg = current_config();
+  static tracker* instance =
+      new tracker(cfg.mode >= run_mode::swap ? device_limit{} : cfg.limit);
   return *instance;
 }
 

@@ -328,12 +328,20 @@ CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p) {
     map_locked(va, p.host);
     return r;
   }
-  stats_.resident_bytes += cfg_.page_bytes;
-  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
-  if (CUresult r = d.cuMemcpyAsync(va, p.shadow, cfg_.page_bytes, to_device_); r != CUDA_SUCCESS) {
+  CUresult r = d.cuMemcpyAsync(va, p.shadow, cfg_.page_bytes, to_device_);
+  if (r == CUDA_SUCCESS) r = d.cuEventRecord(p.copy_done, to_device_);
+  if (r != CUDA_SUCCESS) {
+    // The copy never started (or cannot be waited for): put the host memory back at
+    // the address, so the page's bytes stay where its state says they are.
+    d.cuStreamSynchronize(to_device_);
+    d.cuMemUnmap(va, cfg_.page_bytes);
+    d.cuMemRelease(p.device);
+    p.device = 0;
+    map_locked(va, p.host);
     return r;
   }
-  if (CUresult r = d.cuEventRecord(p.copy_done, to_device_); r != CUDA_SUCCESS) return r;
+  stats_.resident_bytes += cfg_.page_bytes;
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
   p.copy_pending = true;
   p.where = state::resident;
   p.host_current = true;

@@ -141,8 +141,10 @@ def preload(k: kit, progs: programs) -> step_result:
 
 
 def simtrain_args(k: kit) -> list[str]:
+    # On simgpu the footprint must leave a third of it several 2 MiB pages (the swap
+    # granularity) per launch: 37 MiB peak, 12 MiB at peak/3.
     if k.sim:
-        size = ["8", "256", "64", "3"] if k.quick else ["16", "256", "64", "4"]
+        size = ["8", "512", "128", "3"] if k.quick else ["16", "512", "128", "4"]
     else:
         size = ["8", "1024", "256", "4"] if k.quick else ["16", "1536", "768", "5"]
     return [f for pair in zip(["--depth", "--width", "--batch", "--iters"], size) for f in pair]

@@ -155,6 +155,15 @@ CUresult do_copy_2d(stream_obj* s, uintptr_t dst, uint64_t dpitch, uintptr_t src
     rate = pageable ? m.d2h_pageable_bytes_per_s : m.d2h_pinned_bytes_per_s;
     copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
     d.st.d2h_bytes += bytes;
+  } else if (sdev && ddev && (sp == mem_place::host_mapping) != (dp == mem_place::host_mapping)) {
+    // Note [Copies to host-located mappings]: a VMM mapping of host memory has a
+    // device address, but its bytes are on the host: a copy between it and device
+    // memory crosses the host link on a copy engine, as a pinned copy does.
+    const bool in = sp == mem_place::host_mapping;
+    e = in ? engine::h2d : engine::d2h;
+    rate = in ? m.h2d_pinned_bytes_per_s : m.d2h_pinned_bytes_per_s;
+    copy_kind = in ? CUPTI_ACTIVITY_MEMCPY_KIND_HTOD : CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
+    (in ? d.st.h2d_bytes : d.st.d2h_bytes) += bytes;
   } else if (sdev && ddev) {
     e = engine::compute;
     rate = m.mem_bytes_per_s;

@@ -185,6 +185,43 @@ TEST_F(Timing, RegisteredHostMemoryCopiesAtPinnedSpeed) {
   std::free(host);
 }
 
+// A VMM mapping of host memory (how oversub keeps a swapped-out buffer's address)
+// has a device address, but a copy between it and device memory crosses the host
+// link on a copy engine: it takes the pinned rate, not the device's memory rate.
+TEST_F(Timing, CopiesToHostLocatedMappingsCrossTheLink) {
+  const size_t bytes = 8ull << 20;
+  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
+  auto create = SIMGPU_DRV(cuMemCreate);
+  auto map = SIMGPU_DRV(cuMemMap);
+  auto access = SIMGPU_DRV(cuMemSetAccess);
+  auto unmap = SIMGPU_DRV(cuMemUnmap);
+  auto release = SIMGPU_DRV(cuMemRelease);
+  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(create(&h, bytes, &prop, 0), CUDA_SUCCESS);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(map(va, bytes, 0, h, 0), CUDA_SUCCESS);
+  CUmemAccessDesc d{};
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(access(va, bytes, &d, 1), CUDA_SUCCESS);
+  void* dev = nullptr;
+  CUDA_OK(cudaMalloc(&dev, bytes));
+  void* host_mapped = reinterpret_cast<void*>(va);
+  EXPECT_WITHIN_1PCT(copy_ms(dev, host_mapped, bytes, cudaMemcpyDeviceToDevice),
+                     copy_expected_ms(bytes, f_.h2d_pinned));
+  EXPECT_WITHIN_1PCT(copy_ms(host_mapped, dev, bytes, cudaMemcpyDeviceToDevice),
+                     copy_expected_ms(bytes, f_.d2h_pinned));
+  CUDA_OK(cudaFree(dev));
+  ASSERT_EQ(unmap(va, bytes), CUDA_SUCCESS);
+  ASSERT_EQ(release(h), CUDA_SUCCESS);
+  ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
+}
+
 TEST_F(Timing, PinnedIsFasterThanPageable) {
   EXPECT_GT(f_.h2d_pinned, f_.h2d_pageable) << "the model itself";
   EXPECT_GT(f_.d2h_pinned, f_.d2h_pageable) << "the model itself";

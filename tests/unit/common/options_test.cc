@@ -201,6 +201,7 @@ TEST(PoolOptions, ModesOrderedAndPoolSettings) {
   EXPECT_EQ(none.value.how, device_limit::kind::none);
 }
 
+
 TEST(ParseOptions, ProfilingOptions) {
   parse_outcome o = parse_options({"OVERSUB_PROFILE_OUT=/tmp/m-%p.oprof",
                                    "OVERSUB_ITERATION_MARKER=adam_step",
@@ -235,6 +236,31 @@ TEST(ClosestName, ProfilingNames) {
   EXPECT_EQ(closest_option_name("OVERSUB_PROFILE"), "OVERSUB_PROFILE_OUT");
   EXPECT_EQ(closest_option_name("OVERSUB_MARKER"), "OVERSUB_ITERATION_MARKER");
   EXPECT_EQ(closest_option_name("OVERSUB_PROFILE_ITERATION"), "OVERSUB_PROFILE_ITERATIONS");
+}
+
+TEST(SwapOptions, ModePolicyPrefetchAndThePlannedPoolDefault) {
+  run_mode m{};
+  ASSERT_TRUE(parse_mode("swap", m));
+  EXPECT_TRUE(run_mode::pool < run_mode::swap);
+  parse_outcome o = parse_options({"OVERSUB_MODE=swap", "OVERSUB_POLICY=vdnn-all",
+                                   "OVERSUB_PREFETCH=8"});
+  ASSERT_TRUE(o.errors.empty());
+  EXPECT_EQ(o.cfg.mode, run_mode::swap);
+  EXPECT_EQ(o.cfg.policy, swap_policy::vdnn_all);
+  EXPECT_EQ(o.cfg.prefetch_launches, 8u);
+  EXPECT_EQ(o.cfg.pool, pool_kind::planned) << "swap mode plans its pool by default";
+  parse_outcome explicit_online =
+      parse_options({"OVERSUB_MODE=swap", "OVERSUB_POOL=online"});
+  EXPECT_EQ(explicit_online.cfg.pool, pool_kind::online) << "an explicit OVERSUB_POOL wins";
+  parse_outcome d = parse_options({});
+  EXPECT_EQ(d.cfg.policy, swap_policy::cost);
+  EXPECT_EQ(d.cfg.prefetch_launches, 0u);
+  EXPECT_EQ(d.cfg.pool, pool_kind::online);
+  for (const char* bad : {"OVERSUB_POLICY=belady", "OVERSUB_PREFETCH=0",
+                          "OVERSUB_PREFETCH=-3", "OVERSUB_PREFETCH=1000000"}) {
+    parse_outcome b = parse_options({bad});
+    EXPECT_EQ(b.errors.size(), 1u) << bad;
+  }
 }
 
 }  // namespace

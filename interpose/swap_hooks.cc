@@ -1,0 +1,158 @@
+// Swap-mode glue of the hooks (see swap_hooks.h).
+#include "interpose/swap_hooks.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <array>
+
+#include "common/log.h"
+#include "common/options.h"
+#include "common/stats.h"
+#include "common/tracker.h"
+#include "common/units.h"
+#include "interpose/pool_hooks.h"
+#include "interpose/real.h"
+#include "interpose/swap_schedule.h"
+#include "pool/device_pool.h"
+#include "profiler/launch_scan.h"
+
+namespace oversub::interpose {
+
+std::atomic<int> g_swap_on{-1};
+
+namespace {
+
+using param_info_t = decltype(&::cudaFuncGetParamInfo);
+std::atomic<param_info_t> g_param_info{nullptr};
+profiler::function_cache g_layouts;
+std::atomic<bool> g_refusal_logged{false};
+
+// A runtime function we do not hook, called through the next definition.
+template <typename Fn>
+cudaError_t call_real_by_name(const char* name) noexcept {
+  auto f = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+  return f == nullptr ? cudaSuccess : f();
+}
+
+param_info_t param_info() noexcept {
+  param_info_t f = g_param_info.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<param_info_t>(dlsym(RTLD_DEFAULT, "cudaFuncGetParamInfo"));
+    g_param_info.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+// The parameter layout of func, asked of CUDA once (outside any lock of ours).
+//
+// Note [The query's error is not the application's]: cudaFuncGetParamInfo is asked
+// for index 0, 1, ... until it answers cudaErrorInvalidValue, and the runtime keeps
+// that answer as the thread's last error, which the application would read with its
+// next cudaGetLastError after the launch. So when the slot was clear before, it is
+// cleared again after (an error already pending is the application's and stays).
+const profiler::function_info* layout_of(const void* func) noexcept {
+  if (const profiler::function_info* f = g_layouts.lookup(func)) return f;
+  profiler::function_info info;
+  if (param_info_t query = param_info()) {
+    const bool slot_clear = call_real_by_name<decltype(&::cudaPeekAtLastError)>(
+                                "cudaPeekAtLastError") == cudaSuccess;
+    for (std::size_t i = 0;; ++i) {
+      std::size_t offset = 0;
+      std::size_t size = 0;
+      if (query(func, i, &offset, &size) != cudaSuccess) break;
+      info.params.push_back(profiler::param_slot{static_cast<std::uint32_t>(offset),
+                                                 static_cast<std::uint32_t>(size)});
+    }
+    if (slot_clear) call_real_by_name<decltype(&::cudaGetLastError)>("cudaGetLastError");
+  }
+  return g_layouts.insert(func, std::move(info));
+}
+
+cudaError_t refuse(hook_id id, int device, const pool::prepare_result& r) noexcept {
+  const bool first = !g_refusal_logged.exchange(true, std::memory_order_relaxed);
+  if (r.code == pool::residency_errc::driver_error) {
+    log::emit(first ? log::level::error : log::level::info,
+              "{}: making its memory resident on device {} failed (CUDA error {}); the call "
+              "is not made",
+              hook_names[index(id)], device, static_cast<int>(r.driver));
+    // The runtime's codes for these driver errors have the same values
+    // (CUDA_ERROR_INVALID_VALUE = cudaErrorInvalidValue, ..._OUT_OF_MEMORY =
+    // cudaErrorMemoryAllocation, ..._LAUNCH_FAILED = cudaErrorLaunchFailure).
+    return static_cast<cudaError_t>(r.driver);
+  }
+  log::emit(first ? log::level::warn : log::level::info,
+            "{} on device {} needs {} resident at once{}; the swap capacity is {}. Returning "
+            "cudaErrorMemoryAllocation. Raise OVERSUB_DEVICE_LIMIT or lower the batch size.",
+            hook_names[index(id)], device, format_bytes(r.needed_bytes),
+            r.code == pool::residency_errc::too_large ? ""
+            : r.code == pool::residency_errc::host_budget
+                ? " and the host budget (OVERSUB_HOST_LIMIT) is spent"
+                : " and no room could be made",
+            format_bytes(pool::device_residency_capacity(device)));
+  return cudaErrorMemoryAllocation;
+}
+
+cudaError_t prepare(hook_id id, const pool::byte_range* ranges, std::size_t n, bool writes,
+                    cudaStream_t stream) noexcept {
+  const int device = current_device();
+  const pool::prepare_result r =
+      pool::device_prepare(device, {ranges, n}, driver_stream(id, stream), writes);
+  if (r) return cudaSuccess;
+  stats::global().swap_refusals.count();
+  return refuse(id, device, r);
+}
+
+}  // namespace
+
+bool decide_swap_mode() noexcept {
+  const bool on = current_config().mode >= run_mode::swap && pool_mode();
+  int expected = -1;
+  if (!g_swap_on.compare_exchange_strong(expected, on ? 1 : 0)) return expected == 1;
+  return on;
+}
+
+cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t stream) noexcept {
+  std::array<std::uint64_t, profiler::max_scan_words> words;
+  std::array<std::uint64_t, profiler::max_scan_words> bases;
+  std::size_t found = 0;
+  std::size_t n_words = 0;
+  if (func != nullptr && args != nullptr) {
+    const profiler::function_info* f = layout_of(func);
+    n_words = profiler::gather_words(f->params, args, words.data());
+    found = core().scan(words.data(), n_words, bases.data());
+  }
+  // Note [Windows into large allocations] (pool/residency.h): an allocation larger
+  // than a quarter of the capacity is taken for a segment of a caching allocator; each
+  // word pointing into it asks for a window of an eighth of the capacity from the
+  // word on, best effort.
+  const std::uint64_t capacity = pool::device_residency_capacity(current_device());
+  const std::uint64_t large = capacity / 4;
+  const std::uint64_t window = std::max<std::uint64_t>(capacity / 8, 1);
+  std::array<pool::byte_range, 2 * profiler::max_scan_words> ranges;
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < found; ++i) {
+    const std::optional<allocation> a = core().find(bases[i]);
+    if (!a) continue;
+    if (a->bytes <= large) {
+      ranges[k++] = pool::byte_range{a->base, a->bytes};
+      continue;
+    }
+    for (std::size_t w = 0; w < n_words && k < ranges.size(); ++w) {
+      if (words[w] < a->base || words[w] >= a->base + a->bytes) continue;
+      const std::uint64_t end = std::min<std::uint64_t>(a->base + a->bytes, words[w] + window);
+      ranges[k++] = pool::byte_range{words[w], end - words[w], true};
+    }
+  }
+  schedule_before_launch(current_device(), {ranges.data(), k});
+  return prepare(id, ranges.data(), k, true, stream);
+}
+
+cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,
+                        cudaStream_t stream) noexcept {
+  const pool::byte_range ranges[2] = {{reinterpret_cast<std::uintptr_t>(a.ptr), a.bytes},
+                                      {reinterpret_cast<std::uintptr_t>(b.ptr), b.bytes}};
+  return prepare(id, ranges, 2, writes, stream);
+}
+
+}  // namespace oversub::interpose

@@ -1,0 +1,93 @@
+// The swap side of the hooks (OVERSUB_MODE=swap): before a launch, copy or memset is
+// enqueued, the device memory it uses is made resident (pool/residency.h) and the
+// work is ordered after the fetches.
+//
+// A launch's buffers are the live allocations its argument words point into
+// (profiler/launch_scan.h: the parameter layout from cudaFuncGetParamInfo, every
+// 8-byte-aligned word of the arguments, looked up in the tracker's interval map). A
+// copy's or memset's are its destination and source ranges. Work whose ranges we
+// cannot compute (3D copies and memsets, graph launches) is still counted as a
+// possible write (Note [What counts as a write] in pool/residency.h); what it touches
+// on the host is reached through the host mapping, slowly but correctly.
+//
+// Note [Swap before any profile]: with no schedule learned yet (the first iteration,
+// or a job that never repeats), this on-demand residency is the whole policy: each
+// launch's pages are fetched as it comes, evicting the least recently used, so the
+// first iteration already runs past the device's memory.
+#ifndef OVERSUB_INTERPOSE_SWAP_HOOKS_H
+#define OVERSUB_INTERPOSE_SWAP_HOOKS_H
+
+#include <atomic>
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+
+#include "interpose/hook_table.h"
+
+namespace oversub::interpose {
+
+// 1: swap mode on (pool mode on and OVERSUB_MODE >= swap); 0: off; -1: undecided.
+extern std::atomic<int> g_swap_on;
+bool decide_swap_mode() noexcept;
+inline bool swap_mode() noexcept {
+  const int on = g_swap_on.load(std::memory_order_acquire);
+  return on < 0 ? decide_swap_mode() : on == 1;
+}
+
+struct swap_range {
+  const void* ptr = nullptr;
+  std::size_t bytes = 0;
+};
+
+// The launch's buffers made resident on stream. cudaErrorMemoryAllocation (logged,
+// with the figures) when the launch's own buffers exceed the device capacity or no
+// room can be made; CUDA's code when a copy or mapping fails.
+cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t stream) noexcept;
+// A copy's or memset's ranges made resident on stream (writes: it may write device
+// memory).
+cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,
+                        cudaStream_t stream) noexcept;
+
+// Dispatch by entry point (the generic handler calls it before the real call).
+template <hook_id Base, typename... A>
+cudaError_t swap_before(hook_id id, A... args) noexcept {
+  if (!swap_mode()) return cudaSuccess;
+  auto t = std::make_tuple(args...);
+  if constexpr (Base == hook_id::cudaLaunchKernel || Base == hook_id::__cudaLaunchKernel ||
+                Base == hook_id::cudaLaunchCooperativeKernel) {
+    return swap_launch(id, reinterpret_cast<const void*>(std::get<0>(t)), std::get<3>(t),
+                       std::get<5>(t));
+  } else if constexpr (Base == hook_id::cudaLaunchKernelExC) {
+    const cudaLaunchConfig_t* c = std::get<0>(t);
+    return swap_launch(id, std::get<1>(t), std::get<2>(t), c != nullptr ? c->stream : nullptr);
+  } else if constexpr (Base == hook_id::cudaMemcpy || Base == hook_id::cudaMemcpyAsync) {
+    cudaStream_t s = nullptr;
+    if constexpr (Base == hook_id::cudaMemcpyAsync) s = std::get<4>(t);
+    const std::size_t n = std::get<2>(t);
+    return swap_ranges(id, {std::get<0>(t), n}, {std::get<1>(t), n},
+                       std::get<3>(t) != cudaMemcpyDeviceToHost, s);
+  } else if constexpr (Base == hook_id::cudaMemcpy2D || Base == hook_id::cudaMemcpy2DAsync) {
+    cudaStream_t s = nullptr;
+    if constexpr (Base == hook_id::cudaMemcpy2DAsync) s = std::get<7>(t);
+    const std::size_t rows = std::get<5>(t);
+    return swap_ranges(id, {std::get<0>(t), std::get<1>(t) * rows},
+                       {std::get<2>(t), std::get<3>(t) * rows},
+                       std::get<6>(t) != cudaMemcpyDeviceToHost, s);
+  } else if constexpr (Base == hook_id::cudaMemset || Base == hook_id::cudaMemsetAsync) {
+    cudaStream_t s = nullptr;
+    if constexpr (Base == hook_id::cudaMemsetAsync) s = std::get<3>(t);
+    return swap_ranges(id, {std::get<0>(t), std::get<2>(t)}, {}, true, s);
+  } else if constexpr (Base == hook_id::cudaMemset2D || Base == hook_id::cudaMemset2DAsync) {
+    cudaStream_t s = nullptr;
+    if constexpr (Base == hook_id::cudaMemset2DAsync) s = std::get<5>(t);
+    return swap_ranges(id, {std::get<0>(t), std::get<1>(t) * std::get<4>(t)}, {}, true, s);
+  } else {
+    // 3D copies and memsets, peer copies, graph launches: a possible write, ranges
+    // not computed (their stream does not matter for an empty prepare).
+    return swap_ranges(id, {}, {}, true, nullptr);
+  }
+}
+
+}  // namespace oversub::interpose
+
+#endif  // OVERSUB_INTERPOSE_SWAP_HOOKS_H

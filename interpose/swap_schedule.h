@@ -1,0 +1,53 @@
+// swap_schedule: swap mode's schedule, learned from the launches themselves and
+// carried out ahead of them (OVERSUB_POLICY=cost or vdnn-all; lru has none).
+//
+// Note [A schedule over pages]: what the residency engine moves is pages (2 MiB of
+// the arena), and a training loop that repeats touches the same pages in the same
+// order every iteration: the arena hands out the same addresses for the same
+// allocation sequence, and weights never move. So the core learns the iteration
+// where it acts, as the sequence of launches' page sets:
+//   1. each launch's pages (from the hooks' argument scan) are interned as a token;
+//   2. find_period (profiler/period.h) looks for the stretch that repeats at least
+//      twice up to now; its last period is the iteration;
+//   3. that period becomes a policy::iteration_model whose buffers are its pages
+//      (long-lived, page-sized) and whose launches are its tokens, planned by
+//      policy::plan_schedule with the engine's capacity;
+//   4. from the next launch on, each launch that matches the expected token first
+//      carries out the schedule: the evictions after the previous launch, then the
+//      fetches before this one (the engine queues them on its copy streams, so they
+//      overlap compute), then the on-demand prepare() as always. A launch that does
+//      not match drops the schedule and learning starts over; on-demand residency
+//      keeps every launch correct meanwhile.
+//
+// The schedule only moves pages earlier than on-demand would: correctness never
+// depends on it (Note [Swap before any profile] in swap_hooks.h).
+#ifndef OVERSUB_INTERPOSE_SWAP_SCHEDULE_H
+#define OVERSUB_INTERPOSE_SWAP_SCHEDULE_H
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "pool/residency.h"
+
+namespace oversub::interpose {
+
+struct swap_schedule_stats {
+  std::uint64_t learned = 0;      // schedules planned
+  std::uint64_t period = 0;       // launches per iteration of the current one
+  std::uint64_t pages = 0;        // pages it covers
+  std::uint64_t followed = 0;     // launches that matched the schedule
+  std::uint64_t deviations = 0;   // launches that did not (schedule dropped)
+  std::uint64_t plan_failures = 0;
+};
+
+// Before a launch on device whose ranges are about to be prepared: learn, and
+// carry out the schedule's moves for this launch. Never throws; does nothing
+// outside swap mode or with OVERSUB_POLICY=lru.
+void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) noexcept;
+
+swap_schedule_stats schedule_stats() noexcept;
+
+}  // namespace oversub::interpose
+
+#endif  // OVERSUB_INTERPOSE_SWAP_SCHEDULE_H

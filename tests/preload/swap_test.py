@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Swap-mode correctness on simgpu: simtrain past the device's memory under liboversub.
+
+Each case runs simtrain once with a device large enough (the reference losses), then
+with SIMGPU_MEMORY set to its peak divided by an oversubscription ratio, under
+LD_PRELOAD=liboversub.so OVERSUB_MODE=swap, with simgpu's race detector aborting at
+the first unordered access. It asserts that every iteration's loss bits are identical,
+that the device never held more than the swap capacity, that pages really moved, and
+that nothing was refused or lost. Without the library the same run must fail with
+CUDA's out-of-memory error (so the test proves the device really was too small).
+
+  swap_test.py --lib liboversub.so --simtrain simtrain --ratio 3 [--mode-args '--caching']
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
+PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
+OOM_RE = re.compile(r"cudaErrorMemoryAllocation")
+MiB = 1 << 20
+RUN_TIMEOUT_S = 300
+
+# Footprints chosen so each ratio leaves the largest single launch room on the device
+# (at 10x, many narrow layers: the Adam step of one layer touches four 1 MiB tensors).
+CONFIGS = {
+    "chain": ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "3"],
+    "deep": ["--depth", "32", "--width", "512", "--batch", "16", "--iters", "3"],
+    # Long enough for the schedule to be learned (4 iterations) and then followed.
+    "chain6": ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "6"],
+}
+
+
+def run(cmd: list[str], env_extra: dict[str, str], lib: Path | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OVERSUB_")}
+    env.pop("LD_PRELOAD", None)
+    if lib is not None:
+        env["LD_PRELOAD"] = str(lib)
+    env.update(env_extra)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          timeout=RUN_TIMEOUT_S, check=False)
+    settings = " ".join(f"{k}={v}" for k, v in sorted(env_extra.items()))
+    print(f"$ {'LD_PRELOAD=liboversub.so ' if lib else ''}{settings} {shlex.join(cmd)}"
+          f" -> exit {proc.returncode}")
+    return proc
+
+
+def fail(message: str, proc: subprocess.CompletedProcess[str] | None = None) -> None:
+    if proc is not None:
+        message += f"\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}---"
+    print(f"FAIL: {message}")
+    sys.exit(1)
+
+
+def expect_clean_failure(args: argparse.Namespace, cmd: list[str], device: int,
+                         want: list[str]) -> int:
+    """The copy engine or a mapping fails midway: the program must see a CUDA error
+    code (simtrain exits 1 naming it), and no iteration may report a wrong loss."""
+    proc = run(cmd, {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
+                     "OVERSUB_MODE": "swap", "SIMGPU_FAIL": args.fail}, args.lib)
+    if proc.returncode != 1 or "simtrain: CUDA error" not in proc.stderr + proc.stdout:
+        fail(f"SIMGPU_FAIL={args.fail}: want simtrain to stop with a CUDA error (exit 1)", proc)
+    got = ITER_RE.findall(proc.stdout)
+    if got != want[:len(got)]:
+        fail(f"SIMGPU_FAIL={args.fail}: a loss before the failure is wrong: {got} vs {want}", proc)
+    if len(got) == len(want):
+        fail(f"SIMGPU_FAIL={args.fail}: the failure never reached the program", proc)
+    error = next(l for l in (proc.stderr + proc.stdout).splitlines() if "simtrain: CUDA error" in l)
+    print(f"SIMGPU_FAIL={args.fail} at {args.ratio}x: {len(got)} correct iterations, then: {error}")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", type=Path, required=True)
+    ap.add_argument("--simtrain", type=Path, required=True)
+    ap.add_argument("--ratio", type=float, required=True, help="footprint / device memory")
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="chain")
+    ap.add_argument("--mode-args", default="", help="simtrain mode flags")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="another OVERSUB_* setting for the swap run (repeatable)")
+    ap.add_argument("--expect-scheduled", action="store_true",
+                    help="the learned schedule must be followed, with no deviation")
+    ap.add_argument("--fail", metavar="SIMGPU_FAIL",
+                    help="inject this failure (e.g. copy:60) and expect a CUDA error "
+                         "with every loss printed before it still correct")
+    args = ap.parse_args()
+
+    cmd = [str(args.simtrain), *CONFIGS[args.config], *shlex.split(args.mode_args)]
+    base = run(cmd, {}, None)
+    if base.returncode != 0:
+        fail("simtrain fails with plenty of memory", base)
+    want = ITER_RE.findall(base.stdout)
+    peak = int(PEAK_RE.search(base.stdout).group(1))
+    if len(want) < 3:
+        fail("simtrain printed no per-iteration losses", base)
+    device = int(peak / args.ratio)
+
+    alone = run(cmd, {"SIMGPU_MEMORY": str(device)}, None)
+    if alone.returncode == 0 or not OOM_RE.search(alone.stdout + alone.stderr):
+        fail(f"without oversub simtrain should run out of memory on {device} bytes", alone)
+
+    if args.fail:
+        return expect_clean_failure(args, cmd, device, want)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stats_file = Path(tmp) / "stats.json"
+        settings = {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
+                    "OVERSUB_MODE": "swap", "OVERSUB_STATS": "json",
+                    "OVERSUB_STATS_FILE": str(stats_file)}
+        settings.update(e.split("=", 1) for e in args.env)
+        proc = run(cmd, settings, args.lib)
+        if proc.returncode != 0:
+            fail(f"simtrain fails under OVERSUB_MODE=swap at {args.ratio}x", proc)
+        got = ITER_RE.findall(proc.stdout)
+        if got != want:
+            fail(f"loss bits differ under swap at {args.ratio}x: {got} != {want}", proc)
+        lines = [l for l in stats_file.read_text().splitlines() if l.startswith('{"oversub_stats"')]
+        stats = json.loads(lines[-1])
+    swap = stats["pool"]["device0"]["swap"]
+    counters = stats["counters"]
+    if not swap["peak_resident_bytes"] <= swap["capacity_bytes"] <= device:
+        fail(f"resident bytes above the capacity or the device: {swap}, device {device}")
+    if swap["evictions"] == 0 or swap["fetches"] == 0:
+        fail(f"nothing moved: {swap}")
+    if swap["failures"] != 0 or counters["swap_refusals"]["total"] != 0:
+        fail(f"refusals or failures: {swap} {counters['swap_refusals']}")
+    if counters["allocations"]["current"] != 0 or counters["untracked_frees"]["total"] != 0:
+        fail(f"allocations left live or frees lost: {counters}")
+    scheduled = counters["swap_scheduled"]["total"]
+    if args.expect_scheduled and (scheduled == 0 or counters["swap_deviations"]["total"] != 0):
+        fail(f"the learned schedule was not followed: scheduled {scheduled}, deviations "
+             f"{counters['swap_deviations']['total']}")
+    print(f"{args.config} {args.mode_args or '(default)'} at {args.ratio}x: peak {peak} bytes on a "
+          f"{device}-byte device, loss bits identical over {len(want)} iterations; "
+          f"{swap['evictions']} evictions, {swap['fetches']} fetches, "
+          f"{swap['bytes_to_host'] // MiB} MiB to host, {swap['bytes_to_device'] // MiB} MiB back; "
+          f"{scheduled} launches followed the learned schedule")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
