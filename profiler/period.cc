@@ -45,15 +45,21 @@ std::optional<periodic_stretch> find_period(const std::vector<std::uint32_t>& to
 std::size_t choose_phase(const periodic_stretch& s, const std::vector<std::uint64_t>& cost) {
   std::size_t best = s.begin;
   std::uint64_t best_cost = std::numeric_limits<std::uint64_t>::max();
+  bool tie_run = false;
   for (std::size_t start = s.begin; start < s.begin + s.period; ++start) {
     std::uint64_t total = 0;
     // Every start in [begin, begin + period) has exactly repetitions() positions.
     for (std::size_t k = 0, i = start; k < s.repetitions() && i < cost.size(); ++k, i += s.period) {
       total += cost[i];
     }
-    if (total < best_cost) {
+    // On a tie run (nothing allocated between), the last start of the first run:
+    // the point just before the step starts allocating again.
+    if (total < best_cost || (total == best_cost && start == best + 1 && tie_run)) {
+      tie_run = true;
       best_cost = total;
       best = start;
+    } else {
+      tie_run = false;
     }
   }
   return best;

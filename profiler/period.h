@@ -43,7 +43,8 @@ std::optional<periodic_stretch> find_period(const std::vector<std::uint32_t>& to
 
 // The iteration start in [s.begin, s.begin + s.period) whose position has the
 // least cost[position] summed over the stretch's repetitions (cost[i]: bytes of
-// per-iteration buffers live before token i; cost.size() >= s.end). Ties: earliest.
+// per-iteration buffers live before token i; cost.size() >= s.end). Ties: the last start of the earliest run of
+// equal starts (just before the step allocates again).
 std::size_t choose_phase(const periodic_stretch& s, const std::vector<std::uint64_t>& cost);
 
 }  // namespace oversub::profiler

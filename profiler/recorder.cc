@@ -139,12 +139,15 @@ bool recorder::steady_locked(const periodic_stretch& s) const {
 }
 
 std::vector<std::uint64_t> recorder::live_bytes_before_launches_locked(std::size_t n) const {
+  // live[i]: after the events that precede launch i, except those attributed to
+  // launch i itself (launch_pos == i): the bytes live at the moment launch i - 1
+  // has been issued, so a step that begins by allocating starts at a minimum.
   std::vector<std::uint64_t> live(n + 1, 0);
   std::unordered_map<std::uint64_t, std::uint64_t> bytes_of;
   std::uint64_t now = 0;
   std::size_t e = 0;
   for (std::size_t i = 0; i <= n; ++i) {
-    for (; e < mem_.size() && mem_[e].launch_pos <= i; ++e) {
+    for (; e < mem_.size() && mem_[e].launch_pos < i; ++e) {
       const mem_event& m = mem_[e];
       if (m.type == ev::alloc) {
         bytes_of[m.base] = m.bytes;
@@ -188,8 +191,10 @@ std::optional<recorder::window> recorder::find_iteration_locked(std::string* why
   }
   const std::vector<std::uint64_t> live = live_bytes_before_launches_locked(kept);
   const std::size_t phase = choose_phase(*s, live);
+  // The last complete repetition, or the one before it when there is one: the
+  // run's teardown (frees at exit) follows the last one and is not the step's.
   std::size_t begin = phase;
-  while (begin + 2 * s->period <= s->end) begin += s->period;
+  while (begin + 3 * s->period <= s->end) begin += s->period;
   if (begin + s->period > s->end) {
     *why = "the repeating stretch holds no complete iteration";
     return std::nullopt;

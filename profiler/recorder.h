@@ -10,8 +10,9 @@
 //
 //   - the iteration: between the last two marks when the program marked its
 //     iterations (oversub_iteration_begin(), else OVERSUB_ITERATION_MARKER), or
-//     else the last complete repetition of the launch period (period.h), starting
-//     at the rotation with the fewest live bytes;
+//     else the last complete repetition of the launch period but one (the last is
+//     followed by the run's teardown) (period.h), starting at the rotation with
+//     the fewest live bytes;
 //   - Note [Buffer identity]: an allocation made inside the iteration is named by
 //     its ordinal among the iteration's allocations and its size, which is what
 //     the next iteration repeats (its address may differ); one made before the

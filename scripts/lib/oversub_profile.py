@@ -93,8 +93,8 @@ def live_bytes(p: Profile) -> list[int]:
     delta = [0] * (n + 2)
     for a in p.allocations:
         start = 0 if a.long_lived else a.alloc_at
-        end = n if a.free_at is None else a.free_at
-        if end <= start and not a.long_lived:
+        end = n + 1 if a.free_at is None else a.free_at  # not freed: live to the end
+        if end <= start:
             continue
         delta[start] += a.bytes
         delta[min(end, n + 1)] -= a.bytes
@@ -113,10 +113,26 @@ def uses(p: Profile) -> dict[int, list[int]]:
     return u
 
 
-def symbolize(p: Profile, site: int | None) -> str:
+def strip_params(name: str) -> str:
+    """'ns::f(int, float*) const' -> 'ns::f'; '(anonymous namespace)::g()' kept right."""
+    name = name.removesuffix(" const")
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i]
+    return name
+
+
+def symbolize(p: Profile, site: int | None, frames: int = 2) -> str:
+    """The call site's first frames outside CUDA and libc, innermost first, with
+    file:line from addr2line when the module has debug information."""
     if site is None:
         return "?"
     addr2line = shutil.which("addr2line")
+    out: list[str] = []
     for f in p.call_sites[site]:
         module = p.name(f.module)
         symbol = p.name(f.symbol)
@@ -131,10 +147,12 @@ def symbolize(p: Profile, site: int | None) -> str:
                 if lines[0] not in ("??", ""):
                     symbol = lines[0]
                 if not lines[1].startswith("??"):
-                    where = lines[1].split(" ")[0]
-        name = symbol or f"{Path(module).name}+{f.offset:#x}"
-        return f"{name} ({where or Path(module).name})"
-    return "?"
+                    where = Path(lines[1].split(" ")[0]).name
+        name = strip_params(symbol) or f"{Path(module).name}+{f.offset:#x}"
+        out.append(f"{name} ({where or Path(module).name})")
+        if len(out) == frames:
+            break
+    return " < ".join(out) or "?"
 
 
 def percentile(xs: list[int], q: float) -> int:
@@ -187,18 +205,19 @@ def summary(p: Profile) -> list[str]:
                  f"{max(gaps) if gaps else 0}; {idle} buffers idle for more than half the "
                  f"iteration")
     lines.append("largest buffers:")
-    lines.append(f"  {'bytes':>10}  {'buffer':<24} {'first use':>9} {'last use':>9}  "
+    lines.append(f"  {'bytes':>10}  {'buffer':<26} {'first use':<18} {'last use':<18} "
                  f"{'max idle':>8}  call site")
     names = p.strings
+
+    def at(i: int) -> str:
+        return f"{i} {strip_params(names[p.launches[i].name])}"[:18]
+
     for b in sorted(used, key=lambda b: -p.allocations[b].bytes)[:10]:
         us = used[b]
         idle_gap = max([y - x for x, y in zip(us, us[1:])] + [us[0] + n - us[-1]])
-        first = names[p.launches[us[0]].name].split("(")[0]
-        last = names[p.launches[us[-1]].name].split("(")[0]
-        lines.append(f"  {fmt_bytes(p.allocations[b].bytes):>10}  {buffer_label(p, b):<24} "
-                     f"{us[0]:>9} {us[-1]:>9}  {idle_gap:>8}  "
+        lines.append(f"  {fmt_bytes(p.allocations[b].bytes):>10}  {buffer_label(p, b):<26} "
+                     f"{at(us[0]):<18} {at(us[-1]):<18} {idle_gap:>8}  "
                      f"{symbolize(p, p.allocations[b].call_site)}")
-        lines.append(f"  {'':>10}  {'':<24} {first[:9]:>9} {last[:9]:>9}")
     return lines
 
 
@@ -246,6 +265,7 @@ def trace_events(p: Profile) -> dict:
 
 
 def run_report(path: Path) -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `oversub report x | head`
     try:
         p = read_profile(path)
     except ProfileError as e:

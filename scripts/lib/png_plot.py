@@ -114,7 +114,8 @@ def plot_live_bytes(path: Path, live: list[int], capacity: int, title: str) -> N
     px = lambda i: left + round((w - left - right) * i / n)  # noqa: E731
     py = lambda v: h - bottom - round((h - top - bottom) * v / ymax)  # noqa: E731
     grey, black = (200, 200, 200), (0, 0, 0)
-    step = _nice_step(ymax, 6)
+    unit = next((u for u in (1 << 30, 1 << 20, 1 << 10) if ymax >= 2 * u), 1)
+    step = _nice_step(ymax / unit, 6) * unit  # round steps in the axis' binary unit
     v = 0.0
     while v <= ymax:
         c.line(left, py(v), w - right, py(v), grey)

@@ -65,6 +65,9 @@ TEST(Period, PhaseAtFewestLiveBytes) {
   // Live bytes peak mid-iteration and are lowest before token 2 of each period.
   const std::vector<std::uint64_t> cost = {50, 60, 10, 40, 50, 60, 10, 40, 50, 60, 10, 40, 50};
   EXPECT_EQ(choose_phase(s, cost), 2u);
+  // A run of equally low starts (1, 2): the last of it, just before allocation.
+  const std::vector<std::uint64_t> flat = {50, 10, 10, 40, 50, 10, 10, 40, 50, 10, 10, 40, 50};
+  EXPECT_EQ(choose_phase(s, flat), 2u);
 }
 
 }  // namespace
