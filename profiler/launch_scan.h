@@ -21,6 +21,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/tracker.h"
+#include "profiler/recorder.h"
+
 namespace oversub::profiler {
 
 struct param_slot {
@@ -87,6 +90,24 @@ class function_cache {
   mutable std::mutex mutex_;
   std::unordered_map<const void*, function_info> by_handle_;  // node-based: stable
 };
+
+// What one launch costs the profiler once its function is known: the argument
+// words (per-parameter pointers args, else the packed buffer of size bytes), the
+// live allocations they point into (one tracker lock), one record.
+inline void record_launch(const function_info& f, void* const* args, const void* packed,
+                          std::size_t packed_bytes, const tracker& live, recorder& rec,
+                          std::uint32_t correlation_id) {
+  std::uint64_t words[max_scan_words];
+  std::size_t n = 0;
+  if (args != nullptr) {
+    n = gather_words(f.params, args, words);
+  } else if (packed != nullptr) {
+    n = gather_packed(f.params, packed, packed_bytes, words);
+  }
+  std::uint64_t bases[max_scan_words];
+  const std::size_t found = live.scan(words, n, bases);
+  rec.on_launch(f.id, bases, found, correlation_id);
+}
 
 }  // namespace oversub::profiler
 

@@ -205,30 +205,24 @@ class session final : public cupti::sink {
   }
 
   void record_launch(const function_info& f, void** args, void** extra, std::uint32_t corr) {
-    std::uint64_t words[max_scan_words];
-    std::size_t n = 0;
-    if (args != nullptr) {
-      n = gather_words(f.params, args, words);
-    } else if (extra != nullptr) {
-      n = gather_extra(f.params, extra, words);
-    }
-    std::uint64_t bases[max_scan_words];
-    const std::size_t found = live_.scan(words, n, bases);
-    rec_.on_launch(f.id, bases, found, corr);
+    const void* packed = nullptr;
+    std::size_t packed_bytes = 0;
+    if (args == nullptr && extra != nullptr) packed = packed_arguments(extra, &packed_bytes);
+    profiler::record_launch(f, args, packed, packed_bytes, live_, rec_, corr);
   }
 
  private:
-  static std::size_t gather_extra(const std::vector<param_slot>& params, void** extra,
-                                  std::uint64_t* words) {
+  // The packed argument buffer of a cuLaunchKernel `extra` array
+  // (CU_LAUNCH_PARAM_BUFFER_POINTER = 1, CU_LAUNCH_PARAM_BUFFER_SIZE = 2, END = 0).
+  static const void* packed_arguments(void** extra, std::size_t* size) {
     const void* buffer = nullptr;
-    std::size_t size = 0;
-    for (std::size_t i = 0; extra[i] != nullptr && i < 64; i += 2) {  // CU_LAUNCH_PARAM_END
-      if (extra[i] == reinterpret_cast<void*>(1)) buffer = extra[i + 1];  // BUFFER_POINTER
-      if (extra[i] == reinterpret_cast<void*>(2) && extra[i + 1] != nullptr) {  // BUFFER_SIZE
-        size = *static_cast<std::size_t*>(extra[i + 1]);
+    for (std::size_t i = 0; extra[i] != nullptr && i < 64; i += 2) {
+      if (extra[i] == reinterpret_cast<void*>(1)) buffer = extra[i + 1];
+      if (extra[i] == reinterpret_cast<void*>(2) && extra[i + 1] != nullptr) {
+        *size = *static_cast<std::size_t*>(extra[i + 1]);
       }
     }
-    return buffer == nullptr ? 0 : gather_packed(params, buffer, size, words);
+    return buffer;
   }
 
   static std::string demangle(const char* name) {
