@@ -62,14 +62,13 @@ def run_profile(lib: Path, out: Path, command: list[str], iterations: int | None
     assert proc.stderr is not None
     for line in proc.stderr:
         if line.startswith("oversub: profile: wrote "):
-            sys.stderr.write("\n" + line)
+            sys.stderr.write(line)
             if iterations and proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 stopped = True
             continue
         if line.startswith("oversub: profile: ") and "iterations seen (" in line:
-            sys.stderr.write("\r" + line.rstrip("\n")[len("oversub: "):] + "   ")
-            sys.stderr.flush()
+            sys.stderr.write(line[len("oversub: "):])  # the progress line
             continue
         if line.startswith("oversub: info: "):
             continue
