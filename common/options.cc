@@ -132,6 +132,7 @@ std::string_view to_string(swap_policy p) {
     case swap_policy::cost: return "cost";
     case swap_policy::vdnn_all: return "vdnn-all";
     case swap_policy::lru: return "lru";
+    case swap_policy::naive: return "naive";
   }
   return "?";
 }
@@ -216,6 +217,7 @@ bool parse_swap_policy(std::string_view text, swap_policy& out) {
   if (iequals(s, "cost")) return out = swap_policy::cost, true;
   if (iequals(s, "vdnn-all")) return out = swap_policy::vdnn_all, true;
   if (iequals(s, "lru")) return out = swap_policy::lru, true;
+  if (iequals(s, "naive")) return out = swap_policy::naive, true;
   return false;
 }
 

@@ -32,7 +32,9 @@ namespace oversub {
   X(track, "track live allocations, enforce OVERSUB_DEVICE_LIMIT, count calls")   \
   X(pool, "track, and serve device allocations from oversub's arena (pool/)")   \
   X(swap, "pool, and swap pages to host memory to run past the device's memory: "   \
-          "OVERSUB_DEVICE_LIMIT bounds what is resident")
+          "OVERSUB_DEVICE_LIMIT bounds what is resident")                          \
+  X(um, "device allocations as managed memory, each launch's buffers prefetched "    \
+        "and the least recently used sent back to the host")
 
 enum class run_mode : std::uint8_t {
 #define OVERSUB_MODE_ENUM(name, doc) name,
@@ -46,8 +48,9 @@ enum class pool_kind : std::uint8_t { online, planned };
 
 // Which schedule drives swap mode (OVERSUB_POLICY; policy/schedule.h): cost-aware
 // (farthest next use, prefetch ahead), vDNN's offload-all-activations, or on-demand
-// least-recently-used only.
-enum class swap_policy : std::uint8_t { cost, vdnn_all, lru };
+// least-recently-used only; naive: um mode without prefetches or hints (the
+// driver pages on demand), the baseline the others are measured against.
+enum class swap_policy : std::uint8_t { cost, vdnn_all, lru, naive };
 
 // How OVERSUB_STATS asks for the statistics printed at exit.
 enum class stats_format : std::uint8_t { none, text, json };
@@ -95,11 +98,12 @@ struct config {
 // X(NAME, field, parser, default, accepted forms, doc). NAME is the part after
 // OVERSUB_; parser is a parse_* function below taking (text, field&).
 #define OVERSUB_OPTIONS(X)                                                          \
-  X(MODE, mode, parse_mode, "track", "off | track | pool | swap",                   \
+  X(MODE, mode, parse_mode, "track", "off | track | pool | swap | um",              \
     "what oversub does with intercepted calls (off: pass-through; track: track "    \
     "allocations and enforce the device limit; pool: track and serve device "       \
     "allocations from oversub's arena; swap: pool, and move pages to host memory "  \
-    "so the job may own more than the device holds)")                              \
+    "so the job may own more than the device holds; um: managed memory prefetched " \
+    "ahead of each launch)")                                                       \
   X(DEVICE_LIMIT, limit, parse_device_limit, "none",                                \
     "none | a size such as 12GiB, 512MiB, 1.5GB, 4096 (bytes) | a fraction of the " \
     "device such as 0.75 (a number with a decimal point, at most 16.0)",            \
@@ -113,9 +117,10 @@ struct config {
   X(HOST_LIMIT, host, parse_host_limit, "0.5",                                      \
     "none | a size such as 16GiB | a fraction of physical RAM such as 0.5 (at most 1.0)", \
     "budget of pinned host memory the pool may hold")                               \
-  X(POLICY, policy, parse_swap_policy, "cost", "cost | vdnn-all | lru",             \
+  X(POLICY, policy, parse_swap_policy, "cost", "cost | vdnn-all | lru | naive",     \
     "swap mode's schedule once the iteration is learned: cost-aware, vDNN's "      \
-    "offload of every activation, or least-recently-used on demand only")          \
+    "offload of every activation, or least-recently-used on demand only; naive: "  \
+    "um mode without prefetches or hints (swap mode: as lru)")                     \
   X(PREFETCH, prefetch_launches, parse_prefetch, "auto",                            \
     "auto | a number of launches (1 to 100000)",                                    \
     "swap mode, cost policy: how far ahead fetches may start (auto: as far as "    \

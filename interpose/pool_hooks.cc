@@ -88,7 +88,9 @@ bool decide_pool_mode() noexcept {
       pool::pool_settings settings{cfg.pool == pool_kind::planned, cfg.pool_large_bytes,
                                    resolve_host_budget(cfg.host)};
       if (cfg.mode >= run_mode::swap) {
-        settings.swap = true;
+        settings.swap = cfg.mode == run_mode::swap;
+        settings.um = cfg.mode == run_mode::um;
+        settings.um_naive = cfg.policy == swap_policy::naive;
         settings.swap_capacity_bytes = resolve_swap_capacity(cfg.limit);
       }
       pool::configure(settings);

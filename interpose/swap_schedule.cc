@@ -151,7 +151,12 @@ void carry_out(learner& l, std::size_t i) {
 }  // namespace
 
 void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) noexcept {
-  if (current_config().policy == swap_policy::lru) return;
+  // um mode prefetches on demand only (a schedule there is still to come).
+  const swap_policy policy = current_config().policy;
+  if (policy == swap_policy::lru || policy == swap_policy::naive ||
+      current_config().mode != run_mode::swap) {
+    return;
+  }
   std::vector<std::uintptr_t> pages;
   for (const pool::byte_range& r : ranges) {
     if (r.bytes == 0) continue;

@@ -12,6 +12,7 @@
 #include "common/stats.h"
 #include "common/units.h"
 #include "pool/driver_api.h"
+#include "pool/managed_residency.h"
 #include "pool/planned_region.h"
 #include "pool/stream_fences.h"
 #include "pool/vmm_arena.h"
@@ -40,6 +41,10 @@ std::uint64_t swap_capacity(const pool_settings& s) {
   return bytes / page * page;
 }
 
+std::unique_ptr<managed_residency> make_managed(int device, const pool_settings& s) {
+  return s.um ? std::make_unique<managed_residency>(device, swap_capacity(s), s.um_naive) : nullptr;
+}
+
 std::unique_ptr<residency_engine> make_engine(int device, const pool_settings& s) {
   if (!s.swap) return nullptr;
   residency_config c;
@@ -53,12 +58,14 @@ std::unique_ptr<residency_engine> make_engine(int device, const pool_settings& s
 struct device_state {
   explicit device_state(int device, const pool_settings& s)
       : engine(make_engine(device, s)),
+        managed(make_managed(device, s)),
         online(vmm_arena_config{device, 0, static_cast<std::size_t>(s.large_bytes),
                                 engine.get()}) {
     if (s.planned) planned = std::make_unique<planned_region>(online);
   }
   memory_resource& front() { return planned ? static_cast<memory_resource&>(*planned) : online; }
   std::unique_ptr<residency_engine> engine;  // swap mode; outlives the arena
+  std::unique_ptr<managed_residency> managed;  // um mode: serves every allocation
   vmm_arena online;
   std::unique_ptr<planned_region> planned;
 };
@@ -127,6 +134,23 @@ bool report_section(std::string& json, std::string& text) {
           format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.fetches,
           format_bytes(e.bytes_to_host), format_bytes(e.bytes_to_device), e.waits, e.failures);
     }
+    if (const std::optional<managed_stats> maybe_m =
+            s->managed ? s->managed->try_stats() : std::nullopt) {
+      const managed_stats& m = *maybe_m;
+      json += fmt::format(R"(,"um":{{"capacity_bytes":{},"buffers":{},"resident_bytes":{},)"
+                          R"("peak_resident_bytes":{},"prefetches_in":{},"prefetches_out":{},)"
+                          R"("bytes_in":{},"bytes_out":{},"concurrent_access":{}}})",
+                          s->managed->capacity_bytes(), m.buffers, m.resident_bytes,
+                          m.peak_resident_bytes, m.prefetches_in, m.prefetches_out, m.bytes_in,
+                          m.bytes_out, m.concurrent_access ? "true" : "false");
+      text += fmt::format(
+          "oversub:   um device {}: capacity {}  buffers {}  prefetched resident {} (peak {})  "
+          "prefetches in {} ({})  out {} ({}){}\n",
+          d, format_bytes(s->managed->capacity_bytes()), m.buffers, format_bytes(m.resident_bytes),
+          format_bytes(m.peak_resident_bytes), m.prefetches_in, format_bytes(m.bytes_in),
+          m.prefetches_out, format_bytes(m.bytes_out),
+          m.concurrent_access ? "" : "  (no concurrent managed access: no prefetch)");
+    }
     if (s->planned) {
       const planned_stats p = s->planned->plan_stats();
       json += fmt::format(R"(,"planned":{{"learned":{},"iteration_allocations":{},)"
@@ -160,6 +184,7 @@ bool available() { return driver().complete; }
 allocation_result device_allocate(int device, std::size_t bytes, CUstream stream) {
   device_state* s = state(device);
   if (s == nullptr) return {nullptr, pool_errc::out_of_memory};
+  if (s->managed) return s->managed->allocate(bytes);
   return s->front().allocate(bytes, stream);
 }
 
@@ -168,6 +193,7 @@ bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream
                         ? g_devices[device].load(std::memory_order_acquire)
                         : nullptr;
   if (s == nullptr) return false;
+  if (s->managed) return s->managed->deallocate(ptr);
   if (s->planned) {
     if (!s->planned->owns(ptr)) return false;
   } else if (!s->online.owns(ptr)) {
@@ -213,6 +239,10 @@ residency_engine* engine_of(int device) {
 
 prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
                               bool writes) noexcept {
+  device_state* s = device >= 0 && device < max_devices
+                        ? g_devices[device].load(std::memory_order_acquire)
+                        : nullptr;
+  if (s != nullptr && s->managed) return s->managed->prepare(ranges, stream);
   residency_engine* e = engine_of(device);
   return e == nullptr ? prepare_result{} : e->prepare(ranges, stream, writes);
 }
@@ -233,6 +263,10 @@ residency_stats device_residency(int device) {
 }
 
 std::uint64_t device_residency_capacity(int device) noexcept {
+  device_state* s = device >= 0 && device < max_devices
+                        ? g_devices[device].load(std::memory_order_acquire)
+                        : nullptr;
+  if (s != nullptr && s->managed) return s->managed->capacity_bytes();
   residency_engine* e = engine_of(device);
   return e == nullptr ? 0 : e->capacity_bytes();
 }

@@ -20,7 +20,9 @@ struct pool_settings {
   std::uint64_t large_bytes = std::uint64_t{32} << 20;  // OVERSUB_POOL_LARGE
   std::uint64_t host_budget_bytes = 0;            // OVERSUB_HOST_LIMIT, resolved
   bool swap = false;                              // OVERSUB_MODE=swap: pages move to the host
-  // Swap mode: device bytes the pages may hold (OVERSUB_DEVICE_LIMIT resolved);
+  bool um = false;                                // OVERSUB_MODE=um: managed memory, prefetched
+  bool um_naive = false;                          // ... without prefetches (OVERSUB_POLICY=naive)
+  // Swap and um modes: device bytes the pages may hold (OVERSUB_DEVICE_LIMIT resolved);
   // 0: the device's free memory at first use less a headroom (Note [Swap capacity]).
   std::uint64_t swap_capacity_bytes = 0;
   // Swap mode: every write-capable call is seen (residency_config::clean_evictions).

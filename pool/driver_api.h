@@ -42,7 +42,12 @@ namespace oversub::pool {
   X(cuStreamCreate)                 \
   X(cuStreamDestroy)                \
   X(cuStreamWaitEvent)              \
-  X(cuMemcpyAsync)
+  X(cuMemcpyAsync)                  \
+  X(cuMemAllocManaged)              \
+  X(cuMemFree)                      \
+  X(cuMemPrefetchAsync)             \
+  X(cuMemAdvise)                    \
+  X(cuDeviceGetAttribute)
 
 // Typed pointers, one per function of the list (null when the driver lacks it).
 struct driver_table {

@@ -60,6 +60,23 @@ def fail(message: str, proc: subprocess.CompletedProcess[str] | None = None) -> 
     sys.exit(1)
 
 
+def check_um(args: argparse.Namespace, um: dict, counters: dict, device: int, peak: int,
+             iterations: int) -> int:
+    """um mode: what was prefetched stayed under the capacity; prefetches happened
+    unless OVERSUB_POLICY=naive, and none did with it."""
+    if not um["peak_resident_bytes"] <= um["capacity_bytes"] <= device:
+        fail(f"prefetched bytes above the capacity or the device: {um}, device {device}")
+    naive = "OVERSUB_POLICY=naive" in args.env
+    if naive != (um["prefetches_in"] == 0) or not um["concurrent_access"]:
+        fail(f"prefetches do not match the policy ({'naive' if naive else 'prefetching'}): {um}")
+    if counters["swap_refusals"]["total"] != 0 or counters["allocations"]["current"] != 0:
+        fail(f"refusals or allocations left live: {counters}")
+    print(f"um {args.mode_args or '(default)'} at {args.ratio}x: peak {peak} bytes on a {device}-byte "
+          f"device, loss bits identical over {iterations} iterations; {um['prefetches_in']} "
+          f"prefetches in ({um['bytes_in'] // MiB} MiB), {um['prefetches_out']} out")
+    return 0
+
+
 def expect_clean_failure(args: argparse.Namespace, cmd: list[str], device: int,
                          want: list[str]) -> int:
     """The copy engine or a mapping fails midway: the program must see a CUDA error
@@ -85,6 +102,7 @@ def main() -> int:
     ap.add_argument("--ratio", type=float, required=True, help="footprint / device memory")
     ap.add_argument("--config", choices=sorted(CONFIGS), default="chain")
     ap.add_argument("--mode-args", default="", help="simtrain mode flags")
+    ap.add_argument("--mode", choices=["swap", "um"], default="swap", help="OVERSUB_MODE")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="another OVERSUB_* setting for the swap run (repeatable)")
     ap.add_argument("--expect-scheduled", action="store_true",
@@ -114,19 +132,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
         settings = {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
-                    "OVERSUB_MODE": "swap", "OVERSUB_STATS": "json",
+                    "OVERSUB_MODE": args.mode, "OVERSUB_STATS": "json",
                     "OVERSUB_STATS_FILE": str(stats_file)}
         settings.update(e.split("=", 1) for e in args.env)
         proc = run(cmd, settings, args.lib)
         if proc.returncode != 0:
-            fail(f"simtrain fails under OVERSUB_MODE=swap at {args.ratio}x", proc)
+            fail(f"simtrain fails under OVERSUB_MODE={args.mode} at {args.ratio}x", proc)
         got = ITER_RE.findall(proc.stdout)
         if got != want:
-            fail(f"loss bits differ under swap at {args.ratio}x: {got} != {want}", proc)
+            fail(f"loss bits differ under {args.mode} at {args.ratio}x: {got} != {want}", proc)
         lines = [l for l in stats_file.read_text().splitlines() if l.startswith('{"oversub_stats"')]
         stats = json.loads(lines[-1])
-    swap = stats["pool"]["device0"]["swap"]
     counters = stats["counters"]
+    if args.mode == "um":
+        return check_um(args, stats["pool"]["device0"]["um"], counters, device, peak, len(want))
+    swap = stats["pool"]["device0"]["swap"]
     if not swap["peak_resident_bytes"] <= swap["capacity_bytes"] <= device:
         fail(f"resident bytes above the capacity or the device: {swap}, device {device}")
     if swap["evictions"] == 0 or swap["fetches"] == 0:

@@ -256,6 +256,11 @@ TEST(SwapOptions, ModePolicyPrefetchAndThePlannedPoolDefault) {
   EXPECT_EQ(d.cfg.policy, swap_policy::cost);
   EXPECT_EQ(d.cfg.prefetch_launches, 0u);
   EXPECT_EQ(d.cfg.pool, pool_kind::online);
+  parse_outcome um = parse_options({"OVERSUB_MODE=um", "OVERSUB_POLICY=naive"});
+  ASSERT_TRUE(um.errors.empty());
+  EXPECT_EQ(um.cfg.mode, run_mode::um);
+  EXPECT_EQ(um.cfg.policy, swap_policy::naive);
+  EXPECT_TRUE(run_mode::swap < run_mode::um);
   for (const char* bad : {"OVERSUB_POLICY=belady", "OVERSUB_PREFETCH=0",
                           "OVERSUB_PREFETCH=-3", "OVERSUB_PREFETCH=1000000"}) {
     parse_outcome b = parse_options({bad});

@@ -1,0 +1,195 @@
+// The managed-memory backend (see managed_residency.h).
+#include "pool/managed_residency.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/log.h"
+#include "pool/driver_api.h"
+
+namespace oversub::pool {
+
+namespace {
+
+CUmemLocation device_location(int device) {
+  CUmemLocation l{};
+  l.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  l.id = device;
+  return l;
+}
+
+CUmemLocation host_location() {
+  CUmemLocation l{};
+  l.type = CU_MEM_LOCATION_TYPE_HOST;
+  l.id = 0;
+  return l;
+}
+
+}  // namespace
+
+managed_residency::managed_residency(int device, std::uint64_t capacity_bytes, bool naive)
+    : device_(device), capacity_bytes_(capacity_bytes), naive_(naive) {}
+
+void managed_residency::detect_locked() {
+  if (detected_) return;
+  detected_ = true;
+  int concurrent = 0;
+  CUdevice dev = 0;
+  const driver_table& d = driver();
+  if (d.cuDeviceGet(&dev, device_) == CUDA_SUCCESS &&
+      d.cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, dev) ==
+          CUDA_SUCCESS &&
+      concurrent == 0) {
+    stats_.concurrent_access = false;
+    log::warn("OVERSUB_MODE=um: device {} has no concurrent managed access (a GPU before "
+              "Pascal, or the platform does not allow it): no demand paging and no prefetch "
+              "to the device; each launch migrates the managed allocations it uses. "
+              "OVERSUB_MODE=swap moves memory on such devices.",
+              device_);
+  }
+}
+
+allocation_result managed_residency::allocate(std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const driver_table& d = driver();
+  if (!d.complete) return {nullptr, pool_errc::driver_missing};
+  detect_locked();
+  CUdeviceptr p = 0;
+  if (d.cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS) {
+    return {nullptr, pool_errc::out_of_memory};
+  }
+  // The device keeps a mapping of the pages wherever they are, so an access we did
+  // not prefetch for needs no new mapping.
+  if (!naive_) d.cuMemAdvise(p, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, device_location(device_));
+  buffers_.emplace(p, buffer{bytes, false, ++tick_, 0, nullptr});
+  ++stats_.buffers;
+  return {reinterpret_cast<void*>(p), pool_errc::ok};
+}
+
+bool managed_residency::deallocate(void* ptr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = buffers_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == buffers_.end()) return false;
+  if (it->second.on_device) stats_.resident_bytes -= it->second.bytes;
+  driver().cuMemFree(it->first);
+  buffers_.erase(it);
+  --stats_.buffers;
+  return true;
+}
+
+bool managed_residency::owns(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return buffers_.count(reinterpret_cast<std::uintptr_t>(ptr)) != 0;
+}
+
+std::vector<std::uintptr_t> managed_residency::buffers_of_locked(
+    std::span<const byte_range> ranges) const {
+  std::vector<std::uintptr_t> out;
+  for (const byte_range& r : ranges) {
+    if (r.bytes == 0 || r.optional || buffers_.empty()) continue;
+    auto it = buffers_.upper_bound(r.addr);
+    if (it != buffers_.begin()) --it;
+    for (; it != buffers_.end() && it->first < r.addr + r.bytes; ++it) {
+      if (it->first + it->second.bytes > r.addr) out.push_back(it->first);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// One prefetch of a whole buffer on stream, after the stream that used it last.
+CUresult managed_residency::move_locked(std::uintptr_t base, buffer& b, bool to_device,
+                                        CUstream stream) {
+  const driver_table& d = driver();
+  if (b.last_stream != nullptr && b.last_stream != stream) {
+    CUevent& e = stream_events_[b.last_stream];
+    if (e == nullptr && d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (CUresult r = d.cuEventRecord(e, b.last_stream); r != CUDA_SUCCESS) return r;
+    if (CUresult r = d.cuStreamWaitEvent(stream, e, 0); r != CUDA_SUCCESS) return r;
+  }
+  const CUmemLocation where = to_device ? device_location(device_) : host_location();
+  if (CUresult r = d.cuMemPrefetchAsync(base, b.bytes, where, 0, stream); r != CUDA_SUCCESS) {
+    return r;
+  }
+  b.on_device = to_device;
+  b.last_stream = stream;
+  if (to_device) {
+    stats_.resident_bytes += b.bytes;
+    stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
+    ++stats_.prefetches_in;
+    stats_.bytes_in += b.bytes;
+  } else {
+    stats_.resident_bytes -= b.bytes;
+    ++stats_.prefetches_out;
+    stats_.bytes_out += b.bytes;
+  }
+  return CUDA_SUCCESS;
+}
+
+prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CUstream stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  prepare_result result;
+  if (naive_ || buffers_.empty() || !stats_.concurrent_access) return result;
+  // Note [Large managed buffers]: the driver pages managed memory on demand, so
+  // nothing has to be refused here. A buffer larger than a quarter of the capacity (a
+  // caching allocator's segment) is left to demand paging rather than prefetched
+  // whole, and so are the best-effort windows; what remains is prefetched while it
+  // fits.
+  std::vector<std::uintptr_t> wanted;
+  for (std::uintptr_t base : buffers_of_locked(ranges)) {
+    if (buffers_[base].bytes > capacity_bytes_ / 4) continue;
+    if (result.needed_bytes + buffers_[base].bytes > capacity_bytes_) break;
+    result.needed_bytes += buffers_[base].bytes;
+    wanted.push_back(base);
+  }
+  const std::uint64_t epoch = ++epoch_;
+  for (std::uintptr_t base : wanted) buffers_[base].pinned = epoch;
+  for (std::uintptr_t base : wanted) {
+    buffer& b = buffers_[base];
+    b.last_use = ++tick_;
+    if (!b.on_device) {
+      // Room first: the least recently used unpinned buffers go to the host.
+      while (stats_.resident_bytes + b.bytes > capacity_bytes_) {
+        std::uintptr_t victim = 0;
+        buffer* vb = nullptr;
+        for (auto& [vbase, x] : buffers_) {
+          if (!x.on_device || x.pinned == epoch) continue;
+          if (vb == nullptr || x.last_use < vb->last_use) {
+            victim = vbase;
+            vb = &x;
+          }
+        }
+        if (vb == nullptr) break;  // the driver pages the rest on demand
+        if (CUresult r = move_locked(victim, *vb, false, stream); r != CUDA_SUCCESS) {
+          result.code = residency_errc::driver_error;
+          result.driver = r;
+          return result;
+        }
+      }
+      if (CUresult r = move_locked(base, b, true, stream); r != CUDA_SUCCESS) {
+        result.code = residency_errc::driver_error;
+        result.driver = r;
+        return result;
+      }
+    }
+    b.last_stream = stream;
+  }
+  ++epoch_;  // nothing stays pinned
+  return result;
+}
+
+managed_stats managed_residency::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+std::optional<managed_stats> managed_residency::try_stats() const {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  return stats_;
+}
+
+}  // namespace oversub::pool

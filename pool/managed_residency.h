@@ -1,0 +1,94 @@
+// managed_residency: OVERSUB_MODE=um, the managed-memory backend. Device allocations
+// are managed memory (cuMemAllocManaged); before each launch, copy or memset its
+// buffers are prefetched to the device on the work's own stream, and the least
+// recently used ones are prefetched back to the host to keep what is resident under
+// the capacity. The driver pages on demand whatever was not predicted.
+//
+// Note [Prefetch on the work's stream]: prefetches are queued on the stream of the
+// work that needs them, so stream order makes the work wait for exactly its own
+// fetches, and an eviction (a prefetch to the host) comes after every earlier use on
+// that stream. A buffer last used on another stream is first ordered after that
+// stream's work with an event. This is simpler than swap mode's separate copy
+// streams and overlaps less: the copy and the compute of one stream run in turn.
+//
+// Note [Without concurrent managed access]: GPUs before Pascal (and some platforms)
+// report concurrentManagedAccess = 0: no demand paging, and prefetching to the device
+// is refused. Then a launch migrates every managed allocation it uses; the backend
+// says so once and only tracks.
+#ifndef OVERSUB_POOL_MANAGED_RESIDENCY_H
+#define OVERSUB_POOL_MANAGED_RESIDENCY_H
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <unordered_map>
+
+#include "pool/memory_resource.h"
+#include "pool/residency.h"
+
+namespace oversub::pool {
+
+struct managed_stats {
+  std::uint64_t buffers = 0;
+  std::uint64_t resident_bytes = 0;  // what the backend has prefetched to the device
+  std::uint64_t peak_resident_bytes = 0;
+  std::uint64_t prefetches_in = 0;
+  std::uint64_t prefetches_out = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  bool concurrent_access = true;
+};
+
+class managed_residency {
+ public:
+  // naive: no prefetches and no hints, managed memory as the driver pages it.
+  managed_residency(int device, std::uint64_t capacity_bytes, bool naive = false);
+  ~managed_residency() = default;
+  managed_residency(const managed_residency&) = delete;
+  managed_residency& operator=(const managed_residency&) = delete;
+
+  allocation_result allocate(std::size_t bytes);
+  // False when ptr is not one of ours (the caller forwards it). Synchronising, like
+  // cuMemFree of managed memory.
+  bool deallocate(void* ptr);
+  bool owns(const void* ptr) const;
+
+  // As residency_engine::prepare: the buffers the ranges touch, on the device before
+  // the work on stream (Note [Large managed buffers]: never refused).
+  prepare_result prepare(std::span<const byte_range> ranges, CUstream stream);
+
+  managed_stats stats() const;
+  std::optional<managed_stats> try_stats() const;
+  std::uint64_t capacity_bytes() const { return capacity_bytes_; }
+
+ private:
+  struct buffer {
+    std::size_t bytes = 0;
+    bool on_device = false;
+    std::uint64_t last_use = 0;
+    std::uint64_t pinned = 0;
+    CUstream last_stream = nullptr;
+  };
+  void detect_locked();
+  std::vector<std::uintptr_t> buffers_of_locked(std::span<const byte_range> ranges) const;
+  CUresult move_locked(std::uintptr_t base, buffer& b, bool to_device, CUstream stream);
+
+  int device_;
+  std::uint64_t capacity_bytes_;
+  bool naive_;
+  mutable std::mutex mutex_;
+  bool detected_ = false;
+  std::map<std::uintptr_t, buffer> buffers_;
+  std::unordered_map<CUstream, CUevent> stream_events_;
+  std::uint64_t tick_ = 0;
+  std::uint64_t epoch_ = 1;
+  managed_stats stats_;
+};
+
+}  // namespace oversub::pool
+
+#endif  // OVERSUB_POOL_MANAGED_RESIDENCY_H
