@@ -19,6 +19,11 @@
             events and their fields, the PNG is a PNG of the plot's size
   stop      `oversub profile --iterations 3` on a 40-iteration run stops it early
             with a profile of the right period
+  driver    driver_launch_probe marks its iterations with oversub_iteration_begin()
+            and launches through cuLaunchKernel (kernelParams, and a packed buffer
+            whose struct argument holds two pointers) and cudaLaunchKernel: all three
+            seen through CUPTI with the right buffer sets and the api period; with
+            CUPTI held, only the runtime launch is seen, as the warning says
   fallback  another tool holds CUPTI (cupti_holder preloaded first): the library
             says who and what it then does not see, and the hooks still give every
             launch its right buffer set (no durations)
@@ -261,15 +266,43 @@ def case_fallback(c: Ctx) -> None:
     check_buffer_sets(p, rows, cupti=False)
 
 
+def case_driver(c: Ctx) -> None:
+    from oprof import read_profile
+    out, log = c.tmp / "driver.oprof", c.tmp / "driver.launches"
+    env = {"OVERSUB_PROFILE_OUT": str(out), "SIMGPU_LAUNCH_LOG": str(log)}
+    r = c.run([c.a.probe, "5"], env, [c.a.lib])
+    check(r.returncode == 0 and "ok" in r.stdout, f"probe failed:\n{r.stderr}")
+    p = read_profile(out)
+    rows = read_log(log)
+    check(p.source == "api", f"source {p.source}, want api (oversub_iteration_begin)")
+    check(p.iterations_seen == 4, f"{p.iterations_seen} marked iterations, want 4")
+    names = [p.strings[l.name].split("(")[0] for l in p.launches]
+    check(names == ["axpy", "pair_sum", "axpy"], f"launches {names}")
+    check_buffer_sets(p, rows, cupti=True)
+    pair = p.launches[1]
+    check(len(pair.buffers) == 3 and sum(not p.allocations[b].long_lived for b in pair.buffers) == 1,
+          "pair_sum: the struct's two pointers and the per-iteration output")
+    out.unlink()
+    r = c.run([c.a.probe, "5"], env, [c.a.holder, c.a.lib])
+    check(r.returncode == 0 and "falling back" in r.stderr, f"fallback run:\n{r.stderr}")
+    p = read_profile(out)
+    names = [p.strings[l.name].split("(")[0] for l in p.launches]
+    check(not p.cupti and names == ["axpy"],
+          f"with CUPTI held only the runtime launch is seen, got {names}")
+    print("driver-level launches seen through CUPTI, not through the hooks")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True,
-                    choices=["buffers", "marker", "corrupt", "scripts", "stop", "fallback"])
+                    choices=["buffers", "marker", "corrupt", "scripts", "stop", "fallback",
+                             "driver"])
     ap.add_argument("--lib", required=True)
     ap.add_argument("--simtrain", required=True)
     ap.add_argument("--oversub", required=True)
     ap.add_argument("--holder")
+    ap.add_argument("--probe")
     ap.add_argument("--mode-args", default="")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="oversub-profile-") as tmp:
