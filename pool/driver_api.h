@@ -62,6 +62,16 @@ struct driver_table {
 // and the pool is not used (one error is logged).
 const driver_table& driver();
 
+// The properties of a VMM allocation (cuMemCreate) of pinned memory at a location:
+// CU_MEM_LOCATION_TYPE_DEVICE with the device ordinal, or _HOST (id 0).
+inline CUmemAllocationProp vmm_prop(CUmemLocationType type, int id) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = type;
+  prop.location.id = id;
+  return prop;
+}
+
 // True when r is CUDA_SUCCESS; otherwise logs (at debug) what failed.
 bool driver_ok(CUresult r, const char* what);
 

@@ -8,18 +8,6 @@
 
 namespace oversub::pool {
 
-namespace {
-
-CUmemAllocationProp location_prop(CUmemLocationType type, int id) {
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = type;
-  prop.location.id = id;
-  return prop;
-}
-
-}  // namespace
-
 residency_engine::residency_engine(residency_config cfg) : cfg_(cfg) {}
 
 residency_engine::~residency_engine() {
@@ -95,7 +83,7 @@ bool residency_engine::create_page(std::uintptr_t va) {
   if (!ensure_ready_locked()) return false;
   if (make_room_locked(cfg_.page_bytes) != CUDA_SUCCESS) return false;
   const driver_table& d = driver();
-  const CUmemAllocationProp prop = location_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
+  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
   page p;
   if (d.cuMemCreate(&p.device, cfg_.page_bytes, &prop, 0) != CUDA_SUCCESS) return false;
   if (map_locked(va, p.device) != CUDA_SUCCESS) {
@@ -192,7 +180,7 @@ CUresult residency_engine::ensure_host_handle_locked(page& p) {
   } else {
     slot = shadow_base_ + shadow_next_++ * cfg_.page_bytes;
   }
-  const CUmemAllocationProp prop = location_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
+  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
   CUmemGenericAllocationHandle h = 0;
   if (CUresult r = d.cuMemCreate(&h, cfg_.page_bytes, &prop, 0); r != CUDA_SUCCESS) {
     free_shadow_.push_back(slot);
@@ -312,7 +300,7 @@ CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p) {
     if (CUresult r = d.cuStreamSynchronize(to_device_); r != CUDA_SUCCESS) return r;
     p.users.clear();
   }
-  const CUmemAllocationProp prop = location_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
+  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
   if (CUresult r = d.cuMemCreate(&p.device, cfg_.page_bytes, &prop, 0); r != CUDA_SUCCESS) {
     p.device = 0;
     return r;

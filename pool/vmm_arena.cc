@@ -14,14 +14,6 @@ namespace {
 constexpr std::size_t fallback_range_bytes = std::size_t{1} << 30;  // 1 GiB, no device info
 constexpr int slow_walk = 1 << 20;  // look at every block once the fast search failed
 
-CUmemAllocationProp device_prop(int device) {
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  return prop;
-}
-
 }  // namespace
 
 // Note [Chunks as pages]: with a residency engine (swap mode) the arena keeps
@@ -64,7 +56,7 @@ bool vmm_arena::ensure_driver() {
   if (driver_ready_) return true;
   const driver_table& d = driver();
   if (!d.complete) return false;
-  CUmemAllocationProp prop = device_prop(cfg_.device);
+  CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
   std::size_t g = 0;
   if (d.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
           CUDA_SUCCESS &&
@@ -115,7 +107,7 @@ bool vmm_arena::map_chunk_locked(range& r, std::size_t i) {
     return true;
   }
   const driver_table& d = driver();
-  const CUmemAllocationProp prop = device_prop(cfg_.device);
+  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
   CUmemGenericAllocationHandle h = 0;
   if (d.cuMemCreate(&h, granularity_, &prop, 0) != CUDA_SUCCESS) return false;
   const CUdeviceptr at = r.base + i * granularity_;
@@ -250,7 +242,7 @@ allocation_result vmm_arena::allocate(std::size_t bytes, CUstream stream) {
 bool vmm_arena::create_mapping(std::uintptr_t at, std::size_t bytes,
                                CUmemGenericAllocationHandle& h) {
   const driver_table& d = driver();
-  const CUmemAllocationProp prop = device_prop(cfg_.device);
+  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
   if (d.cuMemCreate(&h, bytes, &prop, 0) != CUDA_SUCCESS) return false;
   CUmemAccessDesc access{};
   access.location = prop.location;

@@ -26,6 +26,7 @@ from pathlib import Path
 ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
 PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
 OOM_RE = re.compile(r"cudaErrorMemoryAllocation")
+HOST_MAPPED_RE = re.compile(r"kernel bytes in host-located mappings (\d+)")
 MiB = 1 << 20
 RUN_TIMEOUT_S = 300
 
@@ -131,7 +132,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
-        settings = {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
+        settings = {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort", "SIMGPU_REPORT": "1",
                     "OVERSUB_MODE": args.mode, "OVERSUB_STATS": "json",
                     "OVERSUB_STATS_FILE": str(stats_file)}
         settings.update(e.split("=", 1) for e in args.env)
@@ -155,6 +156,13 @@ def main() -> int:
         fail(f"refusals or failures: {swap} {counters['swap_refusals']}")
     if counters["allocations"]["current"] != 0 or counters["untracked_frees"]["total"] != 0:
         fail(f"allocations left live or frees lost: {counters}")
+    # simtrain passes plain pointers, so without --caching the scan finds every
+    # buffer and no kernel may reach a swapped-out page (simgpu counts those bytes).
+    host_mapped = HOST_MAPPED_RE.search(proc.stderr)
+    if host_mapped is None:
+        fail("no simgpu exit report (SIMGPU_REPORT=1)", proc)
+    if "--caching" not in args.mode_args and int(host_mapped.group(1)) != 0:
+        fail(f"kernels reached {host_mapped.group(1)} bytes of swapped-out pages", proc)
     scheduled = counters["swap_scheduled"]["total"]
     if args.expect_scheduled and (scheduled == 0 or counters["swap_deviations"]["total"] != 0):
         fail(f"the learned schedule was not followed: scheduled {scheduled}, deviations "

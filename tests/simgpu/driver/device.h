@@ -104,6 +104,9 @@ struct stats {
   uint64_t managed_faults = 0, managed_to_device_bytes = 0, managed_to_host_bytes = 0;
   uint64_t managed_evicted_bytes = 0;
   uint64_t races = 0;
+  // Bytes kernels read or wrote in host-located VMM mappings (a swapped-out page
+  // reached over the link): Note [Kernels on host-located mappings] in kernels.cpp.
+  uint64_t kernel_host_mapped_bytes = 0;
 };
 
 struct device_state {

@@ -190,6 +190,13 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   double end = start + duration;
   op_end(s, engine::compute, end);
   ++d.st.kernels;
+  // Note [Kernels on host-located mappings]: the footprint's bytes in host-located
+  // VMM mappings are counted (and paid at the link rate by kernel_duration_ns), so a
+  // test can tell that a swap engine made every page resident before its kernel.
+  for (int i = 0; i < fp.count; ++i) {
+    if (classify(reinterpret_cast<uintptr_t>(fp.accesses[i].ptr)) == mem_place::host_mapping)
+      d.st.kernel_host_mapped_bytes += fp.accesses[i].bytes;
+  }
   if (!ok) return CUDA_ERROR_ILLEGAL_ADDRESS;
 
   auto desc = std::make_shared<const std::string>(what + " on " + stream_name(s));
