@@ -137,7 +137,7 @@ def main() -> int:
     ap.add_argument("--randprog", type=Path, required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--streams", choices=["1", "2"], default="1")
-    ap.add_argument("--layers", type=int, default=120)
+    ap.add_argument("--layers", type=int, default=180)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--max-kib", type=int, default=1024)
     ap.add_argument("--ratio", type=float, default=3.0, help="peak / device memory")
@@ -152,13 +152,15 @@ def main() -> int:
     if reference(base + ["--streams", other])[0] != want:
         fail(f"randprog's checksums differ between --streams 1 and 2 for seed {args.seed}")
     device = int(peak / args.ratio)
-    # Each of an operation's (at most four) buffers may straddle one more page; the
-    # drawn program must leave the largest operation room on the device, or a
-    # refusal would be the test's fault, not oversub's.
-    if largest + 4 * PAGE > device * 3 // 4:
-        fail(f"the program is too large for the test: its largest operation touches "
-             f"{largest} bytes, the device at {args.ratio}x is {device} bytes; "
-             f"lower --max-kib or add layers")
+    # An operation touches at most four buffers of at most --max-kib each, and each
+    # may straddle one more page than its size needs; the swap capacity is the device
+    # less 1/16, in whole pages (docs/swap.md). The drawn program must leave its
+    # largest operation that room, or a refusal would be the test's fault.
+    worst = 4 * (-(-args.max_kib * 1024 // PAGE) + 1) * PAGE
+    if (device - device // 16) // PAGE * PAGE < worst:
+        fail(f"the program is too small for the test: at {args.ratio}x the device is "
+             f"{device} bytes, short of room for an operation on {worst} bytes of pages; "
+             f"add layers or lower --max-kib")
 
     alone = run(cmd, {"SIMGPU_MEMORY": str(device)}, None)
     if alone.returncode == 0 or not OOM_RE.search(alone.stdout + alone.stderr):
