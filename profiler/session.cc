@@ -73,14 +73,19 @@ class session final : public cupti::sink {
   }
 
   bool cupti() const { return cupti_.load(std::memory_order_acquire); }
+  // Once the profile is written nothing more is recorded: the run goes on at the
+  // cost of the callbacks alone.
+  bool done() const { return done_.load(std::memory_order_relaxed); }
 
   // ---- cupti::sink ----
   void runtime_launch(const void* func, void** args, std::uint32_t corr) override {
+    if (done()) return;
     const function_info* f = runtime_function(func);
     if (f != nullptr) record_launch(*f, args, nullptr, corr);
   }
   void driver_launch(void* func, void** params, void** extra, const char* symbol,
                      std::uint32_t corr) override {
+    if (done()) return;
     const function_info* f = driver_cache_.lookup(func);
     if (f == nullptr) {
       function_info info;
@@ -101,6 +106,7 @@ class session final : public cupti::sink {
   }
   void copy(copy_kind kind, std::uint64_t bytes, const void* dst, const void* src,
             std::uint32_t corr) override {
+    if (done()) return;
     const auto d = reinterpret_cast<std::uint64_t>(dst);
     const auto s = reinterpret_cast<std::uint64_t>(src);
     std::uint64_t base[1] = {0};
@@ -124,6 +130,7 @@ class session final : public cupti::sink {
 
   // ---- the interposer's side ----
   void alloc(std::uint64_t base, std::uint64_t bytes) {
+    if (done()) return;
     void* frames[call_site_depth];
     int n = unwind_ != nullptr ? unwind_(frames, call_site_depth)
                                : ::backtrace(frames, call_site_depth);
@@ -132,10 +139,13 @@ class session final : public cupti::sink {
     for (int i = 0; i < n; ++i) pcs[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
     rec_.on_alloc(base, bytes, pcs, static_cast<std::size_t>(n));
   }
-  void free(std::uint64_t base) { rec_.on_free(base); }
+  void free(std::uint64_t base) {
+    if (!done()) rec_.on_free(base);
+  }
   void iteration_begin() { rec_.on_iteration_begin(); }
 
   void progress() {
+    if (done()) return;
     iteration_source how{};
     std::size_t period = 0;
     const std::uint32_t it = rec_.iterations(&how, &period);
@@ -144,7 +154,7 @@ class session final : public cupti::sink {
       log::info("profile: {} iteration{} seen ({} launches each, {}), {} launches",
                 it, it == 1 ? "" : "s", period, to_string(how), rec_.launches());
     }
-    if (target_ != 0 && it >= target_) write();
+    if (target_ != 0 && it >= target_ && !done()) write();
   }
 
   void write() {
@@ -152,6 +162,7 @@ class session final : public cupti::sink {
     if (written_) return;
     written_ = true;
     cupti::flush();
+    done_.store(true, std::memory_order_relaxed);
     device_figures dev;
     const std::uint64_t limit = live_.limit(0);
     dev.capacity_bytes = limit != tracker::no_limit ? std::min(limit, capacity_) : capacity_;
@@ -277,6 +288,7 @@ class session final : public cupti::sink {
   thread_local static function_info unprobed_;
   std::mutex write_mutex_;
   bool written_ = false;
+  std::atomic<bool> done_{false};
   std::uint32_t reported_ = 0;
 };
 
@@ -341,7 +353,7 @@ void on_free(std::uint64_t base) noexcept {
 
 void on_hook_launch(const void* func, void** args) noexcept {
   session* s = get();
-  if (s == nullptr || s->cupti()) return;
+  if (s == nullptr || s->cupti() || s->done()) return;
   try {
     if (const function_info* f = s->runtime_function(func)) s->record_launch(*f, args, nullptr, 0);
   } catch (...) {
