@@ -40,6 +40,7 @@ struct learner {
   std::vector<std::uintptr_t> page_of_id;  // model buffer id -> page address
   policy::schedule plan;
   std::size_t cursor = 0;
+  std::vector<pool::byte_range> later;  // fetches that found no room yet
   swap_schedule_stats stats;
   bool deviation_logged = false;
 };
@@ -145,7 +146,12 @@ void carry_out(learner& l, std::size_t i) {
   }
   add_ranges(l, l.plan.launches[i].fetch_before, fetch);
   if (!evict.empty()) pool::device_evict(l.device, evict);
-  if (!fetch.empty()) pool::device_prefetch(l.device, fetch);
+  // Note [Prefetch without waiting] (pool/residency.h): fetches start only where room
+  // is free already; the rest is tried again before the next launch, and the
+  // on-demand step still waits when a launch's own pages are not there in time.
+  fetch.insert(fetch.begin(), l.later.begin(), l.later.end());
+  l.later.clear();
+  if (!fetch.empty()) pool::device_prefetch_now(l.device, fetch, l.later);
 }
 
 }  // namespace
@@ -187,6 +193,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
                 l.cursor);
     }
     l.following = false;
+    l.later.clear();
   }
   l.trace.push_back(token);
   if (l.trace.size() > max_trace) {

@@ -257,6 +257,12 @@ bool device_prefetch(int device, std::span<const byte_range> ranges) noexcept {
   return e == nullptr || e->prefetch(ranges);
 }
 
+bool device_prefetch_now(int device, std::span<const byte_range> ranges,
+                         std::vector<byte_range>& later) noexcept {
+  residency_engine* e = engine_of(device);
+  return e == nullptr || e->prefetch_now(ranges, later);
+}
+
 residency_stats device_residency(int device) {
   residency_engine* e = engine_of(device);
   return e == nullptr ? residency_stats{} : e->stats();

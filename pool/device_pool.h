@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "pool/host_pool.h"
 #include "pool/memory_resource.h"
@@ -57,6 +58,9 @@ prepare_result device_prepare(int device, std::span<const byte_range> ranges, CU
 // Swap mode: schedule-driven moves of ranges of device's memory (no stream waits).
 bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
 bool device_prefetch(int device, std::span<const byte_range> ranges) noexcept;
+// Swap mode: prefetch without waiting on the host (residency_engine::prefetch_now).
+bool device_prefetch_now(int device, std::span<const byte_range> ranges,
+                         std::vector<byte_range>& later) noexcept;
 // Swap mode: the engine's figures and capacity (zeros otherwise).
 residency_stats device_residency(int device);
 std::uint64_t device_residency_capacity(int device) noexcept;

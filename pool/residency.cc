@@ -254,7 +254,38 @@ CUresult residency_engine::evict_finish_locked(std::uintptr_t va, page& p) {
   return CUDA_SUCCESS;
 }
 
-CUresult residency_engine::make_room_locked(std::uint64_t bytes) {
+// Without wait: evictions whose copies are known complete are finished, then new
+// ones begun; CUDA_ERROR_NOT_READY when the room is not there yet.
+CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait) {
+  if (!wait) {
+    const driver_table& d = driver();
+    std::uint64_t leaving = 0;
+    for (auto& [va, p] : pages_) {
+      if (p.where != state::evicting) continue;
+      if (d.cuEventQuery(p.copy_done) == CUDA_SUCCESS) {
+        p.copy_pending = false;
+        if (CUresult r = evict_finish_locked(va, p); r != CUDA_SUCCESS) return r;
+      } else {
+        leaving += cfg_.page_bytes;
+      }
+    }
+    while (stats_.resident_bytes - leaving + bytes > cfg_.capacity_bytes) {
+      std::uintptr_t victim = 0;
+      page* vp = nullptr;
+      for (auto& [va, p] : pages_) {
+        if (p.where != state::resident || p.pinned == epoch_) continue;
+        if (vp == nullptr || p.last_use < vp->last_use) {
+          victim = va;
+          vp = &p;
+        }
+      }
+      if (vp == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+      if (CUresult r = evict_begin_locked(victim, *vp); r != CUDA_SUCCESS) return r;
+      leaving += cfg_.page_bytes;
+    }
+    return stats_.resident_bytes + bytes > cfg_.capacity_bytes ? CUDA_ERROR_NOT_READY
+                                                               : CUDA_SUCCESS;
+  }
   while (stats_.resident_bytes + bytes > cfg_.capacity_bytes) {
     // Note [Making room]: finish an eviction under way first, then evict the least
     // recently used page that is not pinned.
@@ -281,7 +312,7 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes) {
   return CUDA_SUCCESS;
 }
 
-CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p) {
+CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p, bool wait) {
   const driver_table& d = driver();
   if (p.where == state::evicting) {
     // Not released yet: the device memory still holds the bytes. Keep it.
@@ -292,7 +323,7 @@ CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p) {
     p.where = state::resident;
     return CUDA_SUCCESS;  // the host copy is as current as the eviction made it
   }
-  if (CUresult r = make_room_locked(cfg_.page_bytes); r != CUDA_SUCCESS) return r;
+  if (CUresult r = make_room_locked(cfg_.page_bytes, wait); r != CUDA_SUCCESS) return r;
   // Unpredicted users of the host mapping (work we did not see use it) must be done
   // before the address changes backing.
   if (!p.users.empty()) {
@@ -435,6 +466,30 @@ bool residency_engine::prefetch(std::span<const byte_range> ranges) {
     p.last_use = ++tick_;
     if (p.where == state::resident) continue;
     if (fetch_locked(va, p) != CUDA_SUCCESS) return false;
+  }
+  return true;
+}
+
+bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
+                                    std::vector<byte_range>& later) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!ready_) return false;
+  const unpin_at_exit unpin{epoch_};
+  const std::vector<std::uintptr_t> wanted = pages_of(ranges);
+  for (std::uintptr_t va : wanted) pages_[va].pinned = epoch_;
+  for (std::uintptr_t va : wanted) {
+    page& p = pages_[va];
+    if (p.where == state::resident) continue;
+    if (p.where == state::evicting) {
+      later.push_back(byte_range{va, cfg_.page_bytes});  // its copy out is under way
+      continue;
+    }
+    const CUresult r = fetch_locked(va, p, false);
+    if (r == CUDA_ERROR_NOT_READY) {
+      later.push_back(byte_range{va, cfg_.page_bytes});
+    } else if (r != CUDA_SUCCESS) {
+      return false;
+    }
   }
   return true;
 }

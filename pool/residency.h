@@ -151,6 +151,11 @@ class residency_engine {
   // after it. Returns false on a driver error or when room could not be made.
   bool evict(std::span<const byte_range> ranges);
   bool prefetch(std::span<const byte_range> ranges);
+  // Note [Prefetch without waiting]: as prefetch(), but never waits on the host for
+  // an eviction's copy: room comes only from evictions already finished or from new
+  // ones begun now. Pages that cannot be fetched yet are appended to later (to try
+  // again at a later launch). False on a driver error.
+  bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later);
 
   residency_stats stats() const;
   // stats() unless the engine is locked (the exit report never blocks).
@@ -177,10 +182,10 @@ class residency_engine {
   page* find_locked(std::uintptr_t va);
   std::vector<std::uintptr_t> pages_of(std::span<const byte_range> ranges,
                                        bool optional = false) const;
-  CUresult make_room_locked(std::uint64_t bytes);
+  CUresult make_room_locked(std::uint64_t bytes, bool wait = true);
   CUresult evict_begin_locked(std::uintptr_t va, page& p);
   CUresult evict_finish_locked(std::uintptr_t va, page& p);
-  CUresult fetch_locked(std::uintptr_t va, page& p);
+  CUresult fetch_locked(std::uintptr_t va, page& p, bool wait = true);
   CUresult map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);
   CUresult ensure_host_handle_locked(page& p);
   CUresult order_after_users_locked(page& p, CUstream copy_stream);
