@@ -10,7 +10,8 @@ Each step returns a step_result and never claims more than it ran:
   must give the unlimited run's loss bits; a clean out-of-memory error is the
   expected answer of modes that do not move memory (track, pool), a failure of
   those that should (swap, um); modes the library rejects are skipped;
-- profiler: skipped until `oversub profile` exists and this step is written.
+- profiler: `oversub profile` on the PyTorch CNN (simtrain with --sim) and `oversub
+  report`; the summary, and the trace and PNG kept in the output folder.
 """
 from __future__ import annotations
 
@@ -230,7 +231,55 @@ def simtrain(k: kit, progs: programs) -> step_result:
     return res
 
 
-def profiler(k: kit) -> step_result:
-    res = step_result(5, "profiler")
-    res.skip("profiler not built yet (no `oversub profile`)")
+def profiler(k: kit, progs: programs) -> step_result:
+    """oversub profile on the PyTorch CNN (on a GPU; simtrain with --sim), then oversub
+    report: the summary's first lines, and the Chrome trace and PNG kept in the output
+    folder (profile.trace.json, profile.png)."""
+    res = step_result(5, "profiler", columns=["what", "value"])
+    oversub = REPO / "scripts" / "oversub"
+    if k.sim:
+        if progs.simtrain is None:
+            res.fail(f"simtrain: {progs.missing.get('simtrain')}")
+            return res
+        target = [str(progs.simtrain), *simtrain_args(k)]
+        env = dict(progs.env)
+    else:
+        probe = k.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                      timeout_s=120, label="torch probe")
+        if probe.returncode != 0 or not probe.stdout.strip().endswith("True"):
+            res.skip("torch with CUDA is not usable here: the profiler step profiles the PyTorch CNN")
+            return res
+        target = [sys.executable, str(REPO / "scripts" / "gpu" / "torch_train.py"),
+                  "--model", "cnn", "--iters", "6"]
+        env = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        prof = Path(tmp) / "profile.oprof"
+        run = k.run([sys.executable, str(oversub), "profile", "-o", str(prof), "--iterations", "3",
+                     "--lib", str(k.lib), "--", *target], env, timeout_s=900,
+                    label="oversub profile")
+        if run.returncode != 0 or not prof.exists():
+            res.fail(f"oversub profile: exit {run.returncode}: {first_line(run.stderr)}")
+            return res
+        res.rows.append(["profile", f"{prof.stat().st_size} bytes, {run.seconds:.1f} s"])
+        report = k.run([sys.executable, str(oversub), "report", str(prof)], env, timeout_s=300,
+                       label="oversub report")
+        if report.returncode != 0:
+            res.fail(f"oversub report: exit {report.returncode}: {first_line(report.stderr)}")
+            return res
+        for line in report.stdout.splitlines()[:4]:
+            key, _, value = line.partition(":")
+            res.rows.append([key.strip(), value.strip()])
+        trace, png = prof.with_suffix(".trace.json"), prof.with_suffix(".png")
+        try:
+            events = json.loads(trace.read_text())
+            events = events.get("traceEvents", events) if isinstance(events, dict) else events
+        except (OSError, ValueError) as error:
+            res.fail(f"the Chrome trace is not readable JSON: {error}")
+            return res
+        if not png.exists() or png.read_bytes()[:8] != b"\x89PNG\r\n\x1a\n":
+            res.fail("oversub report wrote no PNG")
+            return res
+        res.rows.append(["trace", f"{len(events)} events (profile.trace.json)"])
+        (k.outdir / "profile.trace.json").write_bytes(trace.read_bytes())
+        (k.outdir / "profile.png").write_bytes(png.read_bytes())
     return res
