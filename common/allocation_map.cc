@@ -25,6 +25,7 @@ void allocation_map::insert(const allocation& a, std::vector<allocation>* displa
     it = by_base_.erase(it);
   }
   by_base_.emplace(a.base, a);
+  ++generation_;
 }
 
 std::optional<allocation> allocation_map::erase(std::uintptr_t base) {
@@ -32,6 +33,7 @@ std::optional<allocation> allocation_map::erase(std::uintptr_t base) {
   if (it == by_base_.end()) return std::nullopt;
   allocation a = it->second;
   by_base_.erase(it);
+  ++generation_;
   return a;
 }
 
@@ -52,11 +54,20 @@ std::size_t allocation_map::scan(const std::uint64_t* words, std::size_t count,
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint64_t w = words[i];
     if (w < lo || w >= hi) continue;
-    const allocation* a = find(w);
-    if (a == nullptr) continue;
-    bool seen = false;
-    for (std::size_t j = 0; j < found && !seen; ++j) seen = bases[j] == a->base;
-    if (!seen) bases[found++] = a->base;
+    scan_slot& slot =
+        scan_cache_[((w >> 8) * 0x9E3779B97F4A7C15ull) >> 54 & (scan_slots - 1)];
+    std::uintptr_t base = 0;
+    if (slot.generation == generation_ && w >= slot.base && w < slot.end) {
+      base = slot.base;
+    } else {
+      const allocation* a = find(w);
+      if (a == nullptr) continue;
+      slot = scan_slot{generation_, a->base, a->base + a->bytes};
+      base = a->base;
+    }
+    bool seen = found != 0 && bases[found - 1] == base;  // often the same as the last
+    for (std::size_t j = 0; j + 1 < found && !seen; ++j) seen = bases[j] == base;
+    if (!seen) bases[found++] = base;
   }
   return found;
 }

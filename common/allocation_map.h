@@ -55,14 +55,29 @@ class allocation_map {
   // allocation, that allocation's base, each base written once to bases (room for
   // count); returns how many. Words outside [lowest base, highest end) are
   // rejected with two compares, so scalars (sizes, floats, flags) cost almost
-  // nothing; the rest is one tree lookup each.
+  // nothing; the rest is one tree lookup each, or less: Note [The scan cache].
+  // Not thread-safe (the tracker calls it under its lock, as every other member).
   std::size_t scan(const std::uint64_t* words, std::size_t count, std::uint64_t* bases) const;
 
   std::size_t size() const { return by_base_.size(); }
   bool empty() const { return by_base_.empty(); }
 
  private:
+  // Note [The scan cache]: a launch passes the same pointers as the launch of the
+  // same kernel an iteration ago, and under a framework's caching allocator the map
+  // rarely changes, so scan() keeps, per word (hashed into a small direct-mapped
+  // table), the allocation range it found. An entry is valid only while generation_
+  // is the one it was filled under; every insert and erase advances it. A hit is a
+  // hash and three compares instead of a tree lookup.
+  struct scan_slot {
+    std::uint64_t generation = 0;
+    std::uintptr_t base = 0;
+    std::uintptr_t end = 0;
+  };
+  static constexpr std::size_t scan_slots = 1024;  // power of two; 24 KiB
   std::map<std::uintptr_t, allocation> by_base_;
+  std::uint64_t generation_ = 1;
+  mutable std::vector<scan_slot> scan_cache_ = std::vector<scan_slot>(scan_slots);
 };
 
 }  // namespace oversub

@@ -66,5 +66,29 @@ TEST(AllocationMap, ZeroSizeIsFindableOnlyByErase) {
   EXPECT_TRUE(m.erase(0x1000).has_value());
 }
 
+TEST(AllocationMap, ScanNeverAnswersFromAStaleCache) {
+  allocation_map m;
+  m.insert(allocation{0x100000, 0x1000}, nullptr);
+  m.insert(allocation{0x200000, 0x8000}, nullptr);
+  const std::uint64_t words[] = {0x100010, 7, 0x200100, 0x100020, 0x2000ff0, 0x204000};
+  std::uint64_t bases[6] = {};
+  ASSERT_EQ(m.scan(words, 6, bases), 2u);
+  EXPECT_EQ(bases[0], 0x100000u);
+  EXPECT_EQ(bases[1], 0x200000u);
+  ASSERT_EQ(m.scan(words, 6, bases), 2u) << "the same answer from the cache";
+  // Freed and replaced by a smaller allocation at another base: the cached range
+  // [0x200000, 0x208000) must not answer for 0x204000 any more.
+  ASSERT_TRUE(m.erase(0x200000).has_value());
+  m.insert(allocation{0x202000, 0x1000}, nullptr);
+  ASSERT_EQ(m.scan(words, 6, bases), 1u);
+  EXPECT_EQ(bases[0], 0x100000u);
+  const std::uint64_t inside[] = {0x202800, 0x204000};
+  ASSERT_EQ(m.scan(inside, 2, bases), 1u);
+  EXPECT_EQ(bases[0], 0x202000u);
+  ASSERT_TRUE(m.erase(0x100000).has_value());
+  ASSERT_TRUE(m.erase(0x202000).has_value());
+  EXPECT_EQ(m.scan(words, 6, bases), 0u);
+}
+
 }  // namespace
 }  // namespace oversub
