@@ -71,19 +71,6 @@ constexpr unit size_units[] = {
     {"B", 1.0},
 };
 
-std::string expand_pid(std::string_view path) {
-  std::string out;
-  for (std::size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
-      out += std::to_string(::getpid());
-      ++i;
-    } else {
-      out += path[i];
-    }
-  }
-  return out;
-}
-
 std::string format_value(run_mode m) { return std::string(to_string(m)); }
 std::string format_value(const device_limit& l) {
   switch (l.how) {
@@ -103,6 +90,19 @@ std::string format_value(bool b) { return b ? "1" : "0"; }
 std::string format_value(stats_format s) { return std::string(to_string(s)); }
 
 }  // namespace
+
+std::string expand_pid(std::string_view path) {
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+      out += std::to_string(::getpid());
+      ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
 
 std::uint64_t device_limit::resolve(std::uint64_t total_bytes) const {
   switch (how) {

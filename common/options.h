@@ -210,6 +210,10 @@ struct option_info {
 const std::vector<option_info>& option_table();
 
 std::string_view to_string(run_mode m);
+// path with every "%p" replaced by the process id (OVERSUB_LOG_FILE,
+// OVERSUB_STATS_FILE, OVERSUB_PROFILE_OUT).
+std::string expand_pid(std::string_view path);
+
 std::string_view to_string(pool_kind k);
 std::string_view to_string(swap_policy p);
 std::string_view to_string(stats_format s);

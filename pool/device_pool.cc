@@ -252,11 +252,6 @@ bool device_evict(int device, std::span<const byte_range> ranges) noexcept {
   return e == nullptr || e->evict(ranges);
 }
 
-bool device_prefetch(int device, std::span<const byte_range> ranges) noexcept {
-  residency_engine* e = engine_of(device);
-  return e == nullptr || e->prefetch(ranges);
-}
-
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          std::vector<byte_range>& later) noexcept {
   residency_engine* e = engine_of(device);

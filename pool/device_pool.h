@@ -55,10 +55,10 @@ void note_work(CUstream stream) noexcept;
 // Outside swap mode, or for memory that is not the pool's, ok and nothing moves.
 prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
                               bool writes) noexcept;
-// Swap mode: schedule-driven moves of ranges of device's memory (no stream waits).
+// Swap mode: schedule-driven moves of ranges of device's memory (no stream waits):
+// evictions begun, and fetches that never wait on the host (pages that find no room
+// yet are appended to later; residency_engine::prefetch_now).
 bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
-bool device_prefetch(int device, std::span<const byte_range> ranges) noexcept;
-// Swap mode: prefetch without waiting on the host (residency_engine::prefetch_now).
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          std::vector<byte_range>& later) noexcept;
 // Swap mode: the engine's figures and capacity (zeros otherwise).

@@ -456,6 +456,18 @@ bool residency_engine::evict(std::span<const byte_range> ranges) {
 }
 
 bool residency_engine::prefetch(std::span<const byte_range> ranges) {
+  return prefetch_pages(ranges, nullptr);
+}
+
+bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
+                                    std::vector<byte_range>& later) {
+  return prefetch_pages(ranges, &later);
+}
+
+// later null: fetch, waiting for room as needed; otherwise Note [Prefetch without
+// waiting]: pages that find no room (or are still on their way out) go to later.
+bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
+                                      std::vector<byte_range>* later) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ready_) return false;
   const unpin_at_exit unpin{epoch_};
@@ -465,28 +477,13 @@ bool residency_engine::prefetch(std::span<const byte_range> ranges) {
     page& p = pages_[va];
     p.last_use = ++tick_;
     if (p.where == state::resident) continue;
-    if (fetch_locked(va, p) != CUDA_SUCCESS) return false;
-  }
-  return true;
-}
-
-bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
-                                    std::vector<byte_range>& later) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!ready_) return false;
-  const unpin_at_exit unpin{epoch_};
-  const std::vector<std::uintptr_t> wanted = pages_of(ranges);
-  for (std::uintptr_t va : wanted) pages_[va].pinned = epoch_;
-  for (std::uintptr_t va : wanted) {
-    page& p = pages_[va];
-    if (p.where == state::resident) continue;
-    if (p.where == state::evicting) {
-      later.push_back(byte_range{va, cfg_.page_bytes});  // its copy out is under way
+    if (later != nullptr && p.where == state::evicting) {
+      later->push_back(byte_range{va, cfg_.page_bytes});  // its copy out is under way
       continue;
     }
-    const CUresult r = fetch_locked(va, p, false);
-    if (r == CUDA_ERROR_NOT_READY) {
-      later.push_back(byte_range{va, cfg_.page_bytes});
+    const CUresult r = fetch_locked(va, p, later == nullptr);
+    if (r == CUDA_ERROR_NOT_READY && later != nullptr) {
+      later->push_back(byte_range{va, cfg_.page_bytes});
     } else if (r != CUDA_SUCCESS) {
       return false;
     }

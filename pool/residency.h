@@ -186,6 +186,7 @@ class residency_engine {
   CUresult evict_begin_locked(std::uintptr_t va, page& p);
   CUresult evict_finish_locked(std::uintptr_t va, page& p);
   CUresult fetch_locked(std::uintptr_t va, page& p, bool wait = true);
+  bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later);
   CUresult map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);
   CUresult ensure_host_handle_locked(page& p);
   CUresult order_after_users_locked(page& p, CUstream copy_stream);

@@ -245,19 +245,6 @@ class session final : public cupti::sink {
     return out;
   }
 
-  static std::string expand_pid(const std::string& path) {
-    std::string out;
-    for (std::size_t i = 0; i < path.size(); ++i) {
-      if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
-        out += std::to_string(::getpid());
-        ++i;
-      } else {
-        out += path[i];
-      }
-    }
-    return out;
-  }
-
   static recorder::frame_info resolve_frame(std::uintptr_t pc) {
     recorder::frame_info f;
     Dl_info mine{}, info{};
