@@ -20,46 +20,17 @@ must keep what it prefetched under its capacity and prefetch.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import shlex
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from swap_checks import MiB, OOM_RE, check_swap, check_um, fail, read_stats, run
 
 ITER_RE = re.compile(r"^iter \d+ checksum .*$", re.M)
 PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
 LARGEST_RE = re.compile(r"^largest operation bytes: (\d+)$", re.M)
-OOM_RE = re.compile(r"cudaErrorMemoryAllocation")
-HOST_MAPPED_RE = re.compile(r"kernel bytes in host-located mappings (\d+)")
-MiB = 1 << 20
 PAGE = 2 * MiB  # swap mode's page
-RUN_TIMEOUT_S = 300
-
-
-def run(cmd: list[str], env_extra: dict[str, str], lib: Path | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OVERSUB_", "SIMGPU_"))}
-    env.pop("LD_PRELOAD", None)
-    if lib is not None:
-        env["LD_PRELOAD"] = str(lib)
-    env.update(env_extra)
-    start = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                          timeout=RUN_TIMEOUT_S, check=False)
-    settings = " ".join(f"{k}={v}" for k, v in sorted(env_extra.items()))
-    print(f"$ {'LD_PRELOAD=liboversub.so ' if lib else ''}{settings} {shlex.join(cmd)}"
-          f" -> exit {proc.returncode} ({time.monotonic() - start:.1f} s)")
-    return proc
-
-
-def fail(message: str, proc: subprocess.CompletedProcess[str] | None = None) -> None:
-    if proc is not None:
-        message += f"\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}---"
-    print(f"FAIL: {message}")
-    sys.exit(1)
 
 
 def reference(cmd: list[str]) -> tuple[list[str], int, int]:
@@ -72,51 +43,6 @@ def reference(cmd: list[str]) -> tuple[list[str], int, int]:
     if not want or peak is None or largest is None:
         fail("randprog printed no checksums, peak or largest operation", proc)
     return want, int(peak.group(1)), int(largest.group(1))
-
-
-def check_swap(stats: dict, proc: subprocess.CompletedProcess[str], device: int,
-               expect_scheduled: bool) -> str:
-    counters = stats["counters"]
-    swap = stats["pool"]["device0"]["swap"]
-    if not swap["peak_resident_bytes"] <= swap["capacity_bytes"] <= device:
-        fail(f"resident bytes above the capacity or the device: {swap}, device {device}")
-    if swap["evictions"] == 0 or swap["fetches"] == 0:
-        fail(f"nothing moved: {swap}")
-    if swap["failures"] != 0 or counters["swap_refusals"]["total"] != 0:
-        fail(f"refusals or failures: {swap} {counters['swap_refusals']}")
-    if counters["allocations"]["current"] != 0 or counters["untracked_frees"]["total"] != 0:
-        fail(f"allocations left live or frees lost: {counters}")
-    # randprog passes plain pointers to buffers under a quarter of the capacity, so
-    # the argument scan finds every one and makes it resident whole. With one stream
-    # every iteration allocates at the same addresses (the planned pool) and makes
-    # the same launches, so by the last iterations the learned schedule is followed
-    # (with two, the other stream's work may fence planned bytes: docs/swap.md).
-    host_mapped = HOST_MAPPED_RE.search(proc.stderr)
-    if host_mapped is None:
-        fail("no simgpu exit report (SIMGPU_REPORT=1)", proc)
-    if int(host_mapped.group(1)) != 0:
-        fail(f"kernels reached {host_mapped.group(1)} bytes of swapped-out pages", proc)
-    scheduled = counters["swap_scheduled"]["total"]
-    deviations = counters["swap_deviations"]["total"]
-    if expect_scheduled and (scheduled == 0 or deviations != 0):
-        fail(f"the learned schedule was not followed: scheduled {scheduled}, "
-             f"deviations {deviations}", proc)
-    return (f"{swap['evictions']} evictions, {swap['fetches']} fetches, "
-            f"{swap['bytes_to_host'] // MiB} MiB to host, {swap['bytes_to_device'] // MiB} MiB "
-            f"back; {scheduled} launches followed the learned schedule, {deviations} deviations")
-
-
-def check_um(stats: dict, device: int) -> str:
-    counters = stats["counters"]
-    um = stats["pool"]["device0"]["um"]
-    if not um["peak_resident_bytes"] <= um["capacity_bytes"] <= device:
-        fail(f"prefetched bytes above the capacity or the device: {um}, device {device}")
-    if um["prefetches_in"] == 0 or not um["concurrent_access"]:
-        fail(f"no prefetches: {um}")
-    if counters["swap_refusals"]["total"] != 0 or counters["allocations"]["current"] != 0:
-        fail(f"refusals or allocations left live: {counters}")
-    return (f"{um['prefetches_in']} prefetches in ({um['bytes_in'] // MiB} MiB), "
-            f"{um['prefetches_out']} out")
 
 
 def run_mode(args: argparse.Namespace, mode: str, cmd: list[str], device: int,
@@ -133,12 +59,14 @@ def run_mode(args: argparse.Namespace, mode: str, cmd: list[str], device: int,
             diff = [f"  want {w}\n  got  {g}" for w, g in zip(want, got) if w != g]
             fail(f"checksums differ under OVERSUB_MODE={mode} at {args.ratio}x "
                  f"({len(got)} of {len(want)} iterations printed):\n" + "\n".join(diff), proc)
-        lines = [l for l in stats_file.read_text().splitlines()
-                 if l.startswith('{"oversub_stats"')]
-        if not lines:
-            fail(f"no oversub stats under OVERSUB_MODE={mode}", proc)
-        stats = json.loads(lines[-1])
-    moved = check_swap(stats, proc, device, args.streams == "1") if mode == "swap" else check_um(stats, device)
+        stats = read_stats(stats_file, proc)
+    # randprog passes plain pointers to buffers under a quarter of the capacity, so
+    # the argument scan finds every one and makes it resident whole. With one stream
+    # every iteration allocates at the same addresses (the planned pool) and makes
+    # the same launches, so by the last iterations the learned schedule is followed
+    # (with two, the other stream's work may fence planned bytes: docs/swap.md).
+    moved = (check_swap(stats, proc, device, True, args.streams == "1") if mode == "swap"
+             else check_um(stats, device))
     print(f"{mode}: checksum bits identical over {len(want)} iterations; {moved}")
 
 

@@ -14,21 +14,16 @@ CUDA's out-of-memory error (so the test proves the device really was too small).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from swap_checks import OOM_RE, check_swap, check_um, fail, read_stats, run
+
 ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
 PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
-OOM_RE = re.compile(r"cudaErrorMemoryAllocation")
-HOST_MAPPED_RE = re.compile(r"kernel bytes in host-located mappings (\d+)")
-MiB = 1 << 20
-RUN_TIMEOUT_S = 300
 
 # Footprints chosen so each ratio leaves the largest single launch room on the device
 # (at 10x, many narrow layers: the Adam step of one layer touches four 1 MiB tensors).
@@ -38,44 +33,6 @@ CONFIGS = {
     # Long enough for the schedule to be learned (4 iterations) and then followed.
     "chain6": ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "6"],
 }
-
-
-def run(cmd: list[str], env_extra: dict[str, str], lib: Path | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OVERSUB_")}
-    env.pop("LD_PRELOAD", None)
-    if lib is not None:
-        env["LD_PRELOAD"] = str(lib)
-    env.update(env_extra)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                          timeout=RUN_TIMEOUT_S, check=False)
-    settings = " ".join(f"{k}={v}" for k, v in sorted(env_extra.items()))
-    print(f"$ {'LD_PRELOAD=liboversub.so ' if lib else ''}{settings} {shlex.join(cmd)}"
-          f" -> exit {proc.returncode}")
-    return proc
-
-
-def fail(message: str, proc: subprocess.CompletedProcess[str] | None = None) -> None:
-    if proc is not None:
-        message += f"\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}---"
-    print(f"FAIL: {message}")
-    sys.exit(1)
-
-
-def check_um(args: argparse.Namespace, um: dict, counters: dict, device: int, peak: int,
-             iterations: int) -> int:
-    """um mode: what was prefetched stayed under the capacity; prefetches happened
-    unless OVERSUB_POLICY=naive, and none did with it."""
-    if not um["peak_resident_bytes"] <= um["capacity_bytes"] <= device:
-        fail(f"prefetched bytes above the capacity or the device: {um}, device {device}")
-    naive = "OVERSUB_POLICY=naive" in args.env
-    if naive != (um["prefetches_in"] == 0) or not um["concurrent_access"]:
-        fail(f"prefetches do not match the policy ({'naive' if naive else 'prefetching'}): {um}")
-    if counters["swap_refusals"]["total"] != 0 or counters["allocations"]["current"] != 0:
-        fail(f"refusals or allocations left live: {counters}")
-    print(f"um {args.mode_args or '(default)'} at {args.ratio}x: peak {peak} bytes on a {device}-byte "
-          f"device, loss bits identical over {iterations} iterations; {um['prefetches_in']} "
-          f"prefetches in ({um['bytes_in'] // MiB} MiB), {um['prefetches_out']} out")
-    return 0
 
 
 def expect_clean_failure(args: argparse.Namespace, cmd: list[str], device: int,
@@ -142,36 +99,17 @@ def main() -> int:
         got = ITER_RE.findall(proc.stdout)
         if got != want:
             fail(f"loss bits differ under {args.mode} at {args.ratio}x: {got} != {want}", proc)
-        lines = [l for l in stats_file.read_text().splitlines() if l.startswith('{"oversub_stats"')]
-        stats = json.loads(lines[-1])
-    counters = stats["counters"]
+        stats = read_stats(stats_file, proc)
     if args.mode == "um":
-        return check_um(args, stats["pool"]["device0"]["um"], counters, device, peak, len(want))
-    swap = stats["pool"]["device0"]["swap"]
-    if not swap["peak_resident_bytes"] <= swap["capacity_bytes"] <= device:
-        fail(f"resident bytes above the capacity or the device: {swap}, device {device}")
-    if swap["evictions"] == 0 or swap["fetches"] == 0:
-        fail(f"nothing moved: {swap}")
-    if swap["failures"] != 0 or counters["swap_refusals"]["total"] != 0:
-        fail(f"refusals or failures: {swap} {counters['swap_refusals']}")
-    if counters["allocations"]["current"] != 0 or counters["untracked_frees"]["total"] != 0:
-        fail(f"allocations left live or frees lost: {counters}")
-    # simtrain passes plain pointers, so without --caching the scan finds every
-    # buffer and no kernel may reach a swapped-out page (simgpu counts those bytes).
-    host_mapped = HOST_MAPPED_RE.search(proc.stderr)
-    if host_mapped is None:
-        fail("no simgpu exit report (SIMGPU_REPORT=1)", proc)
-    if "--caching" not in args.mode_args and int(host_mapped.group(1)) != 0:
-        fail(f"kernels reached {host_mapped.group(1)} bytes of swapped-out pages", proc)
-    scheduled = counters["swap_scheduled"]["total"]
-    if args.expect_scheduled and (scheduled == 0 or counters["swap_deviations"]["total"] != 0):
-        fail(f"the learned schedule was not followed: scheduled {scheduled}, deviations "
-             f"{counters['swap_deviations']['total']}")
-    print(f"{args.config} {args.mode_args or '(default)'} at {args.ratio}x: peak {peak} bytes on a "
-          f"{device}-byte device, loss bits identical over {len(want)} iterations; "
-          f"{swap['evictions']} evictions, {swap['fetches']} fetches, "
-          f"{swap['bytes_to_host'] // MiB} MiB to host, {swap['bytes_to_device'] // MiB} MiB back; "
-          f"{scheduled} launches followed the learned schedule")
+        moved = check_um(stats, device, "OVERSUB_POLICY=naive" in args.env)
+    else:
+        # simtrain passes plain pointers, so without --caching the scan finds every
+        # buffer and no kernel may reach a swapped-out page.
+        moved = check_swap(stats, proc, device, "--caching" not in args.mode_args,
+                           args.expect_scheduled)
+    print(f"{args.mode} {args.config} {args.mode_args or '(default)'} at {args.ratio}x: peak "
+          f"{peak} bytes on a {device}-byte device, loss bits identical over {len(want)} "
+          f"iterations; {moved}")
     return 0
 
 

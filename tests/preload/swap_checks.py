@@ -1,0 +1,97 @@
+"""What every swap- and um-mode test asserts about a run, shared by swap_test.py
+(simtrain) and swap_random_test.py (randprog): running a program with or without
+liboversub, stopping with the evidence, and checking oversub's exit statistics and
+simgpu's exit report."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+MiB = 1 << 20
+OOM_RE = re.compile(r"cudaErrorMemoryAllocation")
+HOST_MAPPED_RE = re.compile(r"kernel bytes in host-located mappings (\d+)")
+RUN_TIMEOUT_S = 300
+
+
+def run(cmd: list[str], env_extra: dict[str, str], lib: Path | None) -> subprocess.CompletedProcess[str]:
+    """cmd with no OVERSUB_*/SIMGPU_* settings but env_extra's, preloading lib if given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OVERSUB_", "SIMGPU_"))}
+    env.pop("LD_PRELOAD", None)
+    if lib is not None:
+        env["LD_PRELOAD"] = str(lib)
+    env.update(env_extra)
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          timeout=RUN_TIMEOUT_S, check=False)
+    settings = " ".join(f"{k}={v}" for k, v in sorted(env_extra.items()))
+    print(f"$ {'LD_PRELOAD=liboversub.so ' if lib else ''}{settings} {shlex.join(cmd)}"
+          f" -> exit {proc.returncode} ({time.monotonic() - start:.1f} s)")
+    return proc
+
+
+def fail(message: str, proc: subprocess.CompletedProcess[str] | None = None) -> NoReturn:
+    if proc is not None:
+        message += f"\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}---"
+    print(f"FAIL: {message}")
+    sys.exit(1)
+
+
+def read_stats(stats_file: Path, proc: subprocess.CompletedProcess[str]) -> dict:
+    lines = [l for l in stats_file.read_text().splitlines() if l.startswith('{"oversub_stats"')]
+    if not lines:
+        fail("no oversub statistics (OVERSUB_STATS=json)", proc)
+    return json.loads(lines[-1])
+
+
+def check_swap(stats: dict, proc: subprocess.CompletedProcess[str], device: int,
+               all_buffers_found: bool, expect_scheduled: bool) -> str:
+    """Swap mode: resident bytes never above the capacity (nor the capacity above the
+    device), pages really moved, nothing refused, failed or leaked; with
+    all_buffers_found (the program passes plain pointers to buffers the scan finds
+    whole), no kernel reached a swapped-out page (simgpu's count, SIMGPU_REPORT=1);
+    with expect_scheduled, the learned schedule was followed without deviation."""
+    counters = stats["counters"]
+    swap = stats["pool"]["device0"]["swap"]
+    if not swap["peak_resident_bytes"] <= swap["capacity_bytes"] <= device:
+        fail(f"resident bytes above the capacity or the device: {swap}, device {device}")
+    if swap["evictions"] == 0 or swap["fetches"] == 0:
+        fail(f"nothing moved: {swap}")
+    if swap["failures"] != 0 or counters["swap_refusals"]["total"] != 0:
+        fail(f"refusals or failures: {swap} {counters['swap_refusals']}")
+    if counters["allocations"]["current"] != 0 or counters["untracked_frees"]["total"] != 0:
+        fail(f"allocations left live or frees lost: {counters}")
+    host_mapped = HOST_MAPPED_RE.search(proc.stderr)
+    if host_mapped is None:
+        fail("no simgpu exit report (SIMGPU_REPORT=1)", proc)
+    if all_buffers_found and int(host_mapped.group(1)) != 0:
+        fail(f"kernels reached {host_mapped.group(1)} bytes of swapped-out pages", proc)
+    scheduled = counters["swap_scheduled"]["total"]
+    deviations = counters["swap_deviations"]["total"]
+    if expect_scheduled and (scheduled == 0 or deviations != 0):
+        fail(f"the learned schedule was not followed: scheduled {scheduled}, "
+             f"deviations {deviations}", proc)
+    return (f"{swap['evictions']} evictions, {swap['fetches']} fetches, "
+            f"{swap['bytes_to_host'] // MiB} MiB to host, {swap['bytes_to_device'] // MiB} MiB "
+            f"back; {scheduled} launches followed the learned schedule, {deviations} deviations")
+
+
+def check_um(stats: dict, device: int, naive: bool = False) -> str:
+    """um mode: what oversub prefetched stayed under the capacity; it prefetched
+    (none with naive); nothing refused or leaked."""
+    counters = stats["counters"]
+    um = stats["pool"]["device0"]["um"]
+    if not um["peak_resident_bytes"] <= um["capacity_bytes"] <= device:
+        fail(f"prefetched bytes above the capacity or the device: {um}, device {device}")
+    if naive != (um["prefetches_in"] == 0) or not um["concurrent_access"]:
+        fail(f"prefetches do not match the policy ({'naive' if naive else 'prefetching'}): {um}")
+    if counters["swap_refusals"]["total"] != 0 or counters["allocations"]["current"] != 0:
+        fail(f"refusals or allocations left live: {counters}")
+    return (f"{um['prefetches_in']} prefetches in ({um['bytes_in'] // MiB} MiB), "
+            f"{um['prefetches_out']} out")
