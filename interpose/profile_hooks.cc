@@ -62,6 +62,11 @@ profiler::cuda_queries resolve_queries() {
 
 }  // namespace
 
+const profiler::cuda_queries& cuda_queries() noexcept {
+  static const profiler::cuda_queries q = resolve_queries();
+  return q;
+}
+
 bool decide_profiling() noexcept {
   const bool on = profiler::wanted(current_config());
   int expected = -1;
@@ -70,7 +75,7 @@ bool decide_profiling() noexcept {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
   call_real<hook_id::cudaMemGetInfo>(hook_id::cudaMemGetInfo, &free_bytes, &total_bytes);
-  profiler::start(core(), resolve_queries(), total_bytes);
+  profiler::start(core(), cuda_queries(), total_bytes);
   return true;
 }
 

@@ -23,6 +23,10 @@ inline bool profiling() noexcept {
   return on < 0 ? decide_profiling() : on == 1;
 }
 
+// The CUDA queries the profiler and the swap hooks need (parameter layouts, names,
+// the last-error slot), looked up once.
+const profiler::cuda_queries& cuda_queries() noexcept;
+
 void profile_alloc(const void* base, std::uint64_t bytes) noexcept;
 void profile_free(const void* base) noexcept;
 

@@ -1,8 +1,6 @@
 // Swap-mode glue of the hooks (see swap_hooks.h).
 #include "interpose/swap_hooks.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <array>
 
@@ -12,10 +10,12 @@
 #include "common/tracker.h"
 #include "common/units.h"
 #include "interpose/pool_hooks.h"
+#include "interpose/profile_hooks.h"
 #include "interpose/real.h"
 #include "interpose/swap_schedule.h"
 #include "pool/device_pool.h"
 #include "profiler/launch_scan.h"
+#include "profiler/session.h"
 
 namespace oversub::interpose {
 
@@ -23,49 +23,17 @@ std::atomic<int> g_swap_on{-1};
 
 namespace {
 
-using param_info_t = decltype(&::cudaFuncGetParamInfo);
-std::atomic<param_info_t> g_param_info{nullptr};
 profiler::function_cache g_layouts;
 std::atomic<bool> g_refusal_logged{false};
 
-// A runtime function we do not hook, called through the next definition.
-template <typename Fn>
-cudaError_t call_real_by_name(const char* name) noexcept {
-  auto f = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
-  return f == nullptr ? cudaSuccess : f();
-}
-
-param_info_t param_info() noexcept {
-  param_info_t f = g_param_info.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    f = reinterpret_cast<param_info_t>(dlsym(RTLD_DEFAULT, "cudaFuncGetParamInfo"));
-    g_param_info.store(f, std::memory_order_release);
-  }
-  return f;
-}
-
-// The parameter layout of func, asked of CUDA once (outside any lock of ours).
-//
-// Note [The query's error is not the application's]: cudaFuncGetParamInfo is asked
-// for index 0, 1, ... until it answers cudaErrorInvalidValue, and the runtime keeps
-// that answer as the thread's last error, which the application would read with its
-// next cudaGetLastError after the launch. So when the slot was clear before, it is
-// cleared again after (an error already pending is the application's and stays).
+// The parameter layout of func, asked of CUDA once (outside any lock of ours), or
+// null while an application error is pending (Note [Probing leaves no error
+// behind] in profiler/session.h): the launch is then prepared with no buffers (its
+// pages reached where they are) and the function probed at a later launch.
 const profiler::function_info* layout_of(const void* func) noexcept {
   if (const profiler::function_info* f = g_layouts.lookup(func)) return f;
   profiler::function_info info;
-  if (param_info_t query = param_info()) {
-    const bool slot_clear = call_real_by_name<decltype(&::cudaPeekAtLastError)>(
-                                "cudaPeekAtLastError") == cudaSuccess;
-    for (std::size_t i = 0;; ++i) {
-      std::size_t offset = 0;
-      std::size_t size = 0;
-      if (query(func, i, &offset, &size) != cudaSuccess) break;
-      info.params.push_back(profiler::param_slot{static_cast<std::uint32_t>(offset),
-                                                 static_cast<std::uint32_t>(size)});
-    }
-    if (slot_clear) call_real_by_name<decltype(&::cudaGetLastError)>("cudaGetLastError");
-  }
+  if (!profiler::probe_runtime_params(cuda_queries(), func, info.params)) return nullptr;
   return g_layouts.insert(func, std::move(info));
 }
 
@@ -93,9 +61,8 @@ cudaError_t refuse(hook_id id, int device, const pool::prepare_result& r) noexce
   return cudaErrorMemoryAllocation;
 }
 
-cudaError_t prepare(hook_id id, const pool::byte_range* ranges, std::size_t n, bool writes,
-                    cudaStream_t stream) noexcept {
-  const int device = current_device();
+cudaError_t prepare(hook_id id, int device, const pool::byte_range* ranges, std::size_t n,
+                    bool writes, cudaStream_t stream) noexcept {
   const pool::prepare_result r =
       pool::device_prepare(device, {ranges, n}, driver_stream(id, stream), writes);
   if (r) return cudaSuccess;
@@ -118,15 +85,17 @@ cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t 
   std::size_t found = 0;
   std::size_t n_words = 0;
   if (func != nullptr && args != nullptr) {
-    const profiler::function_info* f = layout_of(func);
-    n_words = profiler::gather_words(f->params, args, words.data());
-    found = core().scan(words.data(), n_words, bases.data());
+    if (const profiler::function_info* f = layout_of(func)) {
+      n_words = profiler::gather_words(f->params, args, words.data());
+      found = core().scan(words.data(), n_words, bases.data());
+    }
   }
+  const int device = current_device();
   // Note [Windows into large allocations] (pool/residency.h): an allocation larger
   // than a quarter of the capacity is taken for a segment of a caching allocator; each
   // word pointing into it asks for a window of an eighth of the capacity from the
   // word on, best effort.
-  const std::uint64_t capacity = pool::device_residency_capacity(current_device());
+  const std::uint64_t capacity = pool::device_residency_capacity(device);
   const std::uint64_t large = capacity / 4;
   const std::uint64_t window = std::max<std::uint64_t>(capacity / 8, 1);
   std::array<pool::byte_range, 2 * profiler::max_scan_words> ranges;
@@ -144,15 +113,15 @@ cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t 
       ranges[k++] = pool::byte_range{words[w], end - words[w], true};
     }
   }
-  schedule_before_launch(current_device(), {ranges.data(), k});
-  return prepare(id, ranges.data(), k, true, stream);
+  schedule_before_launch(device, {ranges.data(), k});
+  return prepare(id, device, ranges.data(), k, true, stream);
 }
 
 cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,
                         cudaStream_t stream) noexcept {
   const pool::byte_range ranges[2] = {{reinterpret_cast<std::uintptr_t>(a.ptr), a.bytes},
                                       {reinterpret_cast<std::uintptr_t>(b.ptr), b.bytes}};
-  return prepare(id, ranges, 2, writes, stream);
+  return prepare(id, current_device(), ranges, 2, writes, stream);
 }
 
 }  // namespace oversub::interpose

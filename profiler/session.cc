@@ -184,34 +184,20 @@ class session final : public cupti::sink {
         p->allocations.size(), p->copies.size(), p->cupti ? "CUPTI" : "oversub's hooks"));
   }
 
-  // Note [Probing leaves no error behind]: the parameter count is found by asking
-  // for parameters until the runtime says there is no such one, which sets the
-  // runtime's last-error slot the application reads with cudaGetLastError(). So
-  // the probe runs only when no error is pending (then the slot is cleared after
-  // it); with one pending, the launch is recorded without a buffer set and the
-  // function is probed at a later launch.
+  // Note [Probing leaves no error behind] (session.h): with an error pending, the
+  // launch is recorded without a buffer set and the function probed at a later one.
   const function_info* runtime_function(const void* func) {
     const function_info* f = runtime_cache_.lookup(func);
     if (f != nullptr) return f;
-    const bool can_probe = q_.runtime_peek_error != nullptr && q_.runtime_take_error != nullptr &&
-                           q_.runtime_peek_error() == 0;
+    const bool can_probe = q_.runtime_peek_error != nullptr && q_.runtime_peek_error() == 0;
     function_info info;
     const char* name = nullptr;
     if (q_.runtime_name != nullptr && can_probe) q_.runtime_name(&name, func);
     info.id = rec_.add_function(demangle(name));
-    if (!can_probe) {
+    if (!probe_runtime_params(q_, func, info.params)) {
       unprobed_ = info;
       return &unprobed_;
     }
-    if (q_.runtime_param_info != nullptr) {
-      for (std::size_t i = 0; i < 1024; ++i) {
-        std::size_t off = 0, size = 0;
-        if (q_.runtime_param_info(func, i, &off, &size) != 0) break;
-        info.params.push_back(
-            param_slot{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size)});
-      }
-    }
-    q_.runtime_take_error();
     return runtime_cache_.insert(func, std::move(info));
   }
 
@@ -295,6 +281,23 @@ void at_exit() {
 session* get() { return g_session.load(std::memory_order_acquire); }
 
 }  // namespace
+
+bool probe_runtime_params(const cuda_queries& q, const void* func,
+                          std::vector<param_slot>& out) noexcept {
+  if (q.runtime_peek_error == nullptr || q.runtime_take_error == nullptr ||
+      q.runtime_peek_error() != 0) {
+    return false;
+  }
+  if (q.runtime_param_info != nullptr) {
+    for (std::size_t i = 0; i < 1024; ++i) {
+      std::size_t off = 0, size = 0;
+      if (q.runtime_param_info(func, i, &off, &size) != 0) break;
+      out.push_back(param_slot{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size)});
+    }
+  }
+  q.runtime_take_error();
+  return true;
+}
 
 bool wanted(const config& cfg) noexcept {
   return cfg.mode != run_mode::off && !cfg.profile_out.empty();

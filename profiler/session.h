@@ -24,8 +24,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <string>
 
+#include "profiler/launch_scan.h"
 #include "profiler/profile_format.h"
 
 namespace oversub {
@@ -48,6 +50,15 @@ struct cuda_queries {
   int (*runtime_peek_error)() = nullptr;   // cudaPeekAtLastError
   int (*runtime_take_error)() = nullptr;   // cudaGetLastError
 };
+
+// Note [Probing leaves no error behind]: a runtime function's parameter count is
+// found by asking for parameters until the runtime says there is no such one, which
+// sets the runtime's last-error slot the application reads with cudaGetLastError().
+// So the probe runs only when no error is pending, and clears the slot after it;
+// with one pending it answers false (out untouched), and the caller probes again at
+// a later launch.
+bool probe_runtime_params(const cuda_queries& q, const void* func,
+                          std::vector<param_slot>& out) noexcept;
 
 // True when the configuration asks for profiling.
 bool wanted(const config& cfg) noexcept;
