@@ -1,14 +1,19 @@
-"""Reader of oversub profile files (docs/profile-format.md), for scripts.
+"""Reader and writer of oversub profile files (docs/profile-format.md), for scripts.
 
-    from oprof import read_profile, ProfileError
+    from oprof import read_profile, write_profile, ProfileError
     p = read_profile("model.oprof")   # raises ProfileError with a clear message
     for launch in p.launches: print(p.strings[launch.name], launch.buffers)
+    write_profile("copy.oprof", p)    # encode(p) gives the bytes
+
+A file whose name ends in .gz is read and written through gzip (the C++ reader
+takes plain files only: decompress first for it).
 
 Standard library only. Validates what the C++ reader (profiler/profile_format.cc)
 validates: magic, version, header, length, CRC-32, every count and index.
 """
 from __future__ import annotations
 
+import gzip
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -191,6 +196,65 @@ def decode(data: bytes) -> Profile:
 def read_profile(path: str | Path) -> Profile:
     try:
         data = Path(path).read_bytes()
+        if str(path).endswith(".gz"):
+            data = gzip.decompress(data)
     except OSError as e:
-        raise ProfileError(f"{path}: {e.strerror}") from None
+        raise ProfileError(f"{path}: {e.strerror or e}") from None
+    except EOFError as e:
+        raise ProfileError(f"{path}: {e}") from None
     return decode(data)
+
+
+# ---- writing ------------------------------------------------------------------------
+
+def _idx(v: int | None) -> int:
+    return NO_INDEX if v is None else v
+
+
+def _str(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return struct.pack("<I", len(b)) + b
+
+
+def encode(p: Profile) -> bytes:
+    """The file's bytes for p (header and payload). Tables are written as they are:
+    the caller keeps allocations in the documented order and indices in range; the
+    result is checked by decoding it, so an inconsistent Profile raises ProfileError."""
+    out = [struct.pack("<BBIQQ", SOURCES.index(p.source), int(p.cupti), p.iterations_seen,
+                       p.total_launches, p.first_launch),
+           _str(p.marker), _str(p.program),
+           struct.pack("<QQQQ", p.capacity_bytes, p.h2d_bytes_per_s, p.d2h_bytes_per_s,
+                       p.iteration_kernel_ns),
+           struct.pack("<I", len(p.strings))]
+    out += [_str(s) for s in p.strings]
+    out.append(struct.pack("<I", len(p.call_sites)))
+    for frames in p.call_sites:
+        out.append(struct.pack("<I", len(frames)))
+        out += [struct.pack("<IQI", f.module, f.offset, f.symbol) for f in frames]
+    out.append(struct.pack("<I", len(p.allocations)))
+    out += [struct.pack("<IQQIIBI", _idx(a.ordinal), a.bytes, a.address, a.alloc_at,
+                        _idx(a.free_at), int(a.long_lived), _idx(a.call_site))
+            for a in p.allocations]
+    out.append(struct.pack("<I", len(p.launches)))
+    for launch in p.launches:
+        out.append(struct.pack(f"<IQII{len(launch.buffers)}I", launch.name, launch.duration_ns,
+                               launch.correlation_id, len(launch.buffers), *launch.buffers))
+    out.append(struct.pack("<I", len(p.copies)))
+    out += [struct.pack("<IBQQI", c.before_launch, COPY_KINDS.index(c.kind), c.bytes,
+                        c.duration_ns, _idx(c.buffer)) for c in p.copies]
+    payload = b"".join(out)
+    data = MAGIC + struct.pack("<IIQII", VERSION, HEADER_BYTES, len(payload),
+                               zlib.crc32(payload), 0) + payload
+    decode(data)  # the writer never produces a file the readers refuse
+    return data
+
+
+def write_profile(path: str | Path, p: Profile) -> None:
+    """Writes p to path (gzip-compressed when the name ends in .gz), atomically."""
+    data = encode(p)
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)

@@ -1,0 +1,342 @@
+"""Record one PyTorch training iteration, on the CPU, as an oversub profile.
+
+    from torch_trace import record_iteration, load_device
+    profile = record_iteration(model, step, device=load_device("h100-pcie"), program="...")
+
+How it records (Note [Recording on meta] in docs/traces.md):
+  - every tensor lives on PyTorch's `meta` device: shapes, dtypes and storages, no
+    memory and no arithmetic, so VGG-16 at batch 256 records in seconds on a laptop;
+  - a TorchDispatchMode sees every aten operator the step runs (forward, backward,
+    optimizer). An operator is a *launch* (named by the aten op, e.g.
+    `aten.convolution.default`) when it allocates a storage or writes one of its
+    arguments (schema alias annotation `(a!)`); views and metadata-only operators
+    launch nothing. A launch's buffers are the storages of all its tensor arguments
+    and results;
+  - an output tensor whose storage is not yet live allocates that storage's bytes,
+    rounded up to 512 bytes as PyTorch's CUDA caching allocator rounds every block
+    (kMinBlockSize); empty storages allocate nothing;
+  - every output tensor gets a weakref finalizer; a storage is freed when the last
+    tensor seen on it dies. PyTorch keeps a tensor's Python object alive while C++
+    (autograd's saved tensors, .grad) still holds it, so a finalizer runs when the
+    tensor really goes, in the order reference counting frees it, as on a GPU;
+  - `step` runs twice: the first (warm-up) creates gradients and optimizer state,
+    the second is the recorded iteration. Storages live when it starts are the
+    long-lived buffers (parameters, gradients, optimizer state, BN statistics);
+  - each launch's duration is modeled (Note [Modeled durations]): the larger of its
+    FLOPs over the device's FP32 rate and its bytes over the memory bandwidth.
+
+Needs torch (Debian's python3-torch 1.13); the rest of scripts/lib does not.
+"""
+from __future__ import annotations
+
+import gc
+import re
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from oprof import NO_INDEX, Allocation, Copy, Launch, Profile
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DEVICE_DIR = REPO / "tests" / "simgpu" / "devices"
+BLOCK_BYTES = 512            # CUDACachingAllocator kMinBlockSize: every size rounds up to it
+BASE_ADDRESS = 0x7F0000000000  # synthetic addresses start here (no real device was used)
+
+# Operators that only allocate (no kernel runs): their results are allocations.
+ALLOCATION_ONLY = {"aten.empty.memory_format", "aten.empty_strided.default",
+                   "aten.new_empty.default", "aten.new_empty_strided.default",
+                   "aten.empty_like.default"}
+
+
+# ---- device model ------------------------------------------------------------------
+
+@dataclass
+class DeviceModel:
+    """The figures of one simgpu device model file (tests/simgpu/devices/*.model)."""
+    key: str
+    name: str
+    memory_bytes: int
+    fp32_flops: float           # FLOP/s
+    memory_bandwidth: float     # bytes/s
+    h2d_bytes_per_s: float      # pinned
+    d2h_bytes_per_s: float
+
+    def kernel_ns(self, flops: float, bytes_moved: float) -> int:
+        """Note [Modeled durations]: a roofline at the device's peak figures."""
+        seconds = max(flops / self.fp32_flops, bytes_moved / self.memory_bandwidth)
+        return max(1, int(seconds * 1e9 + 0.5))
+
+
+_SIZE = re.compile(r"^([0-9.]+)\s*([KMGT]i?B)?$")
+_UNITS = {None: 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+def device_names() -> list[str]:
+    return sorted(p.stem for p in DEVICE_DIR.glob("*.model"))
+
+
+def load_device(key: str) -> DeviceModel:
+    """Reads tests/simgpu/devices/<key>.model, the figures simgpu itself runs on."""
+    path = DEVICE_DIR / f"{key}.model"
+    if not path.is_file():
+        raise SystemExit(f"trace-torch: no device model {path}; known: "
+                         f"{', '.join(device_names())}")
+    kv: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "=" in line:
+            k, v = line.split("=", 1)
+            kv[k.strip()] = v.strip()
+    m = _SIZE.match(kv["memory"])
+    if not m:
+        raise SystemExit(f"trace-torch: {path}: memory = {kv['memory']!r} is not a size")
+    return DeviceModel(key, kv["name"], int(float(m.group(1)) * _UNITS[m.group(2)]),
+                       float(kv["fp32_flops"]), float(kv["memory_bandwidth"]),
+                       float(kv["h2d_pinned_bandwidth"]), float(kv["d2h_pinned_bandwidth"]))
+
+
+# ---- FLOPs of one operator ----------------------------------------------------------
+
+def _numel(t: Any) -> int:
+    return t.numel() if isinstance(t, torch.Tensor) else 0
+
+
+def _per_output(weight: Any) -> int:
+    """Multiply-adds per output element of a convolution: C_in/groups x kernel."""
+    n = 1
+    for d in weight.shape[1:]:
+        n *= d
+    return n
+
+
+def op_flops(name: str, args: tuple, out: Any) -> float:
+    """FLOPs of one aten operator: multiply-adds count 2 for convolutions and matrix
+    products; every other operator counts one per element of its largest tensor."""
+    if name == "aten.convolution.default":
+        w = args[1]
+        return 2.0 * _numel(out) * _per_output(w)
+    if name == "aten.convolution_backward.default":
+        grad_out, w, mask = args[0], args[2], args[10]
+        forward = 2.0 * _numel(grad_out) * _per_output(w)
+        return forward * (int(bool(mask[0])) + int(bool(mask[1])))
+    if name in ("aten.mm.default", "aten.addmm.default", "aten.bmm.default",
+                "aten.baddbmm.default"):
+        a = args[1] if name in ("aten.addmm.default", "aten.baddbmm.default") else args[0]
+        return 2.0 * _numel(out) * a.shape[-1]
+    tensors = [t for t in tree_flatten((args, out))[0] if isinstance(t, torch.Tensor)]
+    return float(max((t.numel() for t in tensors), default=0))
+
+
+# ---- the recorder -------------------------------------------------------------------
+
+@dataclass
+class _Buffer:
+    bytes: int
+    address: int
+    alloc_at: int | None      # None: live before the recorded iteration (long-lived)
+    free_at: int | None = None
+    ordinal: int | None = None
+
+
+def _storage_key(t: Any) -> int:
+    return t.storage()._storage._cdata
+
+
+def _storage_bytes(t: Any) -> int:
+    return t.storage()._storage.nbytes()
+
+
+def _writes_an_argument(func: Any) -> bool:
+    return any(a.alias_info is not None and a.alias_info.is_write
+               for a in func._schema.arguments)
+
+
+class Recorder(TorchDispatchMode):
+    """Turns the aten operators of a step into buffers and launches."""
+
+    def __init__(self, device: DeviceModel) -> None:
+        super().__init__()
+        self.device = device
+        self.recording = False
+        self.closed = False
+        self.buffers: list[_Buffer] = []
+        self.live: dict[int, list[int]] = {}   # storage key -> [buffer id, tensors alive]
+        self.launches: list[tuple[str, int, list[int]]] = []  # name, duration_ns, buffer ids
+        self.copies: list[Copy] = []
+        self.next_address = BASE_ADDRESS
+        self.ordinals = 0
+        self.warmup_launches = 0
+        self.dead_before: set[int] = set()
+
+    # -- buffers --
+    def track(self, t: Any) -> int | None:
+        """The buffer id of t's storage, allocating it when not live."""
+        if not isinstance(t, torch.Tensor) or t.device.type != "meta":
+            return None
+        nbytes = _storage_bytes(t)
+        if nbytes == 0:
+            return None  # the caching allocator serves empty tensors without memory
+        key = _storage_key(t)
+        entry = self.live.get(key)
+        if entry is None:
+            size = -(-nbytes // BLOCK_BYTES) * BLOCK_BYTES
+            at = len(self.launches) if self.recording else None
+            buf = _Buffer(size, self.next_address, at)
+            if self.recording:
+                buf.ordinal = self.ordinals
+                self.ordinals += 1
+            self.next_address += size
+            self.buffers.append(buf)
+            entry = [len(self.buffers) - 1, 0]
+            self.live[key] = entry
+        entry[1] += 1
+        weakref.finalize(t, self._release, key, entry[0])
+        return entry[0]
+
+    def _release(self, key: int, buffer_id: int) -> None:
+        entry = self.live.get(key)
+        if entry is None or entry[0] != buffer_id:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self.live[key]
+            if self.recording and not self.closed:
+                self.buffers[buffer_id].free_at = len(self.launches)
+
+    def _known(self, t: Any) -> int | None:
+        if not isinstance(t, torch.Tensor) or t.device.type != "meta":
+            return None
+        entry = self.live.get(_storage_key(t)) if _storage_bytes(t) else None
+        return entry[0] if entry is not None else self.track(t)
+
+    def copy_in(self, t: Any) -> None:
+        """A host-to-device copy into t (the input batch), before the next launch."""
+        b = self._known(t)
+        if b is None or not self.recording:
+            return
+        nbytes = t.numel() * t.element_size()
+        ns = int(nbytes * 1e9 / self.device.h2d_bytes_per_s + 0.5)
+        self.copies.append(Copy(len(self.launches), "h2d", nbytes, ns, b))
+
+    # -- operators --
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = str(func)
+        inputs = [self._known(t) for t in tree_flatten((args, kwargs))[0]]
+        try:
+            out = func(*args, **kwargs)
+        except NotImplementedError:
+            out = run_without_meta_kernel(name, func, args, kwargs)
+        before = len(self.buffers)
+        outputs = [self.track(t) for t in tree_flatten(out)[0]]
+        allocated = len(self.buffers) > before
+        if name in ALLOCATION_ONLY or not (allocated or _writes_an_argument(func)):
+            return out
+        ids = sorted({b for b in inputs + outputs if b is not None})
+        moved = sum(t.numel() * t.element_size()
+                    for t in tree_flatten((args, kwargs, out))[0]
+                    if isinstance(t, torch.Tensor))
+        ns = self.device.kernel_ns(op_flops(name, args, out), moved)
+        self.launches.append((name, ns, ids))
+        return out
+
+    # -- phases --
+    def begin(self) -> None:
+        """The recorded iteration starts: what is live now is long-lived."""
+        gc.collect()
+        self.warmup_launches = len(self.launches)
+        self.launches = []
+        self.copies = []
+        live = {entry[0] for entry in self.live.values()}
+        self.dead_before = {i for i in range(len(self.buffers)) if i not in live}
+        self.recording = True
+
+    def end(self) -> None:
+        gc.collect()
+        self.closed = True
+
+
+def run_without_meta_kernel(name: str, func: Any, args: Any, kwargs: Any) -> Any:
+    """An operator with no meta kernel in PyTorch 1.13: its decomposition (one launch,
+    its temporaries not recorded), else results shaped as the CUDA kernel's."""
+    from torch._decomp import decomposition_table
+    if func in decomposition_table:
+        return decomposition_table[func](*args, **kwargs)
+    if name == "aten.convolution_backward.default":
+        grad_out, inp, weight, bias_sizes = args[:4]
+        mask = args[10]
+        return (torch.empty_like(inp) if mask[0] else None,
+                torch.empty_like(weight) if mask[1] else None,
+                grad_out.new_empty(bias_sizes) if mask[2] and bias_sizes else None)
+    like = SHAPED_LIKE_ARG.get(name)
+    if like is None:
+        raise NotImplementedError(f"{name}: no meta kernel and no rule in {__file__}")
+    return torch.empty_like(args[like])
+
+
+# Operators without a meta kernel or a decomposition in PyTorch 1.13 whose result
+# has the shape, dtype and layout of one argument (its index here).
+SHAPED_LIKE_ARG: dict[str, int] = {
+    "aten._adaptive_avg_pool2d_backward.default": 1,  # (grad_output, self)
+}
+
+
+# ---- one iteration as a profile -----------------------------------------------------
+
+def record_iteration(model: Any, step: Callable[[Recorder], None], device: DeviceModel,
+                     program: str) -> Profile:
+    """Runs step twice on meta tensors (warm-up, then the recorded iteration) and
+    returns the recorded one as a profile. model's parameters and buffers must be on
+    the meta device; step builds its batch (calling rec.copy_in on it), runs forward,
+    loss, backward and the optimizer."""
+    rec = Recorder(device)
+    for t in list(model.parameters()) + list(model.buffers()):
+        rec.track(t)
+    with rec:
+        step(rec)
+        rec.begin()
+        step(rec)
+        rec.end()
+    return to_profile(rec, program)
+
+
+def to_profile(rec: Recorder, program: str) -> Profile:
+    per_iteration = [i for i, b in enumerate(rec.buffers)
+                     if b.alloc_at is not None and i not in rec.dead_before]
+    long_lived = [i for i, b in enumerate(rec.buffers)
+                  if b.alloc_at is None and i not in rec.dead_before]
+    per_iteration.sort(key=lambda i: rec.buffers[i].ordinal)
+    long_lived.sort(key=lambda i: rec.buffers[i].address)
+    index = {b: k for k, b in enumerate(per_iteration + long_lived)}
+    p = Profile(source="api", cupti=False, iterations_seen=2,
+                total_launches=rec.warmup_launches + len(rec.launches),
+                first_launch=rec.warmup_launches, marker="", program=program,
+                capacity_bytes=rec.device.memory_bytes,
+                h2d_bytes_per_s=int(rec.device.h2d_bytes_per_s),
+                d2h_bytes_per_s=int(rec.device.d2h_bytes_per_s),
+                iteration_kernel_ns=sum(ns for _, ns, _ in rec.launches))
+    names: dict[str, int] = {}
+    for ordinal, i in enumerate(per_iteration):
+        b = rec.buffers[i]
+        p.allocations.append(Allocation(ordinal, b.bytes, b.address, b.alloc_at, b.free_at,
+                                        False, None))
+    for i in long_lived:
+        b = rec.buffers[i]
+        p.allocations.append(Allocation(None, b.bytes, b.address, 0, None, True, None))
+    for name, ns, ids in rec.launches:
+        if name not in names:
+            names[name] = len(p.strings)
+            p.strings.append(name)
+        p.launches.append(Launch(names[name], ns, 0, sorted(index[b] for b in ids)))
+    for c in rec.copies:
+        p.copies.append(Copy(c.before_launch, c.kind, c.bytes, c.duration_ns,
+                             index[c.buffer] if c.buffer is not None else None))
+    assert all(a.ordinal is None or a.ordinal != NO_INDEX for a in p.allocations)
+    return p

@@ -1,0 +1,179 @@
+"""`oversub trace-torch`: record a model's training iteration as a profile (.oprof).
+
+  oversub trace-torch vgg16 --batch 256 -o traces/vgg16-b256.oprof [--device h100-pcie]
+  oversub trace-torch --all            the shipped traces under traces/ (TRACES below)
+  oversub trace-torch --check          records each model at its published figure's
+                                       configuration and prints the peak table of
+                                       docs/traces.md; exit 1 if a ratio is outside
+                                       [0.75, 1.25]
+
+Runs under a Python that has torch (Debian's python3-torch: /usr/bin/python3);
+scripts/oversub re-runs this file there when its own Python lacks torch.
+docs/traces.md says what is recorded and what is approximated.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from oprof import Profile, write_profile  # noqa: E402
+from oversub_profile import fmt_bytes, live_bytes  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent.parent
+TRACE_DIR = REPO / "traces"
+DEFAULT_DEVICE = "h100-pcie"
+BAND = 0.25  # |ours / published - 1| allowed by issue 8
+
+# The shipped traces: (model, batch, device). Durations are modeled on the device.
+TRACES: list[tuple[str, int, str]] = [
+    ("vgg16", 64, "h100-pcie"), ("vgg16", 256, "h100-pcie"),
+    ("resnet50", 32, "h100-pcie"), ("resnet50", 128, "h100-pcie"),
+    ("resnet152", 32, "h100-pcie"), ("resnet152", 128, "h100-pcie"),
+    ("gpt2", 8, "h100-pcie"), ("bert-large", 32, "h100-pcie"),
+    # the papers' own GPUs, for replaying their tables (vDNN: Titan X)
+    ("vgg16", 256, "titanx-maxwell"), ("resnet152", 32, "titanx-maxwell"),
+]
+
+
+@dataclass
+class Published:
+    """A peak-memory figure someone measured or stated for a model's training."""
+    model: str
+    batch: int
+    bytes: int
+    what: str      # the figure as stated, and what it counts
+    source: str    # where it is published
+
+
+GB, MiB = 10**9, 1 << 20
+PUBLISHED: list[Published] = [
+    Published("vgg16", 256, 28 * GB,
+              "28 GB (feature maps, weights, workspace; Caffe-style network-wide allocation)",
+              "Rhu et al., vDNN, MICRO 2016, abstract (/work/shared/seeds/003)"),
+]
+
+
+def trace_path(model: str, batch: int, device: str) -> Path:
+    suffix = "" if device == DEFAULT_DEVICE else f"-{device}"
+    return TRACE_DIR / f"{model}-b{batch}{suffix}.oprof"
+
+
+def record(model: str, batch: int, device: str) -> Profile:
+    import torch
+    from torch_models import MODELS, training_step
+    from torch_trace import load_device, record_iteration
+    spec = MODELS[model]
+    dev = load_device(device)
+    net, step = training_step(spec, batch)
+    program = (f"oversub trace-torch {model} --batch {batch} --device {device}: "
+               f"{spec.title}, batch {batch}, fp32; torch {torch.__version__} on meta; "
+               f"durations modeled on {dev.name}")
+    return record_iteration(net, step, dev, program)
+
+
+def peak(p: Profile) -> int:
+    return max(live_bytes(p), default=0)
+
+
+def describe(path: Path, p: Profile, seconds: float) -> str:
+    ll = sum(a.bytes for a in p.allocations if a.long_lived)
+    return (f"{path}: {len(p.launches)} launches, {len(p.allocations)} buffers, peak "
+            f"{fmt_bytes(peak(p))} (long-lived {fmt_bytes(ll)}), modeled kernel time "
+            f"{p.iteration_kernel_ns / 1e6:.1f} ms, {path.stat().st_size // 1024} KiB, "
+            f"{seconds:.1f} s")
+
+
+def write(model: str, batch: int, device: str, out: Path) -> int:
+    t0 = time.monotonic()
+    p = record(model, batch, device)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_profile(out, p)
+    print(describe(out, p, time.monotonic() - t0))
+    return 0
+
+
+def check() -> int:
+    """The peak table of docs/traces.md, recomputed."""
+    rows = [f"| model | batch | our peak | published | ratio | within {BAND:.0%} | source |",
+            "|---|---|---|---|---|---|---|"]
+    bad = 0
+    for pub in PUBLISHED:
+        ours = peak(record(pub.model, pub.batch, DEFAULT_DEVICE))
+        ratio = ours / pub.bytes
+        ok = abs(ratio - 1) <= BAND
+        bad += not ok
+        rows.append(f"| {pub.model} | {pub.batch} | {ours / GB:.2f} GB | {pub.what} | "
+                    f"{ratio:.2f} | {'yes' if ok else 'NO'} | {pub.source} |")
+    print("\n".join(rows))
+    return 1 if bad else 0
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options, shared with scripts/oversub's trace-torch subparser."""
+    ap.add_argument("model", nargs="?", help="vgg16, resnet50, resnet152, gpt2, bert-large, "
+                                             "tiny-cnn, tiny-mlp")
+    ap.add_argument("--batch", type=int, help="batch size (default: the model's)")
+    ap.add_argument("--device", default=DEFAULT_DEVICE,
+                    help="device model for durations, capacity and link figures: a "
+                         "tests/simgpu/devices/*.model name (default %(default)s)")
+    ap.add_argument("-o", "--output", type=Path, metavar="PATH",
+                    help="profile to write (.oprof, or .oprof.gz compressed); default "
+                         "traces/<model>-b<batch>[-<device>].oprof")
+    ap.add_argument("--all", action="store_true", help="write every shipped trace")
+    ap.add_argument("--check", action="store_true",
+                    help="print the published-figure table; exit 1 outside the band")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="oversub trace-torch", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap)
+    args = ap.parse_args(argv)
+    if args.check:
+        return check()
+    if args.all:
+        for model, batch, device in TRACES:
+            write(model, batch, device, trace_path(model, batch, device))
+        return 0
+    from torch_models import MODELS
+    if args.model not in MODELS:
+        ap.error(f"model: one of {', '.join(MODELS)} (or --all, --check)")
+    batch = args.batch or MODELS[args.model].default_batch
+    out = args.output or trace_path(args.model, batch, args.device)
+    return write(args.model, batch, args.device, out)
+
+
+def torch_python() -> str | None:
+    """A Python that imports torch: this one, $OVERSUB_TORCH_PYTHON, or Debian's."""
+    if importlib.util.find_spec("torch") is not None:
+        return sys.executable
+    for candidate in (os.environ.get("OVERSUB_TORCH_PYTHON"), "/usr/bin/python3"):
+        if candidate and Path(candidate).is_file() and subprocess.run(
+                [candidate, "-c", "import torch, torchvision"],
+                capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+def run_with_torch(argv: list[str]) -> int:
+    """main(argv) under a Python that has torch (scripts/oversub's entry point)."""
+    python = torch_python()
+    if python is None:
+        print("oversub trace-torch: no Python with torch and torchvision found; install "
+              "Debian's python3-torch python3-torchvision (or set OVERSUB_TORCH_PYTHON)",
+              file=sys.stderr)
+        return 2
+    if python == sys.executable:
+        return main(argv)
+    return subprocess.run([python, str(Path(__file__).resolve()), *argv]).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
