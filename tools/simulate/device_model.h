@@ -1,0 +1,44 @@
+// device_model: a device model file (tests/simgpu/devices/*.model, the same files
+// simgpu runs on) read into the figures the what-if simulator needs: the cost model
+// of policy/ and the compute figures behind the duration model (Note [Duration
+// model] in profile_model.h).
+//
+// The file is `key = value` lines with `#` comments. Values are numbers ("51.2e12")
+// or sizes with a unit ("80GiB", "64KiB", the grammar of OVERSUB_* sizes).
+#ifndef OVERSUB_TOOLS_SIMULATE_DEVICE_MODEL_H
+#define OVERSUB_TOOLS_SIMULATE_DEVICE_MODEL_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "policy/cost_model.h"
+
+namespace oversub::tools {
+
+struct device_model {
+  std::string name;                 // the file's `name`, else its stem
+  std::string path;                 // the file read
+  std::uint64_t memory_bytes = 0;   // `memory`
+  double fp32_flops = 0;            // FLOP/s
+  double memory_bandwidth = 0;      // device memory bytes/s
+  policy::cost_model costs;         // pinned link, copy setup, launch latency, managed memory
+};
+
+// A device model or why there is none.
+struct device_model_result {
+  std::string error;  // empty: value is valid
+  device_model value;
+};
+
+// `spec` is a path (it contains '/' or ends in ".model") or a model name looked up
+// as `<dir>/<spec>.model`. An unknown name's error lists the models in dir.
+// Every key the simulator needs must be present and positive where a rate.
+device_model_result read_device_model(const std::string& spec, const std::string& dir);
+
+// The model names (file stems) in dir, sorted.
+std::vector<std::string> device_model_names(const std::string& dir);
+
+}  // namespace oversub::tools
+
+#endif  // OVERSUB_TOOLS_SIMULATE_DEVICE_MODEL_H

@@ -1,0 +1,74 @@
+// profile_model: profile to iteration model (tools/simulate/profile_model.h).
+#include "tools/simulate/profile_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace oversub::tools {
+
+std::uint64_t modeled_duration_ns(std::uint64_t bytes_used, const device_model& device) {
+  const double stream_ns = std::ceil(static_cast<double>(bytes_used) * 1e9 / device.memory_bandwidth);
+  return std::max<std::uint64_t>(device.costs.launch_latency_ns,
+                                 static_cast<std::uint64_t>(stream_ns));
+}
+
+profile_model model_from_profile(const profiler::profile& p, const device_model& device,
+                                 duration_source durations) {
+  profile_model r;
+  const std::size_t n = p.launches.size();
+  if (n == 0) {
+    r.error = "the profile has no launches";
+    return r;
+  }
+  const auto last = static_cast<std::uint32_t>(n - 1);
+  policy::iteration_model& m = r.model;
+  m.buffers.reserve(p.allocations.size());
+  for (const profiler::allocation_record& a : p.allocations) {
+    policy::model_buffer b;
+    b.bytes = a.bytes;
+    b.long_lived = a.long_lived || a.free_at == profiler::no_index;
+    if (b.long_lived) {
+      ++r.long_lived;
+      if (!a.long_lived) ++r.unfreed;
+    } else {
+      b.alloc_launch = std::min(a.alloc_at, last);
+      const std::uint32_t last_live = a.free_at > a.alloc_at ? a.free_at - 1 : a.alloc_at;
+      b.free_launch = std::clamp(last_live, b.alloc_launch, last);
+    }
+    m.buffers.push_back(b);
+  }
+  m.launches.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const profiler::launch_record& l = p.launches[i];
+    policy::model_launch ml;
+    std::uint64_t bytes_used = 0;
+    for (std::uint32_t b : l.buffers) {
+      if (b >= m.buffers.size()) {
+        r.error = "launch " + std::to_string(i) + " uses allocation " + std::to_string(b) +
+                  " of " + std::to_string(m.buffers.size());
+        return r;
+      }
+      if (std::find(ml.uses.begin(), ml.uses.end(), b) != ml.uses.end()) continue;
+      ml.uses.push_back(b);
+      bytes_used += m.buffers[b].bytes;
+      policy::model_buffer& buf = m.buffers[b];
+      if (!buf.long_lived) {
+        buf.alloc_launch = std::min(buf.alloc_launch, i);
+        buf.free_launch = std::max(buf.free_launch, i);
+      }
+    }
+    if (durations == duration_source::automatic && l.duration_ns > 0) {
+      ml.duration_ns = l.duration_ns;
+      ++r.durations_measured;
+    } else {
+      ml.duration_ns = modeled_duration_ns(bytes_used, device);
+      ++r.durations_modeled;
+    }
+    m.launches.push_back(std::move(ml));
+  }
+  r.error = policy::validate_model(m);
+  return r;
+}
+
+}  // namespace oversub::tools
