@@ -1,0 +1,227 @@
+// Tests of the what-if simulator's parts (tools/simulate/): the device model reader,
+// the profile to iteration model conversion and its duration model, and the
+// figures of a toy iteration computed by hand from the cost model.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "policy/schedule.h"
+#include "tools/simulate/device_model.h"
+#include "tools/simulate/profile_model.h"
+#include "tools/simulate/what_if.h"
+
+namespace oversub::tools {
+namespace {
+
+using policy::policy_kind;
+
+// Round figures so that times are easy to compute by hand: 1 byte/ns each way over
+// the link, 10 us per copy, 2 us launch latency, 10 bytes/ns device memory.
+device_model toy_device() {
+  device_model d;
+  d.name = "toy";
+  d.memory_bytes = 1u << 30;
+  d.fp32_flops = 1e12;
+  d.memory_bandwidth = 1e10;
+  d.costs.h2d_bytes_per_s = d.costs.d2h_bytes_per_s = 1e9;
+  d.costs.copy_setup_ns = 10'000;
+  d.costs.launch_latency_ns = 2'000;
+  d.costs.managed_fault_ns = 20'000;
+  d.costs.managed_page_bytes = 64 * 1024;
+  return d;
+}
+
+constexpr std::uint64_t X = 1'000'000;  // bytes of each weight
+
+// The toy iteration: weights A and B (long-lived, X bytes each) and an activation
+// Y (X/2, allocated before launch 0, freed after launch 1). Launch 0 uses A and Y
+// (d0 ns), launch 1 uses B and Y (d1 ns).
+profiler::profile toy_profile(std::uint64_t d0, std::uint64_t d1) {
+  profiler::profile p;
+  profiler::allocation_record y;
+  y.ordinal = 0;
+  y.bytes = X / 2;
+  y.alloc_at = 0;
+  y.free_at = 2;
+  profiler::allocation_record a;
+  a.bytes = X;
+  a.long_lived = true;
+  a.address = 0x1000;
+  profiler::allocation_record b = a;
+  b.address = 0x2000000;
+  p.allocations = {y, a, b};  // Y = 0, A = 1, B = 2
+  p.launches = {{p.intern("k0"), d0, 0, {0, 1}}, {p.intern("k1"), d1, 0, {0, 2}}};
+  return p;
+}
+
+TEST(DeviceModel, ReadsTheSimgpuModels) {
+  const device_model_result r = read_device_model("h100-pcie", OVERSUB_DEVICE_MODELS_DIR);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.value.name, "NVIDIA H100 PCIe");
+  EXPECT_EQ(r.value.memory_bytes, 80ull << 30);
+  EXPECT_DOUBLE_EQ(r.value.costs.h2d_bytes_per_s, 50e9);
+  EXPECT_DOUBLE_EQ(r.value.memory_bandwidth, 2.0e12);
+  EXPECT_EQ(r.value.costs.copy_setup_ns, 5000u);
+  EXPECT_EQ(r.value.costs.managed_page_bytes, 64u * 1024);
+  EXPECT_TRUE(r.value.costs.demand_paging);
+  const device_model_result titan =
+      read_device_model("titanx-maxwell", OVERSUB_DEVICE_MODELS_DIR);
+  ASSERT_EQ(titan.error, "");
+  EXPECT_EQ(titan.value.memory_bytes, 12ull << 30);
+  EXPECT_FALSE(titan.value.costs.demand_paging);
+}
+
+TEST(DeviceModel, UnknownNameListsTheKnownOnes) {
+  const device_model_result r = read_device_model("h200", OVERSUB_DEVICE_MODELS_DIR);
+  EXPECT_NE(r.error.find("unknown device 'h200'"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("h100-pcie"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("k40"), std::string::npos) << r.error;
+}
+
+TEST(DeviceModel, MissingOrBadKeyIsNamed) {
+  const std::string path = ::testing::TempDir() + "/bad.model";
+  {
+    std::ofstream out(path);
+    out << "name = bad\nmemory = 1GiB\nfp32_flops = 1e12\nmemory_bandwidth = fast\n";
+  }
+  const device_model_result r = read_device_model(path, "/nonexistent");
+  EXPECT_NE(r.error.find("memory_bandwidth = 'fast'"), std::string::npos) << r.error;
+  {
+    std::ofstream out(path);
+    out << "memory = 1GiB\nfp32_flops = 1e12\nmemory_bandwidth = 1e9\n";
+  }
+  const device_model_result r2 = read_device_model(path, "/nonexistent");
+  EXPECT_NE(r2.error.find("no 'h2d_pinned_bandwidth'"), std::string::npos) << r2.error;
+  std::remove(path.c_str());
+}
+
+TEST(ProfileModel, LifetimesDurationsAndUnfreedBuffers) {
+  profiler::profile p = toy_profile(300, 0);
+  profiler::allocation_record unfreed;
+  unfreed.ordinal = 1;
+  unfreed.bytes = 64;
+  unfreed.alloc_at = 1;  // free_at none: freed in the next iteration
+  p.allocations.push_back(unfreed);
+  p.launches[1].buffers.push_back(3);
+  const profile_model r = model_from_profile(p, toy_device(), duration_source::automatic);
+  ASSERT_EQ(r.error, "");
+  // Y: allocated before launch 0, freed after 2 launches were issued: live [0, 1].
+  EXPECT_FALSE(r.model.buffers[0].long_lived);
+  EXPECT_EQ(r.model.buffers[0].alloc_launch, 0u);
+  EXPECT_EQ(r.model.buffers[0].free_launch, 1u);
+  EXPECT_TRUE(r.model.buffers[1].long_lived);
+  EXPECT_TRUE(r.model.buffers[3].long_lived);  // not freed in the iteration
+  EXPECT_EQ(r.long_lived, 3u);
+  EXPECT_EQ(r.unfreed, 1u);
+  // Launch 0 measured; launch 1 modeled: B + Y + 64 bytes at 10 bytes/ns, rounded up.
+  EXPECT_EQ(r.durations_measured, 1u);
+  EXPECT_EQ(r.durations_modeled, 1u);
+  EXPECT_EQ(r.model.launches[0].duration_ns, 300u);
+  EXPECT_EQ(r.model.launches[1].duration_ns, (X + X / 2 + 64 + 9) / 10);
+  // --durations model: launch 0 too (A + Y = 1.5 MB at 10 bytes/ns = 150 us).
+  const profile_model all = model_from_profile(p, toy_device(), duration_source::model);
+  EXPECT_EQ(all.durations_modeled, 2u);
+  EXPECT_EQ(all.model.launches[0].duration_ns, 150'000u);
+}
+
+TEST(ProfileModel, ModeledDurationIsAtLeastTheLaunchLatency) {
+  EXPECT_EQ(modeled_duration_ns(0, toy_device()), 2'000u);
+  EXPECT_EQ(modeled_duration_ns(100, toy_device()), 2'000u);         // 10 ns of streaming
+  EXPECT_EQ(modeled_duration_ns(1'000'000, toy_device()), 100'000u);  // 1 MB at 10 B/ns
+}
+
+TEST(ProfileModel, UsesOutsideTheRecordedLifetimeWidenIt) {
+  profiler::profile p = toy_profile(300, 500);
+  p.allocations[0].free_at = 1;  // says freed after launch 0, but launch 1 uses it
+  const profile_model r = model_from_profile(p, toy_device(), duration_source::automatic);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.model.buffers[0].free_launch, 1u);
+}
+
+TEST(ProfileModel, NoLaunchesIsAnError) {
+  profiler::profile p;
+  EXPECT_EQ(model_from_profile(p, toy_device(), duration_source::automatic).error,
+            "the profile has no launches");
+}
+
+// By hand, for capacity 1.5 X (A + Y or B + Y, never both weights):
+// - every launch writes every buffer it uses (the profile does not say which it
+//   writes), so a weight that leaves is copied out, and it must come back;
+// - launch 1 needs B while A and Y fill the device; Y is launch 1's own, so A leaves
+//   (copy out, c = 10 us + X / (1 B/ns) = 1010 us) and B comes in (c) before launch
+//   1 can start: the copies cannot overlap anything, memory is full;
+// - the next iteration needs A again: B out (c), A in (c), before launch 0.
+//   Whether the schedule starts with A resident (the swap back at the end of the
+//   iteration) or with B resident (at its start), the iteration holds four copies,
+//   both launches, and the launch latency (2 us) hidden under the first copy:
+//   T = d0 + d1 + 4 c; 2 X bytes each way, in 2 copies each way.
+TEST(WhatIf, ToyIterationMatchesTheHandComputation) {
+  const std::uint64_t d0 = 300'000, d1 = 500'000;
+  const device_model d = toy_device();
+  const profile_model pm = model_from_profile(toy_profile(d0, d1), d, duration_source::automatic);
+  ASSERT_EQ(pm.error, "");
+  const std::uint64_t c = d.costs.copy_setup_ns + X * 1'000'000'000ull /
+                                                     static_cast<std::uint64_t>(d.costs.h2d_bytes_per_s);
+  ASSERT_EQ(c, 1'010'000u);
+  const what_if_point p = run_point(pm.model, X + X / 2, d.costs, policy_kind::cost);
+  ASSERT_EQ(p.error, "");
+  EXPECT_EQ(p.sim.iteration_ns, d0 + d1 + 4 * c);
+  EXPECT_EQ(p.unlimited_ns, d.costs.launch_latency_ns + d0 + d1);
+  EXPECT_EQ(p.sim.h2d_bytes, 2 * X);
+  EXPECT_EQ(p.sim.d2h_bytes, 2 * X);
+  EXPECT_EQ(p.sim.h2d_copies, 2u);
+  EXPECT_EQ(p.sim.d2h_copies, 2u);
+  EXPECT_EQ(p.sim.peak_device_bytes, X + X / 2);
+  // Transfer bound: peak live 2.5 X minus 1.5 X at 1 B/ns = 1 ms, above T_unlimited.
+  EXPECT_EQ(p.transfer_bound_ns, X);
+  EXPECT_DOUBLE_EQ(p.overhead, static_cast<double>(d0 + d1 + 4 * c) /
+                                   static_cast<double>(2'000 + d0 + d1) - 1.0);
+  EXPECT_FALSE(p.fits);
+}
+
+// With room for all three buffers (2.5 X) nothing moves: T = latency + d0 + d1.
+TEST(WhatIf, ToyIterationThatFitsMovesNothing) {
+  const device_model d = toy_device();
+  const profile_model pm =
+      model_from_profile(toy_profile(300'000, 500'000), d, duration_source::automatic);
+  const what_if_point p = run_point(pm.model, 2 * X + X / 2, d.costs, policy_kind::cost);
+  ASSERT_EQ(p.error, "");
+  EXPECT_TRUE(p.fits);
+  EXPECT_EQ(p.sim.iteration_ns, 802'000u);
+  EXPECT_EQ(p.sim.h2d_bytes + p.sim.d2h_bytes, 0u);
+  EXPECT_EQ(p.overhead, 0.0);
+}
+
+// Below the largest launch (A + Y = 1.5 X) no policy has a schedule.
+TEST(WhatIf, CapacityBelowTheLargestLaunchIsAnError) {
+  const device_model d = toy_device();
+  const profile_model pm =
+      model_from_profile(toy_profile(300'000, 500'000), d, duration_source::automatic);
+  for (policy_kind k : all_policies()) {
+    const what_if_point p = run_point(pm.model, X + X / 2 - 1, d.costs, k);
+    EXPECT_NE(p.error.find("launch 0 alone needs"), std::string::npos) << p.error;
+  }
+}
+
+TEST(WhatIf, SweepRunsFromPeakLiveToTheLargestLaunch) {
+  model_summary s;
+  s.peak_live_bytes = 1000;
+  s.largest.bytes = 400;
+  EXPECT_EQ(sweep_capacities(s, 4), (std::vector<std::size_t>{1000, 800, 600, 400}));
+  EXPECT_EQ(sweep_capacities(s, 1), (std::vector<std::size_t>{1000}));
+  s.largest.bytes = 1000;
+  EXPECT_EQ(sweep_capacities(s, 5), (std::vector<std::size_t>{1000}));
+}
+
+TEST(WhatIf, PolicyNames) {
+  policy_kind k{};
+  ASSERT_TRUE(parse_policy("vdnn-all", k));
+  EXPECT_EQ(k, policy_kind::vdnn_all);
+  EXPECT_FALSE(parse_policy("vdnn_all", k));
+  EXPECT_EQ(all_policies().size(), 4u);
+}
+
+}  // namespace
+}  // namespace oversub::tools
