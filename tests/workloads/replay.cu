@@ -150,7 +150,7 @@ struct plan {
   std::vector<position> at;  // launches + 1 positions
   std::uint64_t long_lived_bytes = 0;
   std::uint64_t peak_bytes = 0;  // long-lived + the most per-iteration bytes live
-  std::size_t widened = 0;       // per-iteration lifetimes widened to cover a use
+  std::size_t widened = 0;       // per-iteration buffers whose lifetime was widened
   std::size_t freed_long_lived = 0;
   std::size_t skipped_copies = 0;
   std::size_t split_launches = 0;  // trace launches with too many buffers
@@ -173,9 +173,10 @@ plan make_plan(const prof::profile& p) {
     first[b] = std::min(a.alloc_at, n);
     last[b] = a.free_at == none ? n : std::min(a.free_at, n);
   }
+  std::vector<bool> widened(p.allocations.size(), false);
   auto widen = [&](std::uint32_t b, std::uint32_t lo, std::uint32_t hi) {
     if (p.allocations[b].long_lived) return;
-    if (lo < first[b] || hi > last[b]) ++pl.widened;
+    if (lo < first[b] || hi > last[b]) widened[b] = true;
     first[b] = std::min(first[b], lo);
     last[b] = std::max(last[b], hi);
   };
@@ -197,6 +198,7 @@ plan make_plan(const prof::profile& p) {
     pl.at[k].copies.push_back(copy_step{c.kind, c.buffer, bytes});
     copy_users[k].push_back(c.buffer);
   }
+  pl.widened = static_cast<std::size_t>(std::count(widened.begin(), widened.end(), true));
   for (std::size_t b = 0; b < p.allocations.size(); ++b) {
     if (p.allocations[b].long_lived) continue;
     const auto id = static_cast<std::uint32_t>(b);

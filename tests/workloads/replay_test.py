@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "preload"))
 sys.path.insert(0, str(HERE.parents[1] / "scripts" / "lib"))
 
-from oprof import read_profile  # noqa: E402
+from oprof import Allocation, Copy, Launch, Profile, read_profile, write_profile  # noqa: E402
 from swap_checks import OOM_RE, check_swap, check_um, fail, read_stats, run  # noqa: E402
 
 TRACE_ARGS = ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "5"]
@@ -40,7 +40,12 @@ VERIFIED_RE = re.compile(r"^data verified: (\d+) buffers x (\d+) launches "
                          r"\((\d+) words checked, (\d+) mismatches\)$", re.M)
 PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
 MARKED_RE = re.compile(r"^iterations marked for oversub: (yes|no)$", re.M)
-PLAN_RE = re.compile(r"^plan: .* (\d+) lifetimes widened", re.M)
+PLAN_FULL_RE = re.compile(r"^plan: peak (\d+) bytes \(long-lived (\d+)\), at most (\d+) "
+                          r"buffers per launch, (\d+) launches split, (\d+) lifetimes widened, "
+                          r"(\d+) long-lived freed by the trace kept, (\d+) copies skipped$",
+                          re.M)
+RACE_RE = re.compile(r"^simgpu: race on .*$", re.M)
+KERNELS_RE = re.compile(r"^launches: (\d+) replayed as (\d+) kernels$", re.M)
 CORRUPT_RE = re.compile(r"^corrupt: after launch \d+ overwrote word \d+ of buffer (\d+) ", re.M)
 FAILED_RE = re.compile(r"oversub-replay: data check failed: iteration \d+, trace launch \d+ "
                        r"\(.*\): buffer (\d+) ")
@@ -56,9 +61,72 @@ def make_trace(args: argparse.Namespace, tmp: Path) -> Path:
     return out
 
 
+def make_edge_trace(tmp: Path) -> Path:
+    """A profile written with oprof.py that has what simtrain's lacks: a launch with
+    more buffers than one replayed launch takes, lifetimes the replay must widen, a
+    buffer used only by a memset, a long-lived buffer the iteration frees, every copy
+    kind and a copy with no device buffer."""
+    KiB, MiB = 1 << 10, 1 << 20
+    p = Profile(source="api", cupti=True, iterations_seen=3, total_launches=24, first_launch=8,
+                marker="", program="replay_test.py", capacity_bytes=0, h2d_bytes_per_s=0,
+                d2h_bytes_per_s=0, iteration_kernel_ns=0)
+    p.strings = ["gemm", "multi_tensor_apply", "fill"]
+    # Per-iteration buffers first, by ordinal: (bytes, alloc_at, free_at).
+    fresh = {"a0": (4 * MiB, 0, 4), "a1": (3 * MiB, 1, None), "a2": (4 * MiB + 12, 2, 5),
+             "c": (256 * KiB, 3, 3), "e": (MiB, 4, 6), "g": (2 * MiB, 5, 7)}
+    idx: dict[str, int] = {}
+    for name, (size, at, free) in fresh.items():
+        idx[name] = len(p.allocations)
+        p.allocations.append(Allocation(len(p.allocations), size, 0x10000000 * (1 + len(idx)),
+                                        at, free, False, None))
+    old = {"w1": (4 * MiB, None), "w2": (2 * MiB, None), "x": (MiB, 1)}
+    old.update({f"s{i}": (32 * KiB + 4 * i, None) for i in range(40)})
+    for name, (size, free) in old.items():
+        idx[name] = len(p.allocations)
+        p.allocations.append(Allocation(None, size, 0x700000000 + 0x1000000 * len(idx), 0,
+                                        free, True, None))
+    small = [f"s{i}" for i in range(40)]
+    launches = [(0, ["w1", "a0", "x"]), (0, ["a0", "a1", "w2"]), (0, ["a1", "a2"]),
+                (2, ["e", "a2"]), (1, small + ["a1"]), (0, ["a2", "g", "w1"]),
+                (0, ["g", "e"]), (1, ["w1", "w2"] + small[:8])]
+    for k, (name, bufs) in enumerate(launches):
+        p.launches.append(Launch(name, 20000 + 5000 * k, k + 1, sorted(idx[b] for b in bufs)))
+    p.iteration_kernel_ns = sum(l.duration_ns for l in p.launches)
+    p.copies = [Copy(0, "h2d", 4 * MiB, 0, idx["a0"]), Copy(1, "h2d", 1024, 0, None),
+                Copy(2, "d2d", MiB, 0, idx["a1"]), Copy(3, "memset", 256 * KiB, 0, idx["c"]),
+                Copy(5, "other", 64 * KiB, 0, idx["e"]), Copy(6, "memset", 100, 0, idx["g"]),
+                Copy(7, "d2h", 4, 0, idx["g"])]
+    out = tmp / "edges.oprof"
+    write_profile(out, p)
+    return out
+
+
+def plan_counts(profile) -> dict:
+    """What the replay's plan line must say, from the profile."""
+    n = len(profile.launches)
+    widened = set()
+    for b, a in enumerate(profile.allocations):
+        if a.long_lived:
+            continue
+        end = n if a.free_at is None else a.free_at
+        uses = [k for k, l in enumerate(profile.launches) if b in l.buffers]
+        copies = [c.before_launch for c in profile.copies if c.buffer == b]
+        if any(k < a.alloc_at or k >= end for k in uses) or \
+                any(c < a.alloc_at or c > end for c in copies):
+            widened.add(b)
+    return {"max": max(len(l.buffers) for l in profile.launches),
+            "split": sum(len(l.buffers) > 32 for l in profile.launches),
+            "widened": len(widened),
+            "freed": sum(a.long_lived and a.free_at is not None for a in profile.allocations),
+            "skipped": sum(c.buffer is None or c.bytes == 0 for c in profile.copies),
+            "kernels": sum(max(1, -(-len(l.buffers) // 32)) for l in profile.launches)}
+
+
 def verifiable(profile, iters: int) -> int:
     """Buffers whose contents a launch reads after an earlier launch or a writing
-    copy (H2D, memset) wrote them in the same lifetime: the replay must verify each."""
+    copy (H2D, memset) wrote them in the same lifetime: the replay must verify each.
+    A per-iteration buffer lives within one iteration (the replay widens its lifetime
+    to cover every use), a long-lived one through all of them."""
     n = len(profile.launches)
     events: dict[int, list[tuple[int, str]]] = {}  # buffer -> (time, what); launch k at 2k+1
     for k, launch in enumerate(profile.launches):
@@ -80,11 +148,11 @@ def verifiable(profile, iters: int) -> int:
     return count
 
 
-def parse(proc, what: str) -> dict:
+def parse(proc, what: str, ok_codes: tuple[int, ...] = (0,)) -> dict:
     out = proc.stdout
     iters = ITER_RE.findall(out)
     verified, peak, marked = VERIFIED_RE.search(out), PEAK_RE.search(out), MARKED_RE.search(out)
-    if proc.returncode != 0 or not iters or verified is None or peak is None or marked is None:
+    if proc.returncode not in ok_codes or not iters or verified is None or peak is None or marked is None:
         fail(f"the replay {what} failed or printed no summary", proc)
     return {"iters": iters, "checksums": [c for _, _, c in iters],
             "times_ms": [float(t) for _, t, _ in iters],
@@ -98,11 +166,7 @@ def reference(args: argparse.Namespace, trace: Path) -> dict:
     cmd = [str(args.replay), str(trace), "--iters", str(args.iters)]
     proc = run(cmd, {"SIMGPU_RACE": "abort"}, None)
     got = parse(proc, "with plenty of memory")
-    widened = PLAN_RE.search(proc.stdout)
     want_buffers = verifiable(profile, args.iters)
-    if widened is None or int(widened.group(1)) != 0:
-        fail("the simtrain trace needed lifetimes widened; verifiable() does not model that",
-             proc)
     if got["mismatches"] != 0 or got["words"] == 0:
         fail(f"mismatches or nothing checked: {got}", proc)
     if got["buffers"] != want_buffers or want_buffers == 0:
@@ -120,6 +184,33 @@ def reference(args: argparse.Namespace, trace: Path) -> dict:
     return got
 
 
+def case_edges(args: argparse.Namespace, tmp: Path) -> None:
+    trace = make_edge_trace(tmp)
+    ref = reference(args, trace)
+    proc = run(ref["cmd"], {"SIMGPU_RACE": "abort"}, None)
+    plan = PLAN_FULL_RE.search(proc.stdout)
+    kernels = KERNELS_RE.search(proc.stdout)
+    want = plan_counts(ref["profile"])
+    if plan is None or kernels is None:
+        fail("no plan or launch line", proc)
+    got = {"max": int(plan.group(3)), "split": int(plan.group(4)),
+           "widened": int(plan.group(5)), "freed": int(plan.group(6)),
+           "skipped": int(plan.group(7)), "kernels": int(kernels.group(2)) // args.iters}
+    if got != want or int(plan.group(1)) != ref["peak"] or want["split"] == 0 or \
+            want["widened"] == 0:
+        fail(f"plan {got}, from the profile {want}; planned peak {plan.group(1)}, "
+             f"replayed {ref['peak']}", proc)
+    print(f"edges: plan {got} as the profile says; {ref['buffers']} buffers verified over "
+          f"{ref['launches']} launches, peak {ref['peak']} bytes")
+    # Note [Races on the edge trace]: on this trace oversub's swap mode (as of this
+    # test's writing) evicts pages without ordering after the kernel on the legacy
+    # stream that last wrote them (simgpu: a write by replay_kernel unordered with a
+    # DtoD read on oversub's copy stream and with cuMemUnmap by the host), though the
+    # data survives. 'edges' checks the data with races reported; 'edges-races'
+    # (should_fail in meson.build until that is fixed) aborts at the first one.
+    case_oversubscribed(args, trace, "swap", ref, "abort" if args.races_abort else "report")
+
+
 def case_unlimited(args: argparse.Namespace, trace: Path) -> None:
     ref = reference(args, trace)
     again = parse(run(ref["cmd"], {"SIMGPU_RACE": "abort"}, None), "a second time")
@@ -131,28 +222,39 @@ def case_unlimited(args: argparse.Namespace, trace: Path) -> None:
           f"{ref['profile'].iteration_kernel_ns / 1e6} ms), peak {ref['peak']} bytes")
 
 
-def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str) -> None:
-    ref = reference(args, trace)
+def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
+                        ref: dict | None = None, races: str = "abort") -> None:
+    ref = ref or reference(args, trace)
     device = int(ref["peak"] / args.ratio)
     alone = run(ref["cmd"], {"SIMGPU_MEMORY": str(device)}, None)
     if alone.returncode == 0 or not OOM_RE.search(alone.stdout + alone.stderr):
         fail(f"without oversub the replay should run out of memory on {device} bytes", alone)
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
-        proc = run(ref["cmd"], {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
+        proc = run(ref["cmd"], {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": races,
                                 "SIMGPU_REPORT": "1", "OVERSUB_MODE": mode,
                                 "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file)},
                    args.lib)
-        got = parse(proc, f"under OVERSUB_MODE={mode} at {args.ratio}x")
-        stats = read_stats(stats_file, proc)
+        # SIMGPU_RACE=report: simgpu exits 3 after a run in which it reported races.
+        raced = RACE_RE.findall(proc.stderr)
+        got = parse(proc, f"under OVERSUB_MODE={mode} at {args.ratio}x",
+                    (0, 3) if raced and races == "report" else (0,))
+        # simgpu ends a run with races before oversub writes its statistics.
+        stats = None if raced and races == "report" else read_stats(stats_file, proc)
     if not got["marked"]:
         fail("the replay did not find oversub_iteration_begin under LD_PRELOAD", proc)
     for key in ("checksums", "buffers", "launches", "words", "mismatches"):
         if got[key] != ref[key]:
             fail(f"{key} differ under OVERSUB_MODE={mode}: {got[key]} vs {ref[key]} with "
                  "plenty of memory", proc)
-    moved = (check_swap(stats, proc, device, True, args.expect_scheduled) if mode == "swap"
-             else check_um(stats, device))
+    if stats is None:
+        moved = "no oversub statistics (simgpu exited 3 after reporting races)"
+    elif mode == "swap":
+        moved = check_swap(stats, proc, device, True, args.expect_scheduled)
+    else:
+        moved = check_um(stats, device)
+    if raced:
+        print(f"simgpu reported {len(raced)} races (SIMGPU_RACE={races}), the first:\n  {raced[0]}")
     print(f"{mode} at {args.ratio}x ({device} of {ref['peak']} bytes): {got['buffers']} buffers "
           f"verified over {got['launches']} launches, checksums equal to the unlimited run; "
           f"iteration times {got['times_ms']} ms; {moved}")
@@ -177,16 +279,22 @@ def case_corrupt(args: argparse.Namespace, trace: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", choices=["unlimited", "swap", "um", "corrupt"], required=True)
+    ap.add_argument("--case", choices=["unlimited", "swap", "um", "corrupt", "edges"],
+                    required=True)
     ap.add_argument("--replay", type=Path, required=True)
     ap.add_argument("--simtrain", type=Path, required=True)
     ap.add_argument("--lib", type=Path, required=True)
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--ratio", type=float, default=3.0, help="peak / device memory")
+    ap.add_argument("--races-abort", action="store_true",
+                    help="edges: SIMGPU_RACE=abort under swap (else report)")
     ap.add_argument("--expect-scheduled", action="store_true",
                     help="swap: the learned schedule must be followed")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        if args.case == "edges":
+            case_edges(args, Path(tmp))
+            return 0
         trace = make_trace(args, Path(tmp))
         if args.case == "unlimited":
             case_unlimited(args, trace)
