@@ -13,6 +13,11 @@ OVERSUB_MODE=track, OVERSUB_PROFILE_OUT), read back with scripts/lib/oprof.py.
              of memory; under OVERSUB_MODE=swap or um it verifies the same buffers
              and prints the same checksums as with plenty of memory, and oversub's
              statistics pass the swap-mode (um-mode) checks of swap_checks.py
+  edges      a profile written here with oprof.py with what simtrain's lacks (a
+             launch over more buffers than one replayed launch takes, lifetimes to
+             widen, every copy kind): the plan line agrees with the profile, and the
+             replay passes with plenty of memory, under swap (races reported, see
+             Note [Races on the edge trace]) and under um (races abort)
   corrupt    --corrupt-after N overwrites a word the checker must then catch: exit 1
              with "data check failed" naming the overwritten buffer, with plenty of
              memory and under OVERSUB_MODE=swap
@@ -209,6 +214,8 @@ def case_edges(args: argparse.Namespace, tmp: Path) -> None:
     # data survives. 'edges' checks the data with races reported; 'edges-races'
     # (should_fail in meson.build until that is fixed) aborts at the first one.
     case_oversubscribed(args, trace, "swap", ref, "abort" if args.races_abort else "report")
+    if not args.races_abort:
+        case_oversubscribed(args, trace, "um", ref)
 
 
 def case_unlimited(args: argparse.Namespace, trace: Path) -> None:
