@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""`scripts/oversub simulate` and `tune-batch` end to end, on profiles written with the
+C++ writer (write_profile) and device models written here with round figures.
+
+Cases (--case):
+  toy      a toy iteration's figures, computed by hand below, from the CLI's JSON and text
+  modeled  the same toy without measured durations: the duration model, by hand
+  sweep    --sweep and --capacities: the capacities, the markdown/CSV/PNG files
+  errors   a corrupt profile refused with the reader's message, a bad --capacity, a
+           capacity below the largest launch, an unknown device, a batch-less name
+  tune     the tuner: a larger batch that must swap over a slow link loses to a smaller
+           one that fits; over a fast link, where compute hides the copies, it wins
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        raise Failure(what)
+
+
+class Ctx:
+    def __init__(self, a: argparse.Namespace, tmp: Path) -> None:
+        self.a, self.tmp = a, tmp
+
+    def profile(self, name: str, spec: str) -> Path:
+        spec_path = self.tmp / (name + ".spec")
+        spec_path.write_text(spec)
+        out = self.tmp / (name + ".oprof")
+        r = subprocess.run([self.a.write_profile, str(spec_path), str(out)], capture_output=True,
+                           text=True)
+        check(r.returncode == 0, f"write_profile failed: {r.stderr}")
+        return out
+
+    def device(self, name: str, h2d: float, mem_bw: float = 1e10) -> Path:
+        path = self.tmp / (name + ".model")
+        path.write_text(f"name = {name}\nmemory = 1GiB\nfp32_flops = 1e12\n"
+                        f"memory_bandwidth = {mem_bw}\nh2d_pinned_bandwidth = {h2d}\n"
+                        f"d2h_pinned_bandwidth = {h2d}\ncopy_latency_ns = 10000\n"
+                        "launch_latency_ns = 2000\nmanaged_fault_ns = 20000\n"
+                        "managed_page_size = 64KiB\nconcurrent_managed_access = 1\n")
+        return path
+
+    def oversub(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, self.a.oversub, *args, "--simulator",
+                               self.a.simulator], capture_output=True, text=True, timeout=120,
+                              cwd=self.tmp)
+
+
+# The toy iteration: A and B long-lived weights of X bytes, Y an activation of X/2
+# allocated before launch 0 and freed after launch 1. Launch 0 uses A and Y, launch 1
+# B and Y. Buffers are numbered in the spec's order: A = 0, B = 1, Y = 2.
+X = 1_000_000
+
+
+def toy_spec(d0: int, d1: int) -> str:
+    return (f"long {X}\nlong {X}\niter {X // 2} 0 2\n"
+            f"launch {d0} fwd 0 2\nlaunch {d1} bwd 1 2\n")
+
+
+def case_toy(c: Ctx) -> None:
+    d0, d1 = 300_000, 500_000
+    prof = c.profile("toy", toy_spec(d0, d1))
+    dev = c.device("toy", 1e9)
+    # The toy device: 1 byte/ns over the link, 10 us per copy, 2 us launch latency.
+    # One copy of a weight: c = 10 us + 1e6 bytes / (1 byte/ns) = 1010 us.
+    copy = 10_000 + X
+    r = c.oversub("simulate", str(prof), "--device", str(dev), "--capacity", str(X + X // 2),
+                  "--json")
+    check(r.returncode == 0, f"simulate failed: {r.stderr}")
+    out = json.loads(r.stdout)
+    p = out["points"][0]
+    # Peak live: A + B + Y = 2.5 MB; the largest launch: A + Y = 1.5 MB.
+    check(out["peak_live_bytes"] == 2 * X + X // 2, f"peak live {out['peak_live_bytes']}")
+    check(out["largest_launch"]["bytes"] == X + X // 2, f"largest {out['largest_launch']}")
+    # In 1.5 MB the two weights never share the device. Launch 1 needs B while A and
+    # Y fill it: A goes out (every use counts as a write, so with a copy: c), B comes
+    # in (c), nothing can overlap them (memory is full); for the next iteration B
+    # goes out and A comes in (2 c). The launch latency hides under the first copy.
+    # T = d0 + d1 + 4 c = 4.84 ms; 2 X bytes each way in 2 copies each way.
+    check(p["iteration_ns"] == d0 + d1 + 4 * copy, f"iteration {p['iteration_ns']}")
+    check(p["unlimited_iteration_ns"] == 2_000 + d0 + d1, f"unlimited {p}")
+    check(p["h2d_bytes"] == 2 * X and p["d2h_bytes"] == 2 * X, f"bytes moved {p}")
+    check(p["h2d_copies"] == 2 and p["d2h_copies"] == 2, f"copies {p}")
+    check(p["peak_device_bytes"] == X + X // 2, f"peak device {p}")
+    # Transfer bound: (2.5 MB - 1.5 MB) at 1 byte/ns = 1 ms > T_unlimited (0.802 ms).
+    check(p["transfer_bound_ns"] == X, f"bound {p}")
+    expected_overhead = (d0 + d1 + 4 * copy) / (2_000 + d0 + d1) - 1
+    check(abs(p["overhead"] - expected_overhead) < 1e-6, f"overhead {p['overhead']}")
+    check(not p["fits"], "fits in 1.5 MB?")
+    # The text form shows the same figures.
+    t = c.oversub("simulate", str(prof), "--device", str(dev), "--capacity", "1500000")
+    check(t.returncode == 0 and "iteration 4.840 ms" in t.stdout and
+          f"({2 * X} bytes, 2 copies)" in t.stdout and "transfer bound 1.000 ms" in t.stdout,
+          f"text output:\n{t.stdout}{t.stderr}")
+    # With room for everything (2.5 MB) nothing moves and T = T_unlimited.
+    r = c.oversub("simulate", str(prof), "--device", str(dev), "--capacity", "2500000",
+                  "--policy", "all", "--json")
+    pts = json.loads(r.stdout)["points"]
+    check([q["policy"] for q in pts] == ["cost", "vdnn-all", "lru", "um-naive"], f"{pts}")
+    for q in pts:
+        if q["policy"] != "vdnn-all":  # vDNN offloads activations whatever the room
+            check(q["iteration_ns"] == 802_000 and q["h2d_bytes"] == 0, f"fits: {q}")
+    # A gzipped profile gives the same answer.
+    gz = c.tmp / "toy.oprof.gz"
+    gz.write_bytes(gzip.compress(prof.read_bytes()))
+    g = c.oversub("simulate", str(gz), "--device", str(dev), "--capacity", "1500000", "--json")
+    check(g.returncode == 0 and json.loads(g.stdout)["points"][0]["iteration_ns"] ==
+          d0 + d1 + 4 * copy, f"gz: {g.stdout}{g.stderr}")
+
+
+def case_modeled(c: Ctx) -> None:
+    prof = c.profile("toy0", toy_spec(0, 0))
+    dev = c.device("toy", 1e9, mem_bw=1e10)
+    r = c.oversub("simulate", str(prof), "--device", str(dev), "--capacity", "1500000", "--json")
+    check(r.returncode == 0, f"simulate failed: {r.stderr}")
+    out = json.loads(r.stdout)
+    check(out["durations"] == {"source": "auto", "measured": 0, "modeled": 2}, f"{out}")
+    # No measured durations: each launch streams its buffers once through device
+    # memory at 10 bytes/ns: launch 0 A + Y = 1.5 MB -> 150 us, launch 1 B + Y -> 150 us
+    # (both above the 2 us launch latency, the model's floor). Then as in the toy case:
+    # T = 150 us + 150 us + 4 x 1010 us.
+    p = out["points"][0]
+    check(p["unlimited_iteration_ns"] == 2_000 + 300_000, f"unlimited {p}")
+    check(p["iteration_ns"] == 300_000 + 4 * (10_000 + X), f"iteration {p['iteration_ns']}")
+    # --durations model replaces measured ones too.
+    prof2 = c.profile("toy1", toy_spec(7, 9))
+    m = json.loads(c.oversub("simulate", str(prof2), "--device", str(dev), "--capacity",
+                             "1500000", "--durations", "model", "--json").stdout)
+    check(m["durations"]["modeled"] == 2 and m["unlimited_iteration_ns"] == 302_000, f"{m}")
+
+
+def case_sweep(c: Ctx) -> None:
+    prof = c.profile("toy", toy_spec(300_000, 500_000))
+    dev = c.device("toy", 1e9)
+    r = c.oversub("simulate", str(prof), "--device", str(dev), "--policy", "all", "--sweep", "3",
+                  "--out", str(c.tmp / "out" / "toy-sweep"))
+    check(r.returncode == 0, f"sweep failed: {r.stderr}")
+    rows = list(csv.DictReader((c.tmp / "out" / "toy-sweep.csv").open()))
+    # 3 capacities from peak live (2.5 MB) to the largest launch (1.5 MB), 4 policies.
+    caps = sorted({int(row["capacity_bytes"]) for row in rows}, reverse=True)
+    check(caps == [2_500_000, 2_000_000, 1_500_000], f"capacities {caps}")
+    check(len(rows) == 12, f"{len(rows)} rows")
+    cost_low = next(row for row in rows if row["policy"] == "cost" and
+                    int(row["capacity_bytes"]) == 1_500_000)
+    check(int(cost_low["iteration_ns"]) == 800_000 + 4 * 1_010_000, f"{cost_low}")
+    md = (c.tmp / "out" / "toy-sweep.md").read_text()
+    check(md.count("\n| ") == 13 and "| 1.43 MiB | cost | 4.840 |" in md, f"markdown:\n{md}")
+    png = (c.tmp / "out" / "toy-sweep.png").read_bytes()
+    check(png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG")
+    check(struct.unpack(">II", png[16:24]) == (960, 540) and len(png) > 2000, "PNG size")
+    # --capacities: exactly those points; one below the largest launch is a row with
+    # no schedule, not a failure of the sweep.
+    r = c.oversub("simulate", str(prof), "--device", str(dev), "--capacities",
+                  "2500000,1499999", "--out", str(c.tmp / "caps"), "--json")
+    check(r.returncode == 0, f"--capacities failed: {r.stderr}")
+    pts = json.loads(r.stdout)["points"]
+    check([q["capacity_bytes"] for q in pts] == [2_500_000, 1_499_999], f"{pts}")
+    check(pts[0]["ok"] and not pts[1]["ok"] and "alone needs" in pts[1]["error"], f"{pts}")
+
+
+def case_errors(c: Ctx) -> None:
+    from oprof import ProfileError, read_profile
+    prof = c.profile("toy", toy_spec(300_000, 500_000))
+    data = prof.read_bytes()
+    # A flipped payload byte and a cut file: refused with the reader's own message
+    # (the C++ and Python readers refuse with the same words).
+    for name, bad in (("flipped", data[:40] + bytes([data[40] ^ 0xFF]) + data[41:]),
+                      ("cut", data[:len(data) - 5])):
+        path = c.tmp / f"{name}.oprof"
+        path.write_bytes(bad)
+        try:
+            read_profile(path)
+            raise Failure(f"{name}: the Python reader accepted it")
+        except ProfileError as e:
+            message = str(e)
+        r = c.oversub("simulate", str(path), "--capacity", "1GiB")
+        check(r.returncode == 1 and f"{path} refused: {message}" in r.stderr and
+              "Traceback" not in r.stderr, f"{name}: rc {r.returncode}\n{r.stderr}")
+        t = c.oversub("tune-batch", str(path), "--budget", "1GiB", "--batch", "8")
+        check(t.returncode == 1 and message in t.stderr, f"{name} tune: {t.stderr}")
+    # A missing file.
+    r = c.oversub("simulate", str(c.tmp / "missing.oprof"))
+    check(r.returncode == 1 and "missing.oprof" in r.stderr, f"missing: {r.stderr}")
+    # Bad capacity values: usage errors (exit 2) that name the value.
+    for bad in ("12GiX", "0", "-5", "lots"):
+        r = c.oversub("simulate", str(prof), "--capacity", bad)
+        check(r.returncode == 2 and f"'{bad}' is not a capacity" in r.stderr and
+              "Traceback" not in r.stderr, f"--capacity {bad}: rc {r.returncode}\n{r.stderr}")
+    r = c.oversub("tune-batch", str(prof), "--budget", "12GiX", "--batch", "8")
+    check(r.returncode == 2 and "'12GiX' is not a capacity" in r.stderr, f"budget: {r.stderr}")
+    # Below the largest launch (1.5 MB): no policy has a schedule; the message names it.
+    r = c.oversub("simulate", str(prof), "--device", str(c.device("toy", 1e9)), "--capacity",
+                  "1MB", "--policy", "all")
+    check(r.returncode == 1 and "launch 0 alone needs" in r.stderr and "1500000 bytes" in r.stderr
+          and "Traceback" not in r.stderr, f"below largest: {r.stderr}")
+    r = c.oversub("simulate", str(prof), "--device", "h200")
+    check(r.returncode == 1 and "unknown device 'h200'" in r.stderr and "h100-pcie" in r.stderr,
+          f"device: {r.stderr}")
+    r = c.oversub("tune-batch", str(prof), "--budget", "1GiB")
+    check(r.returncode == 2 and "no batch size in the name toy.oprof" in r.stderr, r.stderr)
+    r = c.oversub("tune-batch", str(prof), str(prof), "--budget", "1GiB", "--batch", "8")
+    check(r.returncode == 2 and "--batch gives 1 sizes for 2 profiles" in r.stderr, r.stderr)
+    from oversub_simulate import batch_from_name
+    for name, want in (("vgg16-b64.oprof", 64), ("resnet152_batch128.oprof.gz", 128),
+                       ("bert-bs32.oprof", 32), ("gpt2-seq1024-batch-8.oprof", 8),
+                       ("model.oprof", None), ("b16net.oprof", 16), ("fc2b8.oprof", None)):
+        check(batch_from_name(Path(name)) == want, f"{name}: {batch_from_name(Path(name))}")
+
+
+# The tuner's model: 4 layers. Weights W1..W4 and their gradients G1..G4 (long-lived,
+# 100 kB each); activations a0..a4 of 10 kB per sample, a_k written by forward k and
+# freed after backward k. Forward k uses W_k, a_{k-1}, a_k (20 us + 1 us per sample),
+# backward k also G_k (twice that), then a loss and an optimizer step over all weights
+# and gradients (100 us, whatever the batch): larger batches amortize the fixed costs.
+W, S = 100_000, 10_000
+
+
+def layered_spec(batch: int) -> str:
+    lines = [f"long {W}" for _ in range(8)]  # 0-3: W1..W4, 4-7: G1..G4
+    fwd = 20_000 + 1_000 * batch
+    # Launch positions: forward k = k - 1 (k = 1..4), loss = 4, backward k = 9 - k,
+    # optimizer = 9. a0 is allocated before launch 0; a_k before forward k.
+    free_after = {0: 8, 1: 8, 2: 7, 3: 6, 4: 5}  # a_k freed after backward max(k, 1)
+    for k in range(5):
+        alloc = max(k - 1, 0)
+        lines.append(f"iter {S * batch} {alloc} {free_after[k] + 1}")  # buffer 8 + k
+    for k in range(1, 5):
+        lines.append(f"launch {fwd} fwd{k} {k - 1} {8 + k - 1} {8 + k}")
+    lines.append("launch 1000 loss 12")
+    for k in range(4, 0, -1):
+        lines.append(f"launch {2 * fwd} bwd{k} {k - 1} {4 + k - 1} {8 + k - 1} {8 + k}")
+    lines.append("launch 100000 adam " + " ".join(str(i) for i in range(8)))
+    return "\n".join(lines) + "\n"
+
+
+def tune(c: Ctx, profiles: list[Path], budget: str, device: Path) -> dict:
+    r = c.oversub("tune-batch", *map(str, profiles), "--budget", budget, "--device", str(device),
+                  "--json")
+    check(r.returncode == 0, f"tune-batch failed: {r.stderr}")
+    return json.loads(r.stdout)
+
+
+def case_tune(c: Ctx) -> None:
+    profiles = [c.profile(f"layered-b{b}", layered_spec(b)) for b in (16, 32, 64, 128)]
+    # Budget: batch 32's peak live (8 x 100 kB + 5 x 320 kB = 2.4 MB), so 16 and 32 fit,
+    # 64 (peak 4 MB) must swap 1.6 MB of activations out and back, and 128 cannot run
+    # (its backward launch alone needs W + G + 2 x 1.28 MB = 2.76 MB).
+    budget = str(8 * W + 5 * S * 32)
+    slow = tune(c, profiles, budget, c.device("slow-link", 1e9))
+    rows = {r["batch"]: r for r in slow["rows"]}
+    check(rows[16]["fits"] and rows[32]["fits"], f"{rows}")
+    check(rows[64]["ok"] and not rows[64]["fits"], f"64 should swap: {rows[64]}")
+    check(not rows[128]["ok"] and rows[128]["samples_per_s"] == 0, f"128 runs? {rows[128]}")
+    # Fits: T = latency + 12 launches of (20 + b) us x (1 or 2) + loss + optimizer;
+    # batch 32: 2 us + 12 x 52 us + 1 us + 100 us = 727 us -> 44,016 samples/s.
+    check(rows[32]["iteration_ns"] == 727_000, f"batch 32: {rows[32]}")
+    # Over 1 GB/s the swapping batch 64 moves at least 1.6 MB each way (1.6 ms per
+    # direction against 1.1 ms of compute): it loses to batch 32.
+    check(rows[64]["h2d_bytes"] >= 5 * S * 32 and rows[64]["iteration_ns"] > 1_600_000,
+          f"batch 64 over the slow link: {rows[64]}")
+    check(slow["choice"] == 32, f"slow link: choice {slow['choice']}:\n{json.dumps(rows)}")
+    # Over 50 GB/s the same copies take 32 us a direction, hidden under the compute:
+    # batch 64 amortizes the fixed costs better and wins.
+    fast = tune(c, profiles, budget, c.device("fast-link", 50e9))
+    rows = {r["batch"]: r for r in fast["rows"]}
+    check(rows[64]["ok"] and not rows[64]["fits"] and rows[64]["overhead"] < 0.25,
+          f"batch 64 over the fast link: {rows[64]}")
+    check(fast["choice"] == 64, f"fast link: choice {fast['choice']}:\n{json.dumps(rows)}")
+    # The text table says the same, with --batch instead of names.
+    r = c.oversub("tune-batch", *map(str, profiles), "--budget", budget, "--device",
+                  str(c.device("fast-link", 50e9)), "--batch", "16,32,64,128")
+    check(r.returncode == 0 and "choice: batch 64" in r.stdout and "| 128 |" in r.stdout and
+          "no: a launch needs more than the budget" in r.stdout and "| yes |" in r.stdout and
+          "| swaps |" in r.stdout, f"text:\n{r.stdout}{r.stderr}")
+    print(r.stdout)
+
+
+CASES = {"toy": case_toy, "modeled": case_modeled, "sweep": case_sweep, "errors": case_errors,
+         "tune": case_tune}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", choices=sorted(CASES), required=True)
+    ap.add_argument("--oversub", required=True)
+    ap.add_argument("--simulator", required=True)
+    ap.add_argument("--write-profile", required=True)
+    a = ap.parse_args()
+    # meson passes built programs relative to the build folder; the cases run elsewhere.
+    a.simulator = str(Path(a.simulator).resolve())
+    a.write_profile = str(Path(a.write_profile).resolve())
+    with tempfile.TemporaryDirectory(prefix="simulate-cli-") as tmp:
+        try:
+            CASES[a.case](Ctx(a, Path(tmp)))
+        except Failure as e:
+            print(f"FAIL: {e}", file=sys.stderr)
+            return 1
+    print(f"ok: {a.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
