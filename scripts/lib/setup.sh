@@ -17,6 +17,7 @@ _oversub_need() {
   command -v g++ >/dev/null 2>&1 || missing+=(g++)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   command -v readelf >/dev/null 2>&1 || missing+=(binutils)
+  /usr/bin/python3 -c 'import torch, torchvision' >/dev/null 2>&1 || missing+=(python3-torch python3-torchvision)  # trace-torch
   if command -v pkg-config >/dev/null 2>&1; then
     pkg-config --exists fmt || missing+=(libfmt-dev)
     pkg-config --exists libunwind || missing+=(libunwind-dev)

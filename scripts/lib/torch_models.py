@@ -10,6 +10,10 @@ A model is built on PyTorch's meta device (no memory), in training mode, fp32:
   bert-large                  BERT-large's encoder (24 layers, d 1024, 16 heads, FFN
                               4096, 512 positions, 30522 tokens) with its masked-LM
                               head (tied decoder) over every position, AdamW
+  bert-large-cls              the same encoder with BertForSequenceClassification's
+                              pooler and 2-class head (the HF documentation's example)
+  resnet50-256                ResNet-50 on 256x256 images (a published measurement's
+                              configuration)
   tiny-cnn, tiny-mlp          small models for the tests (a few seconds)
 """
 from __future__ import annotations
@@ -42,7 +46,7 @@ class SelfAttention(nn.Module):
         else:
             self.mask = None
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Any, additive_mask: Any = None) -> Any:
         b, s, d = x.shape
         h = self.heads
         q, k, v = self.qkv(x).split(d, dim=2)
@@ -52,6 +56,8 @@ class SelfAttention(nn.Module):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))
         if self.mask is not None:
             att = att.masked_fill(~self.mask[:s, :s], float("-inf"))
+        if additive_mask is not None:
+            att = att + additive_mask
         att = self.drop(att.softmax(dim=-1))
         y = (att @ v).transpose(1, 2).contiguous().view(b, s, d)
         return self.proj(y)
@@ -99,32 +105,50 @@ class BertLayer(nn.Module):
         self.fc, self.out = nn.Linear(d, ffn), nn.Linear(ffn, d)
         self.drop = nn.Dropout(0.1)
 
-    def forward(self, x: Any) -> Any:
-        x = self.ln1(x + self.drop(self.attn(x)))
+    def forward(self, x: Any, additive_mask: Any) -> Any:
+        x = self.ln1(x + self.drop(self.attn(x, additive_mask)))
         return self.ln2(x + self.drop(self.out(F.gelu(self.fc(x)))))
 
 
-class BertLargeMLM(nn.Module):
-    def __init__(self, layers: int = 24, d: int = 1024, heads: int = 16, ffn: int = 4096,
-                 seq: int = 512, vocab: int = 30522) -> None:
+class BertLarge(nn.Module):
+    """BERT-large as HF transformers' BertModel runs it: embeddings (word, position,
+    token type), LayerNorm, dropout, 24 post-LN layers whose attention scores get the
+    extended attention mask added (all ones here: every token attends), then a head:
+    'mlm' the masked-LM head (dense, GELU, LayerNorm, decoder tied to the word
+    embedding) over every position; 'cls' BertForSequenceClassification's pooler
+    (dense + tanh on the first token), dropout and a 2-class classifier."""
+
+    def __init__(self, head: str = "mlm", layers: int = 24, d: int = 1024, heads: int = 16,
+                 ffn: int = 4096, seq: int = 512, vocab: int = 30522) -> None:
         super().__init__()
+        self.head_kind = head
         self.word, self.pos, self.token_type = (nn.Embedding(vocab, d), nn.Embedding(seq, d),
-                                          nn.Embedding(2, d))
+                                                nn.Embedding(2, d))
         self.ln = nn.LayerNorm(d, eps=1e-12)
         self.drop = nn.Dropout(0.1)
         self.layers = nn.ModuleList(BertLayer(d, heads, ffn) for _ in range(layers))
-        self.head = nn.Linear(d, d)
-        self.head_ln = nn.LayerNorm(d, eps=1e-12)
-        self.decoder_bias = nn.Parameter(torch.zeros(vocab))
+        if head == "mlm":
+            self.head = nn.Linear(d, d)
+            self.head_ln = nn.LayerNorm(d, eps=1e-12)
+            self.decoder_bias = nn.Parameter(torch.zeros(vocab))
+        else:
+            self.pooler = nn.Linear(d, d)
+            self.classifier = nn.Linear(d, 2)
 
     def forward(self, idx: Any) -> Any:
-        pos = torch.arange(idx.shape[1], device=idx.device)
+        b, s = idx.shape
+        pos = torch.arange(s, device=idx.device)
+        mask = torch.ones(b, s, device=idx.device)
+        additive = (1.0 - mask[:, None, None, :]) * torch.finfo(torch.float32).min
         x = self.word(idx) + self.pos(pos) + self.token_type(torch.zeros_like(idx))
         x = self.drop(self.ln(x))
         for layer in self.layers:
-            x = layer(x)
-        h = self.head_ln(F.gelu(self.head(x)))
-        return h @ self.word.weight.t() + self.decoder_bias  # tied decoder
+            x = layer(x, additive)
+        if self.head_kind == "mlm":
+            h = self.head_ln(F.gelu(self.head(x)))
+            return h @ self.word.weight.t() + self.decoder_bias  # tied decoder
+        pooled = torch.tanh(self.pooler(x[:, 0]))
+        return self.classifier(self.drop(pooled))
 
 
 # ---- small models for the tests --------------------------------------------------------
@@ -174,6 +198,13 @@ def _tokens(seq: int) -> Callable[[int], tuple[Any, Any]]:
     return make
 
 
+def _tokens_label(seq: int) -> Callable[[int], tuple[Any, Any]]:
+    def make(batch: int) -> tuple[Any, Any]:
+        return (torch.empty(batch, seq, dtype=torch.long, device="meta"),
+                torch.empty(batch, dtype=torch.long, device="meta"))
+    return make
+
+
 def _features(n: int, classes: int) -> Callable[[int], tuple[Any, Any]]:
     def make(batch: int) -> tuple[Any, Any]:
         return (torch.empty(batch, n, device="meta"),
@@ -214,7 +245,12 @@ MODELS: dict[str, ModelSpec] = {m.key: m for m in [
     ModelSpec("gpt2", "GPT-2 small shapes, 1024 tokens, AdamW", GPT2Small, _tokens(1024),
               _ce_tokens, _adamw, 8),
     ModelSpec("bert-large", "BERT-large encoder + masked-LM head, 512 tokens, AdamW",
-              BertLargeMLM, _tokens(512), _ce_tokens, _adamw, 32),
+              lambda: BertLarge("mlm"), _tokens(512), _ce_tokens, _adamw, 32),
+    ModelSpec("bert-large-cls", "BERT-large BertForSequenceClassification shapes (2 "
+              "classes), 512 tokens, AdamW", lambda: BertLarge("cls"), _tokens_label(512), _ce,
+              _adamw, 4),
+    ModelSpec("resnet50-256", "ResNet-50 (torchvision), 256x256 images, SGD momentum",
+              _torchvision("resnet50"), _images(256, 1000), _ce, _sgd, 96),
     ModelSpec("tiny-cnn", "two conv/BN/ReLU layers on 32x32 images, SGD momentum",
               TinyCNN, _images(32, 10), _ce, _sgd, 8),
     ModelSpec("tiny-mlp", "256-512-10 MLP with dropout, AdamW", tiny_mlp, _features(256, 10),

@@ -290,6 +290,29 @@ SHAPED_LIKE_ARG: dict[str, int] = {
 
 # ---- one iteration as a profile -----------------------------------------------------
 
+class cuda_dropout:
+    """Note [Dropout as on CUDA]: F.dropout on a CUDA tensor runs the fused
+    aten.native_dropout (a bool mask saved for backward, 1 byte per element); on any
+    other device it multiplies by a float noise tensor (4 bytes per element). While
+    recording, F.dropout takes the CUDA path."""
+
+    def __enter__(self) -> None:
+        from torch.nn import functional
+        self.original = functional.dropout
+
+        def dropout(input: Any, p: float = 0.5, training: bool = True,
+                    inplace: bool = False) -> Any:
+            if not training or inplace or not 0 < p < 1 or input.numel() == 0:
+                return self.original(input, p, training, inplace)
+            return torch.native_dropout(input, p, True)[0]
+
+        functional.dropout = dropout
+
+    def __exit__(self, *exc: Any) -> None:
+        from torch.nn import functional
+        functional.dropout = self.original
+
+
 def record_iteration(model: Any, step: Callable[[Recorder], None], device: DeviceModel,
                      program: str) -> Profile:
     """Runs step twice on meta tensors (warm-up, then the recorded iteration) and
@@ -299,7 +322,7 @@ def record_iteration(model: Any, step: Callable[[Recorder], None], device: Devic
     rec = Recorder(device)
     for t in list(model.parameters()) + list(model.buffers()):
         rec.track(t)
-    with rec:
+    with cuda_dropout(), rec:
         step(rec)
         rec.begin()
         step(rec)

@@ -53,10 +53,27 @@ class Published:
 
 
 GB, MiB = 10**9, 1 << 20
+HF_ANATOMY = ("HF transformers docs, \"Model training anatomy\" "
+              "(huggingface.co/docs/transformers/model_memory_anatomy): nvidia-smi on a V100")
+MXNET_TABLE = ("knjcode/mxnet-finetuner docs/benchmark.md, \"Memory usage (MiB)\": MXNet, SGD, "
+               "Maxwell Titan X, nvidia-smi")
 PUBLISHED: list[Published] = [
     Published("vgg16", 256, 28 * GB,
-              "28 GB (feature maps, weights, workspace; Caffe-style network-wide allocation)",
+              "28 GB (feature maps, weights, workspace; network-wide allocation, no reuse)",
               "Rhu et al., vDNN, MICRO 2016, abstract (/work/shared/seeds/003)"),
+    Published("resnet50-256", 96, 10 * GB,
+              "10 GB (\"10-13GB\", 256x256 images, PyTorch)",
+              "discuss.pytorch.org/t/117402 \"ResNet-50 takes 10-13GB to run with batch size "
+              "of 96\", as quoted in github.com/PatrickHua/SimSiam/issues/51"),
+    Published("bert-large-cls", 4, (14949 - 1343) * MiB,
+              "14949 MiB occupied in training minus 1343 MiB the same page measures for the "
+              "CUDA context and kernels", HF_ANATOMY),
+    Published("vgg16", 30, 4751 * MiB, "4751 MiB (all the process holds)",
+              MXNET_TABLE),
+    Published("resnet50", 30, 4265 * MiB, "4265 MiB (all the process holds)",
+              MXNET_TABLE),
+    Published("resnet152", 30, 8777 * MiB, "8777 MiB (all the process holds)",
+              MXNET_TABLE),
 ]
 
 

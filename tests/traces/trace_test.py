@@ -12,7 +12,9 @@
             modeled durations, the batch's host-to-device copies; the peak equals
             the long-lived bytes plus a per-iteration peak that grows with the batch;
             a flipped payload byte is refused by all three readers
-  shipped   every trace under traces/ is accepted by both readers, which agree
+  shipped   every trace under traces/ is accepted by both readers, which agree, and
+            has consistent lifetimes (each buffer live at every launch that uses it,
+            every per-iteration buffer freed in the iteration)
 """
 from __future__ import annotations
 
@@ -69,7 +71,9 @@ def trace(oversub: Path, model: str, batch: int, out: Path) -> Profile | None:
         return None
 
 
-def iteration_shape(name: str, p: Profile, params_bytes: int, state_copies: int) -> None:
+def lifetimes(name: str, p: Profile) -> None:
+    """Launch buffer sets and per-iteration lifetimes are consistent: every buffer a
+    launch uses is live at it, every per-iteration buffer is freed in the iteration."""
     n = len(p.launches)
     uses: dict[int, list[int]] = {}
     for i, launch in enumerate(p.launches):
@@ -89,6 +93,10 @@ def iteration_shape(name: str, p: Profile, params_bytes: int, state_copies: int)
             check(a.alloc_at <= uses[k][0] and uses[k][-1] < a.free_at <= n,
                   f"{name}: buffer #{a.ordinal} live [{a.alloc_at},{a.free_at}) but used at "
                   f"{uses[k][0]}..{uses[k][-1]}")
+
+
+def iteration_shape(name: str, p: Profile, params_bytes: int, state_copies: int) -> list[str]:
+    lifetimes(name, p)
     long_lived = sum(a.bytes for a in p.allocations if a.long_lived)
     check(long_lived >= params_bytes * state_copies,
           f"{name}: long-lived {long_lived} B < {state_copies} x parameters {params_bytes} B")
@@ -167,6 +175,8 @@ def case_shipped(reader: Path, traces: Path) -> None:
             check(False, f"{path.name}: Python reader refused it: {e}")
             continue
         agree(reader, path, p)
+        lifetimes(path.name, p)
+        check(p.copies and p.iteration_kernel_ns > 0, f"{path.name}: no copies or durations")
         print(f"{path.name}: {len(p.launches)} launches, peak {max(live_bytes(p))} B")
 
 
