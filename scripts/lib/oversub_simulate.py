@@ -112,7 +112,7 @@ def sweep_rows(result: dict) -> list[dict]:
             "h2d_bytes": p["h2d_bytes"] if p["ok"] else "",
             "d2h_bytes": p["d2h_bytes"] if p["ok"] else "",
             "peak_device_bytes": p["peak_device_bytes"] if p["ok"] else "",
-            "note": ("fits" if p["fits"] else "") if p["ok"] else "no schedule: " + p["error"],
+            "note": ("peak live fits" if p["fits"] else "") if p["ok"] else "no schedule: " + p["error"],
         })
     return rows
 
