@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +75,7 @@ struct options {
   int iters = 3;
   bool check = true;
   long long corrupt_after = -1;  // run-wide launches before the corruption; -1: none
+  double scale = 1.0;            // every buffer's and copy's bytes times this
   bool quiet = false;
 };
 
@@ -82,8 +84,10 @@ struct options {
   if (!message.empty()) std::fprintf(out, "%s: %s\n", prog, message.c_str());
   std::fprintf(out,
                "usage: %s PROFILE.oprof [--iters N] [--check|--no-check] "
-               "[--corrupt-after N] [--quiet]\n"
+               "[--corrupt-after N] [--scale X] [--quiet]\n"
                "  --iters N           iterations to replay (default 3)\n"
+               "  --scale X           buffer and copy sizes times X (rounded up to whole\n"
+               "                      4-byte words), durations kept (default 1)\n"
                "  --check, --no-check verify every buffer's data (default on)\n"
                "  --corrupt-after N   debug: after N launches overwrite a word of a buffer\n"
                "                      a later launch uses; the check must then fail\n"
@@ -113,9 +117,17 @@ options parse_options(int argc, char** argv) {
     if (a == "--check") { opt.check = true; continue; }
     if (a == "--no-check") { opt.check = false; continue; }
     if (a == "--quiet") { opt.quiet = true; continue; }
-    if (a == "--iters" || a == "--corrupt-after") {
+    if (a == "--iters" || a == "--corrupt-after" || a == "--scale") {
       if (i + 1 >= argc) usage(prog, std::string(a) + " needs a value");
       const char* v = argv[++i];
+      if (a == "--scale") {
+        char* end = nullptr;
+        opt.scale = std::strtod(v, &end);
+        if (*v == '\0' || *end != '\0' || !(opt.scale > 0) || opt.scale > 1e6) {
+          usage(prog, std::string("--scale: want a number above 0, not '") + v + "'");
+        }
+        continue;
+      }
       if (a == "--iters") opt.iters = static_cast<int>(parse_count(prog, a, v, 1, 1000000));
       else opt.corrupt_after = parse_count(prog, a, v, 0, 1LL << 40);
       continue;
@@ -538,7 +550,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "oversub-replay: %s: %s\n", opt.profile.c_str(), e->message.c_str());
     return 1;
   }
-  const prof::profile& p = std::get<prof::profile>(read);
+  prof::profile& p = std::get<prof::profile>(read);
+  if (opt.scale != 1.0) {
+    auto scaled = [&](std::uint64_t bytes) -> std::uint64_t {
+      if (bytes == 0) return 0;
+      const double b = std::ceil(static_cast<double>(bytes) * opt.scale / 4.0) * 4.0;
+      return std::max<std::uint64_t>(4, static_cast<std::uint64_t>(b));
+    };
+    for (auto& a : p.allocations) a.bytes = scaled(a.bytes);
+    for (auto& c : p.copies) c.bytes = scaled(c.bytes);
+  }
   if (p.launches.empty()) {
     std::fprintf(stderr, "oversub-replay: %s: the profile has no launches\n",
                  opt.profile.c_str());
@@ -549,6 +570,7 @@ int main(int argc, char** argv) {
   std::uint64_t copy_bytes = 0;
   for (const auto& a : p.allocations) fresh += a.long_lived ? 0 : 1;
   for (const auto& c : p.copies) copy_bytes += c.bytes;
+  if (opt.scale != 1.0) std::printf("scale: buffer and copy bytes x %g\n", opt.scale);
   std::printf("trace: %s: %zu launches, %zu allocations (%zu per-iteration, %zu long-lived), "
               "%zu copies (%" PRIu64 " bytes), kernel time %" PRIu64 " ns, program %s\n",
               opt.profile.c_str(), p.launches.size(), p.allocations.size(), fresh,

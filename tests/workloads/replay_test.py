@@ -18,6 +18,8 @@ OVERSUB_MODE=track, OVERSUB_PROFILE_OUT), read back with scripts/lib/oprof.py.
              widen, every copy kind): the plan line agrees with the profile, and the
              replay passes with plenty of memory, under swap (races reported, see
              Note [Races on the edge trace]) and under um (races abort)
+  trace      a shipped profile of a real model (--trace, traces/), sizes scaled by
+             --scale so that it runs in seconds: as swap and um above
   corrupt    --corrupt-after N overwrites a word the checker must then catch: exit 1
              with "data check failed" naming the overwritten buffer, with plenty of
              memory and under OVERSUB_MODE=swap
@@ -169,6 +171,8 @@ def parse(proc, what: str, ok_codes: tuple[int, ...] = (0,)) -> dict:
 def reference(args: argparse.Namespace, trace: Path) -> dict:
     profile = read_profile(trace)
     cmd = [str(args.replay), str(trace), "--iters", str(args.iters)]
+    if args.scale:
+        cmd += ["--scale", args.scale]
     proc = run(cmd, {"SIMGPU_RACE": "abort"}, None)
     got = parse(proc, "with plenty of memory")
     want_buffers = verifiable(profile, args.iters)
@@ -286,13 +290,15 @@ def case_corrupt(args: argparse.Namespace, trace: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", choices=["unlimited", "swap", "um", "corrupt", "edges"],
+    ap.add_argument("--case", choices=["unlimited", "swap", "um", "corrupt", "edges", "trace"],
                     required=True)
     ap.add_argument("--replay", type=Path, required=True)
     ap.add_argument("--simtrain", type=Path, required=True)
     ap.add_argument("--lib", type=Path, required=True)
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--ratio", type=float, default=3.0, help="peak / device memory")
+    ap.add_argument("--trace", type=Path, help="trace: the profile to replay")
+    ap.add_argument("--scale", help="the replay's --scale (buffer and copy bytes times it)")
     ap.add_argument("--races-abort", action="store_true",
                     help="edges: SIMGPU_RACE=abort under swap (else report)")
     ap.add_argument("--expect-scheduled", action="store_true",
@@ -301,6 +307,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if args.case == "edges":
             case_edges(args, Path(tmp))
+            return 0
+        if args.case == "trace":
+            if args.trace is None:
+                fail("--case trace needs --trace")
+            for mode in ("swap", "um"):
+                case_oversubscribed(args, args.trace, mode)
             return 0
         trace = make_trace(args, Path(tmp))
         if args.case == "unlimited":
