@@ -45,7 +45,10 @@ namespace oversub::stats {
   X(pool_refusals, event, "pool allocations refused: the arena had no room")             \
   X(swap_refusals, event, "calls refused in swap mode: their memory could not be made resident") \
   X(swap_scheduled, event, "swap mode: launches that followed the learned schedule")  \
-  X(swap_deviations, event, "swap mode: launches that left the learned schedule")
+  X(swap_deviations, event, "swap mode: launches that left the learned schedule")     \
+  X(driver_answers_wrapped, event, "cuGetProcAddress/dlsym answers replaced by oversub's driver hooks") \
+  X(driver_answers_passed, event, "driver answers from another library, handed back untouched") \
+  X(foreign_vmm_bytes, gauge, "device bytes other libraries created with cuMemCreate: counted, never moved")
 
 enum class kind : std::uint8_t { gauge, event };
 

@@ -43,7 +43,6 @@
 #define OVERSUB_GLIBC_FORWARDS(X)                                                            \
   X(void*, dlopen, (const char* file, int mode), (file, mode))                               \
   X(int, dlclose, (void* handle), (handle))                                                  \
-  X(void*, dlsym, (void* handle, const char* name), (handle, name))                          \
   X(void*, dlvsym, (void* handle, const char* name, const char* version),                    \
     (handle, name, version))                                                                 \
   X(int, dladdr, (const void* address, Dl_info* info), (address, info))                      \
@@ -92,6 +91,14 @@
 extern "C" {
 
 OVERSUB_GLIBC_FORWARDS(OVERSUB_GLIBC_FORWARD)
+
+// dlsym is not forwarded by symbol: liboversub exports dlsym@GLIBC_2.2.5 itself
+// (dlsym_hook.cc), so a reference to that version would find our own export first.
+// glibc's is looked up once through dlvsym, which we do not export.
+void* oversub_real_dlsym() noexcept;
+void* __wrap_dlsym(void* handle, const char* name) {
+  return reinterpret_cast<void* (*)(void*, const char*)>(oversub_real_dlsym())(handle, name);
+}
 
 char __wrap___libc_single_threaded = 0;
 

@@ -48,6 +48,15 @@ cudaError_t handle(hook_tag<hook_id::cudaFreeAsync>, hook_id id, void* devPtr,
                    cudaStream_t stream) noexcept;
 cudaError_t handle(hook_tag<hook_id::cudaMemGetInfo>, hook_id id, size_t* free_bytes,
                    size_t* total_bytes) noexcept;
+// The runtime's way to the driver: its answer, replaced by our hook where the
+// version table says so (driver_hooks.cc).
+cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPoint>, hook_id id, const char* symbol,
+                   void** funcPtr, unsigned long long flags,
+                   cudaDriverEntryPointQueryResult* driverStatus) noexcept;
+cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPointByVersion>, hook_id id,
+                   const char* symbol, void** funcPtr, unsigned int cudaVersion,
+                   unsigned long long flags,
+                   cudaDriverEntryPointQueryResult* driverStatus) noexcept;
 
 }  // namespace oversub::interpose
 

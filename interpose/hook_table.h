@@ -17,7 +17,7 @@
 
 namespace oversub::interpose {
 
-enum class hook_family : std::uint8_t { alloc, free, info, launch, copy, memset, sync, graph };
+enum class hook_family : std::uint8_t { alloc, free, info, launch, copy, memset, sync, graph, lookup };
 
 enum class hook_id : std::uint16_t {
 #define OVERSUB_EMIT(family, ret, symbol, base, params, args) symbol,
@@ -47,6 +47,9 @@ inline constexpr bool hook_per_thread[hook_count] = {
 #include "interpose/hook_list.h"
 };
 
+// cudaGetDriverEntryPoint is deprecated in CUDA 13 but still exported, and hooked.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 template <hook_id id>
 struct real_type;
 #define OVERSUB_EMIT(family, ret, symbol, base, params, args) \
@@ -55,6 +58,7 @@ struct real_type;
     using type = decltype(&::base);                           \
   };
 #include "interpose/hook_list.h"
+#pragma GCC diagnostic pop
 
 template <hook_id id>
 using real_t = typename real_type<id>::type;
@@ -62,6 +66,20 @@ using real_t = typename real_type<id>::type;
 // Tag type selecting a handler overload by the plain (base) hook.
 template <hook_id id>
 struct hook_tag {};
+
+// Who is asking, in the terms the core needs: the entry point's name (for
+// messages), whether it is a _ptsz/_ptds twin (a null stream is then the calling
+// thread's), and whether it is a runtime entry point (the runtime makes its context
+// current on first use; a driver caller has made one current itself).
+struct call_site {
+  const char* name;
+  bool per_thread;
+  bool runtime;
+};
+
+constexpr call_site site_of(hook_id id) {
+  return call_site{hook_names[index(id)], hook_per_thread[index(id)], true};
+}
 
 }  // namespace oversub::interpose
 

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/options.h"
 #include "common/stats.h"
+#include "interpose/driver_hooks.h"
 #include "interpose/real.h"
 #include "profiler/session.h"
 
@@ -46,13 +47,32 @@ void print_configuration(const config& cfg) {
 
 }  // namespace
 
+// The runtime hooks' names, then the driver hooks' (driver ids count from
+// hook_count, driver_hooks.cc).
+static const char* const* entry_point_names() noexcept {
+  static const char* names[stats::max_entry_points] = {};
+  static const bool filled = [] {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < hook_count && n < stats::max_entry_points; ++i) {
+      names[n++] = hook_names[i];
+    }
+    const char* const* driver = driver_hook_names();
+    for (std::size_t i = 0; i < driver_hook_names_count() && n < stats::max_entry_points; ++i) {
+      names[n++] = driver[i];
+    }
+    return true;
+  }();
+  (void)filled;
+  return names;
+}
+
 process_state initialise() noexcept {
   const config& cfg = current_config();
   const process_state wanted =
       cfg.mode == run_mode::off ? process_state::passthrough : process_state::tracking;
   process_state expected = process_state::uninitialised;
   if (g_state.compare_exchange_strong(expected, wanted, std::memory_order_acq_rel)) {
-    stats::set_entry_points(hook_names, hook_count);
+    stats::set_entry_points(entry_point_names(), hook_count + driver_hook_names_count());
     ::pthread_atfork(nullptr, nullptr, &on_fork_child);
     if (cfg.verbose) print_configuration(cfg);
     if (!cfg.profile_in.empty()) profiler::load_input(cfg.profile_in);

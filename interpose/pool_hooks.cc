@@ -52,7 +52,7 @@ void ensure_context(int device) {
   t_context_device = device;
 }
 
-cudaError_t refuse(hook_id id, int device, std::size_t bytes, pool::pool_errc why) {
+cudaError_t refuse(call_site at, int device, std::size_t bytes, pool::pool_errc why) {
   stats::global().pool_refusals.count();
   const bool first = !g_refusal_logged.exchange(true, std::memory_order_relaxed);
   const pool::resource_stats s = pool::device_stats(device);
@@ -60,7 +60,7 @@ cudaError_t refuse(hook_id id, int device, std::size_t bytes, pool::pool_errc wh
             "{} of {} refused on device {}: the pool could not map more device memory "
             "({} mapped, {} in use by the application{}); returning "
             "cudaErrorMemoryAllocation. Lower the job's footprint or free device memory.",
-            hook_names[index(id)], format_bytes(bytes), device, format_bytes(s.mapped_bytes),
+            at.name, format_bytes(bytes), device, format_bytes(s.mapped_bytes),
             format_bytes(s.used_bytes),
             why == pool::pool_errc::driver_missing ? "; the CUDA driver is unavailable" : "");
   return cudaErrorMemoryAllocation;
@@ -103,11 +103,12 @@ bool decide_pool_mode() noexcept {
   return g_pool_on.load(std::memory_order_acquire) == 1;
 }
 
-cudaError_t pool_serve(hook_id id, int device, void** out, size_t size,
+cudaError_t pool_serve(call_site at, int device, void** out, size_t size,
                        cudaStream_t stream) noexcept {
-  ensure_context(device);
-  const pool::allocation_result r = pool::device_allocate(device, size, driver_stream(id, stream));
-  if (!r) return refuse(id, device, size, r.error);
+  if (at.runtime) ensure_context(device);
+  const pool::allocation_result r =
+      pool::device_allocate(device, size, driver_stream(at.per_thread, stream));
+  if (!r) return refuse(at, device, size, r.error);
   *out = r.ptr;
   stats::global().pool_allocations.count();
   return cudaSuccess;
@@ -119,23 +120,18 @@ size_t pool_pitch(size_t width) noexcept {
   return row < width ? 0 : row;
 }
 
-bool pool_free(hook_id id, void* ptr, cudaStream_t stream, bool async, cudaError_t& rc) noexcept {
-  if (ptr == nullptr || !pool_mode()) return false;
+pool_free_result pool_free(call_site at, void* ptr, cudaStream_t stream, bool async) noexcept {
+  if (ptr == nullptr || !pool_mode()) return pool_free_result::not_tracked;
   tracker& t = core();
   const auto base = reinterpret_cast<std::uintptr_t>(ptr);
   const std::optional<allocation> a = t.find(base);
-  if (!a || a->base != base) return false;  // not tracked: the track path forwards it
-  const CUstream s = async ? driver_stream(id, stream) : pool::no_stream;
+  if (!a || a->base != base) return pool_free_result::not_tracked;
+  const CUstream s = async ? driver_stream(at.per_thread, stream) : pool::no_stream;
   // Forget first: another thread may get the same address the moment the pool has it.
-  if (!t.forget(base)) return false;
-  if (!pool::device_deallocate(a->device, ptr, a->bytes, s)) {
-    // Ours to track, not the pool's (made by the real allocator): CUDA frees it.
-    rc = async ? call_real<hook_id::cudaFreeAsync>(id, ptr, stream)
-               : call_real<hook_id::cudaFree>(id, ptr);
-    return true;
-  }
-  rc = cudaSuccess;
-  return true;
+  if (!t.forget(base)) return pool_free_result::not_tracked;
+  // Ours to track, not the pool's (made by the real allocator): CUDA frees it.
+  if (!pool::device_deallocate(a->device, ptr, a->bytes, s)) return pool_free_result::forgotten;
+  return pool_free_result::freed;
 }
 
 std::size_t pool_cached_bytes(int device) noexcept {
@@ -143,13 +139,6 @@ std::size_t pool_cached_bytes(int device) noexcept {
   return pool::device_cached_bytes(device);
 }
 
-CUstream driver_stream(hook_id id, cudaStream_t stream) noexcept {
-  if (stream == nullptr && hook_per_thread[index(id)]) return CU_STREAM_PER_THREAD;
-  return reinterpret_cast<CUstream>(stream);
-}
-
-void pool_note_work(hook_id id, cudaStream_t stream) noexcept {
-  pool::note_work(driver_stream(id, stream));
-}
+void pool_note_work(CUstream stream) noexcept { pool::note_work(stream); }
 
 }  // namespace oversub::interpose

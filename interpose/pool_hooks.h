@@ -13,6 +13,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <cstdint>
 #include <type_traits>
 
 #include "common/allocation_map.h"
@@ -30,17 +31,29 @@ inline bool pool_mode() noexcept {
 
 // Serves size bytes on device for stream from the pool (bytes already reserved
 // against the limit). cudaErrorMemoryAllocation (logged) when the pool has no room.
-cudaError_t pool_serve(hook_id id, int device, void** out, size_t size,
+cudaError_t pool_serve(call_site at, int device, void** out, size_t size,
                        cudaStream_t stream) noexcept;
 // The row pitch pool mode gives cudaMallocPitch for width bytes (0 on overflow).
 size_t pool_pitch(size_t width) noexcept;
-bool pool_free(hook_id id, void* ptr, cudaStream_t stream, bool async, cudaError_t& rc) noexcept;
+
+enum class pool_free_result : std::uint8_t {
+  not_tracked,  // not a live allocation of ours: the caller forwards it to CUDA
+  freed,        // the pool took it back (asynchronously on stream when async)
+  forgotten,    // tracked but made by the real allocator: forgotten, CUDA must free it
+};
+pool_free_result pool_free(call_site at, void* ptr, cudaStream_t stream, bool async) noexcept;
 // The unused bytes the pool holds on device (added to the real free).
 std::size_t pool_cached_bytes(int device) noexcept;
-void pool_note_work(hook_id id, cudaStream_t stream) noexcept;
-// The driver stream a runtime call of hook id on stream enqueues on (the per-thread
-// stream for a _ptsz/_ptds twin's null stream).
-CUstream driver_stream(hook_id id, cudaStream_t stream) noexcept;
+// The driver stream a call on stream enqueues on (the per-thread stream for a
+// _ptsz/_ptds twin's null stream).
+inline CUstream driver_stream(bool per_thread, cudaStream_t stream) noexcept {
+  if (stream == nullptr && per_thread) return CU_STREAM_PER_THREAD;
+  return reinterpret_cast<CUstream>(stream);
+}
+inline CUstream driver_stream(hook_id id, cudaStream_t stream) noexcept {
+  return driver_stream(hook_per_thread[index(id)], stream);
+}
+void pool_note_work(CUstream stream) noexcept;
 
 // The stream a launch, copy, memset or graph launch enqueues on: its cudaStream_t
 // argument (the last one), a launch config's stream, or none (the synchronous
@@ -58,7 +71,7 @@ void note_stream_work(hook_id id, A... args) noexcept {
     }
   };
   (pick(args), ...);
-  pool_note_work(id, stream);
+  pool_note_work(driver_stream(id, stream));
 }
 
 }  // namespace oversub::interpose

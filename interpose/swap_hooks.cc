@@ -24,6 +24,7 @@ std::atomic<int> g_swap_on{-1};
 namespace {
 
 profiler::function_cache g_layouts;
+profiler::function_cache g_driver_layouts;
 std::atomic<bool> g_refusal_logged{false};
 
 // The parameter layout of func, asked of CUDA once (outside any lock of ours), or
@@ -37,13 +38,13 @@ const profiler::function_info* layout_of(const void* func) noexcept {
   return g_layouts.insert(func, std::move(info));
 }
 
-cudaError_t refuse(hook_id id, int device, const pool::prepare_result& r) noexcept {
+cudaError_t refuse(call_site at, int device, const pool::prepare_result& r) noexcept {
   const bool first = !g_refusal_logged.exchange(true, std::memory_order_relaxed);
   if (r.code == pool::residency_errc::driver_error) {
     log::emit(first ? log::level::error : log::level::info,
               "{}: making its memory resident on device {} failed (CUDA error {}); the call "
               "is not made",
-              hook_names[index(id)], device, static_cast<int>(r.driver));
+              at.name, device, static_cast<int>(r.driver));
     // The runtime's codes for these driver errors have the same values
     // (CUDA_ERROR_INVALID_VALUE = cudaErrorInvalidValue, ..._OUT_OF_MEMORY =
     // cudaErrorMemoryAllocation, ..._LAUNCH_FAILED = cudaErrorLaunchFailure).
@@ -52,7 +53,7 @@ cudaError_t refuse(hook_id id, int device, const pool::prepare_result& r) noexce
   log::emit(first ? log::level::warn : log::level::info,
             "{} on device {} needs {} resident at once{}; the swap capacity is {}. Returning "
             "cudaErrorMemoryAllocation. Raise OVERSUB_DEVICE_LIMIT or lower the batch size.",
-            hook_names[index(id)], device, format_bytes(r.needed_bytes),
+            at.name, device, format_bytes(r.needed_bytes),
             r.code == pool::residency_errc::too_large ? ""
             : r.code == pool::residency_errc::host_budget
                 ? " and the host budget (OVERSUB_HOST_LIMIT) is spent"
@@ -61,36 +62,29 @@ cudaError_t refuse(hook_id id, int device, const pool::prepare_result& r) noexce
   return cudaErrorMemoryAllocation;
 }
 
-cudaError_t prepare(hook_id id, int device, const pool::byte_range* ranges, std::size_t n,
+cudaError_t prepare(call_site at, int device, const pool::byte_range* ranges, std::size_t n,
                     bool writes, cudaStream_t stream) noexcept {
   const pool::prepare_result r =
-      pool::device_prepare(device, {ranges, n}, driver_stream(id, stream), writes);
+      pool::device_prepare(device, {ranges, n}, driver_stream(at.per_thread, stream), writes);
   if (r) return cudaSuccess;
   stats::global().swap_refusals.count();
-  return refuse(id, device, r);
+  return refuse(at, device, r);
 }
 
-}  // namespace
-
-bool decide_swap_mode() noexcept {
-  const bool on = current_config().mode >= run_mode::swap && pool_mode();
-  int expected = -1;
-  if (!g_swap_on.compare_exchange_strong(expected, on ? 1 : 0)) return expected == 1;
-  return on;
+// The parameter layout of driver function f, asked of CUDA once.
+const profiler::function_info* driver_layout_of(void* f) noexcept {
+  if (const profiler::function_info* info = g_driver_layouts.lookup(f)) return info;
+  profiler::function_info info;
+  profiler::probe_driver_params(cuda_queries(), f, info.params);
+  return g_driver_layouts.insert(f, std::move(info));
 }
 
-cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t stream) noexcept {
-  std::array<std::uint64_t, profiler::max_scan_words> words;
+// A launch whose n_words argument words are words: the live allocations they point
+// into made resident on stream, after the schedule has had its say.
+cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
+                           std::size_t n_words, cudaStream_t stream) noexcept {
   std::array<std::uint64_t, profiler::max_scan_words> bases;
-  std::size_t found = 0;
-  std::size_t n_words = 0;
-  if (func != nullptr && args != nullptr) {
-    if (const profiler::function_info* f = layout_of(func)) {
-      n_words = profiler::gather_words(f->params, args, words.data());
-      found = core().scan(words.data(), n_words, bases.data());
-    }
-  }
-  const int device = current_device();
+  const std::size_t found = n_words == 0 ? 0 : core().scan(words, n_words, bases.data());
   // Note [Windows into large allocations] (pool/residency.h): an allocation larger
   // than a quarter of the capacity is taken for a segment of a caching allocator; each
   // word pointing into it asks for a window of an eighth of the capacity from the
@@ -114,14 +108,57 @@ cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t 
     }
   }
   schedule_before_launch(device, {ranges.data(), k});
-  return prepare(id, device, ranges.data(), k, true, stream);
+  return prepare(at, device, ranges.data(), k, true, stream);
+}
+
+}  // namespace
+
+bool decide_swap_mode() noexcept {
+  const bool on = current_config().mode >= run_mode::swap && pool_mode();
+  int expected = -1;
+  if (!g_swap_on.compare_exchange_strong(expected, on ? 1 : 0)) return expected == 1;
+  return on;
+}
+
+cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t stream) noexcept {
+  std::array<std::uint64_t, profiler::max_scan_words> words;
+  std::size_t n_words = 0;
+  if (func != nullptr && args != nullptr) {
+    if (const profiler::function_info* f = layout_of(func)) {
+      n_words = profiler::gather_words(f->params, args, words.data());
+    }
+  }
+  return prepare_launch(site_of(id), current_device(), words.data(), n_words, stream);
+}
+
+cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params, void** extra,
+                               cudaStream_t stream) noexcept {
+  std::array<std::uint64_t, profiler::max_scan_words> words;
+  std::size_t n_words = 0;
+  if (f != nullptr && (params != nullptr || extra != nullptr)) {
+    const profiler::function_info* info = driver_layout_of(f);
+    if (params != nullptr) {
+      n_words = profiler::gather_words(info->params, params, words.data());
+    } else {
+      std::size_t packed_bytes = 0;
+      if (const void* packed = profiler::packed_arguments(extra, &packed_bytes)) {
+        n_words = profiler::gather_packed(info->params, packed, packed_bytes, words.data());
+      }
+    }
+  }
+  return prepare_launch(at, device, words.data(), n_words, stream);
+}
+
+cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bool writes,
+                        cudaStream_t stream) noexcept {
+  const pool::byte_range ranges[2] = {{reinterpret_cast<std::uintptr_t>(a.ptr), a.bytes},
+                                      {reinterpret_cast<std::uintptr_t>(b.ptr), b.bytes}};
+  return prepare(at, device, ranges, 2, writes, stream);
 }
 
 cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,
                         cudaStream_t stream) noexcept {
-  const pool::byte_range ranges[2] = {{reinterpret_cast<std::uintptr_t>(a.ptr), a.bytes},
-                                      {reinterpret_cast<std::uintptr_t>(b.ptr), b.bytes}};
-  return prepare(id, current_device(), ranges, 2, writes, stream);
+  return swap_ranges(site_of(id), current_device(), a, b, writes, stream);
 }
 
 }  // namespace oversub::interpose

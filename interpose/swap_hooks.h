@@ -43,8 +43,14 @@ struct swap_range {
 // with the figures) when the launch's own buffers exceed the device capacity or no
 // room can be made; CUDA's code when a copy or mapping fails.
 cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t stream) noexcept;
+// The same for a driver launch of f on device (the context's): its parameters as
+// per-parameter pointers (kernelParams) or a packed buffer (extra).
+cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params, void** extra,
+                               cudaStream_t stream) noexcept;
 // A copy's or memset's ranges made resident on stream (writes: it may write device
 // memory).
+cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bool writes,
+                        cudaStream_t stream) noexcept;
 cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,
                         cudaStream_t stream) noexcept;
 

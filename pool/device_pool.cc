@@ -272,6 +272,13 @@ std::uint64_t device_residency_capacity(int device) noexcept {
   return e == nullptr ? 0 : e->capacity_bytes();
 }
 
+bool device_reserve_foreign(int device, std::int64_t bytes) noexcept {
+  device_state* s = state(device);
+  if (s == nullptr) return true;
+  if (s->managed) return s->managed->reserve_foreign(bytes);
+  return s->engine == nullptr || s->engine->reserve_foreign(bytes);
+}
+
 host_pool& pinned_host() {
   static host_pool* instance = new host_pool(host_pool_config{g_settings.host_budget_bytes});
   return *instance;

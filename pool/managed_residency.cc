@@ -30,6 +30,19 @@ CUmemLocation host_location() {
 managed_residency::managed_residency(int device, std::uint64_t capacity_bytes, bool naive)
     : device_(device), capacity_bytes_(capacity_bytes), naive_(naive) {}
 
+bool managed_residency::reserve_foreign(std::int64_t bytes) {
+  if (bytes < 0) {
+    foreign_bytes_.fetch_sub(static_cast<std::uint64_t>(-bytes), std::memory_order_relaxed);
+    return true;
+  }
+  std::uint64_t have = foreign_bytes_.load(std::memory_order_relaxed);
+  do {
+    if (have + static_cast<std::uint64_t>(bytes) >= capacity_bytes_) return false;
+  } while (!foreign_bytes_.compare_exchange_weak(have, have + static_cast<std::uint64_t>(bytes),
+                                                  std::memory_order_relaxed));
+  return true;
+}
+
 void managed_residency::detect_locked() {
   if (detected_) return;
   detected_ = true;
@@ -140,8 +153,8 @@ prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CU
   // fits.
   std::vector<std::uintptr_t> wanted;
   for (std::uintptr_t base : buffers_of_locked(ranges)) {
-    if (buffers_[base].bytes > capacity_bytes_ / 4) continue;
-    if (result.needed_bytes + buffers_[base].bytes > capacity_bytes_) break;
+    if (buffers_[base].bytes > capacity_bytes() / 4) continue;
+    if (result.needed_bytes + buffers_[base].bytes > capacity_bytes()) break;
     result.needed_bytes += buffers_[base].bytes;
     wanted.push_back(base);
   }
@@ -152,7 +165,7 @@ prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CU
     b.last_use = ++tick_;
     if (!b.on_device) {
       // Room first: the least recently used unpinned buffers go to the host.
-      while (stats_.resident_bytes + b.bytes > capacity_bytes_) {
+      while (stats_.resident_bytes + b.bytes > capacity_bytes()) {
         std::uintptr_t victim = 0;
         buffer* vb = nullptr;
         for (auto& [vbase, x] : buffers_) {

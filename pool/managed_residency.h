@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <map>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -63,7 +64,12 @@ class managed_residency {
 
   managed_stats stats() const;
   std::optional<managed_stats> try_stats() const;
-  std::uint64_t capacity_bytes() const { return capacity_bytes_; }
+  std::uint64_t capacity_bytes() const {
+    const std::uint64_t foreign = foreign_bytes_.load(std::memory_order_relaxed);
+    return foreign >= capacity_bytes_ ? 0 : capacity_bytes_ - foreign;
+  }
+  // As residency_engine::reserve_foreign (Note [Memory that is not ours]).
+  bool reserve_foreign(std::int64_t bytes);
 
  private:
   struct buffer {
@@ -79,6 +85,7 @@ class managed_residency {
 
   int device_;
   std::uint64_t capacity_bytes_;
+  std::atomic<std::uint64_t> foreign_bytes_{0};
   bool naive_;
   mutable std::mutex mutex_;
   bool detected_ = false;

@@ -269,7 +269,7 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait) {
         leaving += cfg_.page_bytes;
       }
     }
-    while (stats_.resident_bytes - leaving + bytes > cfg_.capacity_bytes) {
+    while (stats_.resident_bytes - leaving + bytes > capacity_bytes()) {
       std::uintptr_t victim = 0;
       page* vp = nullptr;
       for (auto& [va, p] : pages_) {
@@ -283,10 +283,10 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait) {
       if (CUresult r = evict_begin_locked(victim, *vp); r != CUDA_SUCCESS) return r;
       leaving += cfg_.page_bytes;
     }
-    return stats_.resident_bytes + bytes > cfg_.capacity_bytes ? CUDA_ERROR_NOT_READY
+    return stats_.resident_bytes + bytes > capacity_bytes() ? CUDA_ERROR_NOT_READY
                                                                : CUDA_SUCCESS;
   }
-  while (stats_.resident_bytes + bytes > cfg_.capacity_bytes) {
+  while (stats_.resident_bytes + bytes > capacity_bytes()) {
     // Note [Making room]: finish an eviction under way first, then evict the least
     // recently used page that is not pinned.
     std::uintptr_t victim = 0;
@@ -396,12 +396,12 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
   if (!ready_ || pages_.empty()) return result;
   std::vector<std::uintptr_t> wanted = pages_of(ranges);
   result.needed_bytes = wanted.size() * cfg_.page_bytes;
-  if (result.needed_bytes > cfg_.capacity_bytes) {
+  if (result.needed_bytes > capacity_bytes()) {
     result.code = residency_errc::too_large;
     return result;
   }
   // Note [Windows into large allocations]: optional pages while they fit.
-  const std::size_t room = cfg_.capacity_bytes / cfg_.page_bytes;
+  const std::size_t room = capacity_bytes() / cfg_.page_bytes;
   for (std::uintptr_t va : pages_of(ranges, true)) {
     if (wanted.size() >= room) break;
     if (!std::binary_search(wanted.begin(), wanted.begin() + static_cast<std::ptrdiff_t>(
@@ -488,6 +488,19 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
       return false;
     }
   }
+  return true;
+}
+
+bool residency_engine::reserve_foreign(std::int64_t bytes) {
+  if (bytes < 0) {
+    foreign_bytes_.fetch_sub(static_cast<std::uint64_t>(-bytes), std::memory_order_relaxed);
+    return true;
+  }
+  std::uint64_t have = foreign_bytes_.load(std::memory_order_relaxed);
+  do {
+    if (have + static_cast<std::uint64_t>(bytes) >= cfg_.capacity_bytes) return false;
+  } while (!foreign_bytes_.compare_exchange_weak(have, have + static_cast<std::uint64_t>(bytes),
+                                                  std::memory_order_relaxed));
   return true;
 }
 

@@ -63,6 +63,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -160,7 +161,18 @@ class residency_engine {
   residency_stats stats() const;
   // stats() unless the engine is locked (the exit report never blocks).
   std::optional<residency_stats> try_stats() const;
-  std::uint64_t capacity_bytes() const { return cfg_.capacity_bytes; }
+  // The bytes the pages may hold: the configured capacity less what other libraries
+  // hold on the device through the VMM API themselves (reserve_foreign).
+  std::uint64_t capacity_bytes() const {
+    const std::uint64_t foreign = foreign_bytes_.load(std::memory_order_relaxed);
+    return foreign >= cfg_.capacity_bytes ? 0 : cfg_.capacity_bytes - foreign;
+  }
+  // Note [Memory that is not ours]: device memory another library creates itself
+  // (cuMemCreate: NCCL's buffers, PyTorch's expandable segments) is never moved, but
+  // it takes room from the pages. bytes > 0 counts it (false, nothing counted, when it
+  // would leave the pages no room at all), bytes < 0 gives it back. Pages above the
+  // new capacity are evicted by the next prepare().
+  bool reserve_foreign(std::int64_t bytes);
 
  private:
   enum class state : std::uint8_t { resident, evicting, on_host };
@@ -193,6 +205,7 @@ class residency_engine {
   CUevent stream_event_locked(CUstream s);
 
   residency_config cfg_;
+  std::atomic<std::uint64_t> foreign_bytes_{0};
   mutable std::mutex mutex_;
   bool ready_ = false;
   bool broken_ = false;

@@ -72,6 +72,20 @@ inline std::size_t gather_packed(const std::vector<param_slot>& params, const vo
   return n;
 }
 
+// The packed argument buffer of a cuLaunchKernel `extra` array and its size, or
+// null (CU_LAUNCH_PARAM_BUFFER_POINTER = 1, CU_LAUNCH_PARAM_BUFFER_SIZE = 2,
+// CU_LAUNCH_PARAM_END = 0; at most 32 pairs are read).
+inline const void* packed_arguments(void* const* extra, std::size_t* size) {
+  const void* buffer = nullptr;
+  for (std::size_t i = 0; extra != nullptr && extra[i] != nullptr && i < 64; i += 2) {
+    if (extra[i] == reinterpret_cast<void*>(1)) buffer = extra[i + 1];
+    if (extra[i] == reinterpret_cast<void*>(2) && extra[i + 1] != nullptr) {
+      *size = *static_cast<const std::size_t*>(extra[i + 1]);
+    }
+  }
+  return buffer;
+}
+
 // Layouts and ids by handle. lookup() returns null for an unknown handle; the
 // caller queries CUDA outside the lock and insert()s.
 class function_cache {

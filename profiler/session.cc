@@ -92,14 +92,7 @@ class session final : public cupti::sink {
       const char* name = symbol;
       if (name == nullptr && q_.driver_name != nullptr) q_.driver_name(&name, func);
       info.id = rec_.add_function(demangle(name));
-      if (q_.driver_param_info != nullptr) {
-        for (std::size_t i = 0; i < 1024; ++i) {
-          std::size_t off = 0, size = 0;
-          if (q_.driver_param_info(func, i, &off, &size) != 0) break;
-          info.params.push_back(param_slot{static_cast<std::uint32_t>(off),
-                                           static_cast<std::uint32_t>(size)});
-        }
-      }
+      probe_driver_params(q_, func, info.params);
       f = driver_cache_.insert(func, std::move(info));
     }
     record_launch(*f, params, extra, corr);
@@ -209,19 +202,6 @@ class session final : public cupti::sink {
   }
 
  private:
-  // The packed argument buffer of a cuLaunchKernel `extra` array
-  // (CU_LAUNCH_PARAM_BUFFER_POINTER = 1, CU_LAUNCH_PARAM_BUFFER_SIZE = 2, END = 0).
-  static const void* packed_arguments(void** extra, std::size_t* size) {
-    const void* buffer = nullptr;
-    for (std::size_t i = 0; extra[i] != nullptr && i < 64; i += 2) {
-      if (extra[i] == reinterpret_cast<void*>(1)) buffer = extra[i + 1];
-      if (extra[i] == reinterpret_cast<void*>(2) && extra[i + 1] != nullptr) {
-        *size = *static_cast<std::size_t*>(extra[i + 1]);
-      }
-    }
-    return buffer;
-  }
-
   static std::string demangle(const char* name) {
     if (name == nullptr) return "<unnamed kernel>";
     int status = 0;
@@ -281,6 +261,16 @@ void at_exit() {
 session* get() { return g_session.load(std::memory_order_acquire); }
 
 }  // namespace
+
+void probe_driver_params(const cuda_queries& q, void* func,
+                         std::vector<param_slot>& out) noexcept {
+  if (q.driver_param_info == nullptr) return;
+  for (std::size_t i = 0; i < 1024; ++i) {
+    std::size_t off = 0, size = 0;
+    if (q.driver_param_info(func, i, &off, &size) != 0) break;
+    out.push_back(param_slot{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size)});
+  }
+}
 
 bool probe_runtime_params(const cuda_queries& q, const void* func,
                           std::vector<param_slot>& out) noexcept {

@@ -59,6 +59,11 @@ struct cuda_queries {
 // a later launch.
 bool probe_runtime_params(const cuda_queries& q, const void* func,
                           std::vector<param_slot>& out) noexcept;
+// The parameter layout of a driver function (cuFuncGetParamInfo until it says
+// there is no such parameter; the driver keeps no error slot to clean). Empty when
+// the driver cannot say.
+void probe_driver_params(const cuda_queries& q, void* func,
+                         std::vector<param_slot>& out) noexcept;
 
 // True when the configuration asks for profiling.
 bool wanted(const config& cfg) noexcept;

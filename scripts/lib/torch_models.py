@@ -14,6 +14,11 @@ A model is built on PyTorch's meta device (no memory), in training mode, fp32:
                               pooler and 2-class head (the HF documentation's example)
   resnet50-256                ResNet-50 on 256x256 images (a published measurement's
                               configuration)
+  resnet<D>                   a bottleneck ResNet of any depth D = 3 x blocks + 2 (D >= 50,
+                              D - 2 divisible by 3) for deep-network studies such as
+                              SuperNeurons' ResNet-2500: stages of [3, 4, blocks - 10, 3]
+                              bottleneck blocks (the extra depth in the third stage, as
+                              ResNet-101 does); resnet50 and resnet152 stay torchvision's
   tiny-cnn, tiny-mlp          small models for the tests (a few seconds)
 """
 from __future__ import annotations
@@ -256,6 +261,27 @@ MODELS: dict[str, ModelSpec] = {m.key: m for m in [
     ModelSpec("tiny-mlp", "256-512-10 MLP with dropout, AdamW", tiny_mlp, _features(256, 10),
               _ce, _adamw, 16),
 ]}
+
+
+def _deep_resnet(depth: int) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        from torchvision.models.resnet import Bottleneck, ResNet
+        blocks = (depth - 2) // 3
+        return ResNet(Bottleneck, [3, 4, blocks - 10, 3])
+    return build
+
+
+def model_spec(name: str) -> ModelSpec | None:
+    """MODELS[name], or a deep ResNet for 'resnet<depth>'; None for an unknown name."""
+    if name in MODELS:
+        return MODELS[name]
+    if name.startswith("resnet") and name[6:].isdigit():
+        depth = int(name[6:])
+        if depth >= 50 and (depth - 2) % 3 == 0:
+            return ModelSpec(name, f"ResNet-{depth} (bottleneck stages [3, 4, "
+                             f"{(depth - 2) // 3 - 10}, 3]), 224x224 images, SGD momentum",
+                             _deep_resnet(depth), _images(224, 1000), _ce, _sgd, 32)
+    return None
 
 
 def training_step(spec: ModelSpec, batch: int) -> tuple[nn.Module, Callable[[Any], None]]:

@@ -84,9 +84,10 @@ def trace_path(model: str, batch: int, device: str) -> Path:
 
 def record(model: str, batch: int, device: str) -> Profile:
     import torch
-    from torch_models import MODELS, training_step
+    from torch_models import model_spec, training_step
     from torch_trace import load_device, record_iteration
-    spec = MODELS[model]
+    spec = model_spec(model)
+    assert spec is not None, model
     dev = load_device(device)
     net, step = training_step(spec, batch)
     program = (f"oversub trace-torch {model} --batch {batch} --device {device}: "
@@ -137,7 +138,8 @@ def check() -> int:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The options, shared with scripts/oversub's trace-torch subparser."""
     ap.add_argument("model", nargs="?", help="vgg16, resnet50, resnet152, gpt2, bert-large, "
-                                             "tiny-cnn, tiny-mlp")
+                                             "bert-large-cls, resnet50-256, tiny-cnn, tiny-mlp, "
+                                             "or resnet<depth> (e.g. resnet1001)")
     ap.add_argument("--batch", type=int, help="batch size (default: the model's)")
     ap.add_argument("--device", default=DEFAULT_DEVICE,
                     help="device model for durations, capacity and link figures: a "
@@ -161,10 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         for model, batch, device in TRACES:
             write(model, batch, device, trace_path(model, batch, device))
         return 0
-    from torch_models import MODELS
-    if args.model not in MODELS:
-        ap.error(f"model: one of {', '.join(MODELS)} (or --all, --check)")
-    batch = args.batch or MODELS[args.model].default_batch
+    from torch_models import MODELS, model_spec
+    spec = model_spec(args.model) if args.model else None
+    if spec is None:
+        ap.error(f"model: one of {', '.join(MODELS)}, or resnet<depth> with depth = 3 x "
+                 "blocks + 2 >= 50 (or --all, --check)")
+    batch = args.batch or spec.default_batch
     out = args.output or trace_path(args.model, batch, args.device)
     return write(args.model, batch, args.device, out)
 

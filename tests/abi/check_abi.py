@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """ABI checks of liboversub.so, run by meson test (suite 'abi').
 
-exports  the dynamic symbols liboversub.so defines are exactly the hook table's
-         (exports.sym, preprocessed from interpose/hooks.def), each under the
-         version node libcudart.so.13, and nothing else leaks (no fmt, no C++).
+exports  the dynamic symbols liboversub.so defines are exactly the hook tables':
+         the runtime's (exports.sym, from interpose/hooks.def) under the version
+         node libcudart.so.13, the driver's (exports_driver.sym, from
+         interpose/driver_hooks.def) under libcuda.so.1, dlsym under glibc's own
+         two versions, oversub's own entry points; nothing else leaks (no fmt, no C++).
 needed   no NEEDED entry names libcudart, libcuda or libcupti, and none but glibc;
          no symbol needs a glibc newer than 2.31 (interpose/glibc_compat.cc).
-runtime  every symbol of the hook table is exported by the real CUDA runtime
-         (catches a misspelt hook or a _ptsz twin CUDA does not have).
+runtime  every symbol of the runtime hook table is exported by the real CUDA
+         runtime, and every driver hook by the driver (the toolkit's stub
+         libcuda.so, which exports the real driver's symbols): catches a misspelt
+         hook or a _ptsz twin CUDA does not have.
 """
 from __future__ import annotations
 
@@ -18,6 +22,10 @@ import sys
 from pathlib import Path
 
 VERSION_NODE = "libcudart.so.13"
+DRIVER_NODE = "libcuda.so.1"
+# dlsym, under the versions CUDA's libraries (GLIBC_2.2.5 on x86-64, GLIBC_2.17 on
+# aarch64) and newer binaries (GLIBC_2.34) bind to.
+DLSYM_VERSIONS = ({"GLIBC_2.2.5", "GLIBC_2.34"}, {"GLIBC_2.17", "GLIBC_2.34"})
 # oversub's own entry points (not CUDA's), under a node of their own.
 OWN_EXPORTS = {"oversub_iteration_begin": "OVERSUB_0"}
 FORBIDDEN_NEEDED = re.compile(r"^lib(cudart|cuda|cupti)\.so")
@@ -32,34 +40,52 @@ def expected_symbols(path: Path) -> set[str]:
     return set(path.read_text().split())
 
 
-def defined_dynamic_symbols(readelf: str, lib: Path) -> dict[str, str]:
-    """name -> version ('' when unversioned) for every defined dynamic symbol."""
+def dynamic_symbols(readelf: str, lib: Path, defined: bool = True) -> list[tuple[str, str]]:
+    """(name, version) of every defined (or, defined=False, undefined) dynamic symbol;
+    version '' when unversioned."""
     out = subprocess.run([readelf, "--dyn-syms", "-W", str(lib)], check=True,
                          capture_output=True, text=True).stdout
-    symbols: dict[str, str] = {}
+    symbols: list[tuple[str, str]] = []
     for line in out.splitlines():
         fields = line.split()
         if len(fields) < 8 or not fields[0].rstrip(":").isdigit():
             continue
         kind, bind, ndx, name = fields[3], fields[4], fields[6], fields[7]
-        if ndx in ("UND", "ABS") or bind == "LOCAL" or kind in ("SECTION", "FILE"):
+        if bind == "LOCAL" or kind in ("SECTION", "FILE") or ndx == "ABS":
+            continue
+        if (ndx == "UND") == defined:
             continue
         base, _, version = name.partition("@")
-        symbols[base] = version.lstrip("@")
+        symbols.append((base, version.lstrip("@")))
     return symbols
+
+
+def defined_dynamic_symbols(readelf: str, lib: Path) -> dict[str, str]:
+    """name -> version for every defined dynamic symbol (the last one of a name)."""
+    return dict(dynamic_symbols(readelf, lib))
 
 
 def check_exports(args: argparse.Namespace) -> list[str]:
     want = expected_symbols(args.expected)
-    have = defined_dynamic_symbols(args.readelf, args.lib)
+    want_driver = expected_symbols(args.expected_driver) if args.expected_driver else set()
+    pairs = dynamic_symbols(args.readelf, args.lib)
+    dlsym_versions = {v for n, v in pairs if n == "dlsym"}
+    have = {n: v for n, v in pairs if n != "dlsym"}
     problems = [f"{s} has version '{have.get(s)}', want {v}"
                 for s, v in OWN_EXPORTS.items() if have.pop(s, None) != v]
-    problems += [f"hook not exported: {s}" for s in sorted(want - have.keys())]
-    problems += [f"exported but not in hooks.def: {s}" for s in sorted(have.keys() - want)]
+    if dlsym_versions not in DLSYM_VERSIONS:
+        problems.append(f"dlsym exported under {sorted(dlsym_versions) or 'no version'}, want "
+                        f"one of {[sorted(v) for v in DLSYM_VERSIONS]}")
+    all_want = want | want_driver
+    problems += [f"hook not exported: {s}" for s in sorted(all_want - have.keys())]
+    problems += [f"exported but in no hook table: {s}" for s in sorted(have.keys() - all_want)]
     problems += [f"{s} has version '{have[s]}', want {VERSION_NODE}"
                  for s in sorted(want & have.keys()) if have[s] != VERSION_NODE]
+    problems += [f"{s} has version '{have[s]}', want {DRIVER_NODE}"
+                 for s in sorted(want_driver & have.keys()) if have[s] != DRIVER_NODE]
     if not problems:
-        print(f"{len(want)} hooks exported under {VERSION_NODE}, "
+        print(f"{len(want)} runtime hooks exported under {VERSION_NODE}, {len(want_driver)} "
+              f"driver hooks under {DRIVER_NODE}, dlsym under {', '.join(sorted(dlsym_versions))}, "
               f"{', '.join(OWN_EXPORTS)} under its own node, nothing else")
     return problems
 
@@ -79,14 +105,16 @@ def check_needed(args: argparse.Namespace) -> list[str]:
 
 def check_glibc_versions(args: argparse.Namespace) -> list[str]:
     """Every GLIBC_x.y the library needs (symbols and version references) <= MAX_GLIBC."""
-    syms = subprocess.run([args.readelf, "--dyn-syms", "-W", str(args.lib)], check=True,
-                          capture_output=True, text=True).stdout
+    # Only what the library needs: undefined symbols and the version-needs section
+    # (the dlsym it defines under GLIBC_2.34 is its own, not a requirement).
     refs = subprocess.run([args.readelf, "-V", "-W", str(args.lib)], check=True,
                           capture_output=True, text=True).stdout
+    needs = refs[refs.find("Version needs section"):] if "Version needs section" in refs else ""
     users: dict[tuple[int, ...], set[str]] = {}
-    for name, version in re.findall(r"\s(\S+?)@@?GLIBC_([0-9.]+)", syms):
-        users.setdefault(tuple(int(x) for x in version.split(".")), set()).add(name)
-    for version in re.findall(r"Name: GLIBC_([0-9.]+)", refs):
+    for name, version in dynamic_symbols(args.readelf, args.lib, defined=False):
+        if version.startswith("GLIBC_"):
+            users.setdefault(tuple(int(x) for x in version[6:].split(".")), set()).add(name)
+    for version in re.findall(r"Name: GLIBC_([0-9.]+)", needs):
         users.setdefault(tuple(int(x) for x in version.split(".")), set())
     if not users:
         return ["no GLIBC_ versions found at all: readelf output not understood"]
@@ -106,7 +134,18 @@ def check_runtime(args: argparse.Namespace) -> list[str]:
     have = defined_dynamic_symbols(args.readelf, args.runtime)
     problems = [f"{s} is not exported by {args.runtime}" for s in sorted(want - have.keys())]
     if not problems:
-        print(f"all {len(want)} hooks exist in {args.runtime}")
+        print(f"all {len(want)} runtime hooks exist in {args.runtime}")
+    if args.driver is not None and args.expected_driver is not None:
+        if not args.driver.exists():
+            print(f"SKIP: {args.driver} not found")
+            return problems
+        want_driver = expected_symbols(args.expected_driver)
+        have_driver = defined_dynamic_symbols(args.readelf, args.driver)
+        missing = [f"{s} is not exported by {args.driver}"
+                   for s in sorted(want_driver - have_driver.keys())]
+        if not missing:
+            print(f"all {len(want_driver)} driver hooks exist in {args.driver}")
+        problems += missing
     return problems
 
 
@@ -116,7 +155,9 @@ def main() -> int:
     parser.add_argument("check", choices=["exports", "needed", "runtime"])
     parser.add_argument("--lib", type=Path, required=True, help="liboversub.so")
     parser.add_argument("--expected", type=Path, help="exports.sym from the build")
+    parser.add_argument("--expected-driver", type=Path, help="exports_driver.sym from the build")
     parser.add_argument("--runtime", type=Path, help="the real libcudart.so.13")
+    parser.add_argument("--driver", type=Path, help="the toolkit's stub libcuda.so")
     parser.add_argument("--readelf", default="readelf")
     args = parser.parse_args()
     checks = {"exports": check_exports, "needed": check_needed, "runtime": check_runtime}

@@ -16,6 +16,9 @@ LD_PRELOAD set, and OVERSUB_* variables per run:
                naming the variable; an unknown OVERSUB_* name only warns
   real-runtime a program linked against the real CUDA runtime (no GPU here: every
                call fails) prints the same return codes with and without the library
+  real-runtime-stub
+               the same over the toolkit's stub libcuda.so (loaded by the runtime as
+               libcuda.so.1, its cuGetProcAddress_v2 found through our dlsym)
   fork         a child forked after CUDA use passes through (its return codes are
                CUDA's, as without the library, not a limit refusal), exits cleanly, and
                prints no stats of its own
@@ -193,6 +196,32 @@ def case_real_runtime(args: argparse.Namespace) -> None:
     print(f"{len(base.stdout.splitlines()) - 1} calls, codes {codes}, identical under the library")
 
 
+def case_real_runtime_stub(args: argparse.Namespace) -> None:
+    """The real runtime over the toolkit's stub libcuda (what a machine without a GPU
+    driver has): the runtime dlopens libcuda.so.1 and looks its cuGetProcAddress_v2
+    up through our dlsym; every call fails the same way with and without us."""
+    stub = Path(args.cuda_root) / "lib64" / "stubs" / "libcuda.so"
+    if not stub.exists():
+        print(f"SKIP: {stub} not found")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "libcuda.so.1").symlink_to(stub)
+        where = {"LD_LIBRARY_PATH": tmp}
+        base = run([str(args.probe)], None, where)
+        expect(base.returncode == 0 and base.stdout.rstrip().endswith("done"),
+               "probe fails over the stub without the library", base)
+        for options in ({"OVERSUB_MODE": "track"}, {"OVERSUB_MODE": "swap"},
+                        {"OVERSUB_MODE": "track", "OVERSUB_DEVICE_LIMIT": "64MiB"}):
+            proc = run([str(args.probe)], args.lib, {**where, **options})
+            expect(proc.returncode == 0, f"probe crashed over the stub under {options}", proc)
+            expect(proc.stdout == base.stdout,
+                   f"return codes differ over the stub under {options}:\n{base.stdout}\nvs\n"
+                   f"{proc.stdout}", proc)
+    codes = sorted({l.split()[1] for l in base.stdout.splitlines() if len(l.split()) == 2})
+    print(f"over the stub libcuda: {len(base.stdout.splitlines()) - 1} calls, codes {codes}, "
+          f"identical under the library")
+
+
 def case_fork(args: argparse.Namespace) -> None:
     base = run([str(args.probe), "64"], None)
     expect(base.returncode == 0 and "parent ok" in base.stdout,
@@ -317,7 +346,8 @@ def case_pool_oom(args: argparse.Namespace) -> None:
 
 CASES = {
     "losses": case_losses, "oom": case_oom, "memgetinfo": case_memgetinfo,
-    "bad-value": case_bad_value, "real-runtime": case_real_runtime, "fork": case_fork,
+    "bad-value": case_bad_value, "real-runtime": case_real_runtime,
+    "real-runtime-stub": case_real_runtime_stub, "fork": case_fork,
     "stress": case_stress, "cli": case_cli,
     "pool-losses": case_pool_losses, "pool-oom": case_pool_oom,
     "pool-memgetinfo": lambda a: case_memgetinfo(a, {"OVERSUB_MODE": "pool"}),
@@ -329,6 +359,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", choices=sorted(CASES), required=True)
+    parser.add_argument("--cuda-root", default="/usr/local/cuda", help="the CUDA toolkit")
     parser.add_argument("--lib", type=Path, required=True, help="liboversub.so")
     parser.add_argument("--simtrain", type=Path, help="simtrain executable")
     parser.add_argument("--probe", type=Path, help="the case's probe program")

@@ -65,6 +65,10 @@ def main() -> int:
                     help="another OVERSUB_* setting for the swap run (repeatable)")
     ap.add_argument("--expect-scheduled", action="store_true",
                     help="the learned schedule must be followed, with no deviation")
+    ap.add_argument("--expect-calls", default="", metavar="NAME,...",
+                    help="entry points the library must have seen called (its stats)")
+    ap.add_argument("--expect-no-calls", default="", metavar="NAME,...",
+                    help="entry points the library must not have seen called")
     ap.add_argument("--fail", metavar="SIMGPU_FAIL",
                     help="inject this failure (e.g. copy:60) and expect a CUDA error "
                          "with every loss printed before it still correct")
@@ -100,6 +104,13 @@ def main() -> int:
         if got != want:
             fail(f"loss bits differ under {args.mode} at {args.ratio}x: {got} != {want}", proc)
         stats = read_stats(stats_file, proc)
+    calls = stats.get("calls", {})
+    for name in filter(None, args.expect_calls.split(",")):
+        if calls.get(name, 0) == 0:
+            fail(f"{name} was never seen by the library (calls: {calls})", proc)
+    for name in filter(None, args.expect_no_calls.split(",")):
+        if calls.get(name, 0) != 0:
+            fail(f"{name} was called {calls[name]} times; the workload should not use it", proc)
     if args.mode == "um":
         moved = check_um(stats, device, "OVERSUB_POLICY=naive" in args.env)
     else:

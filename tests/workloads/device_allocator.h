@@ -114,7 +114,7 @@ class direct_allocator final : public device_allocator {
  public:
   void* allocate(std::size_t bytes, cudaStream_t) override {
     void* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, bytes));
+    CUDA_CHECK(gpu::device_malloc(&p, bytes));
     sizes_[p] = bytes;
     add_held(p, bytes);
     return p;
@@ -123,7 +123,7 @@ class direct_allocator final : public device_allocator {
   void deallocate(void* p) override {
     auto it = sizes_.find(p);
     remove_held(p, it->second);
-    CUDA_CHECK(cudaFree(p));
+    CUDA_CHECK(gpu::device_free(p));
     sizes_.erase(it);
   }
 
@@ -195,7 +195,7 @@ class caching_allocator final : public device_allocator {
     for (block* b : all_blocks()) {
       if (b->prev == nullptr) {
         remove_held(b->ptr, b->segment_size);
-        CUDA_CHECK(cudaFree(b->ptr));
+        CUDA_CHECK(gpu::device_free(b->ptr));
       }
       delete b;
     }
@@ -271,7 +271,7 @@ class caching_allocator final : public device_allocator {
   block* new_segment(std::size_t size, cudaStream_t stream, bool small) {
     std::size_t bytes = segment_size_for(size);
     void* ptr = nullptr;
-    CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    CUDA_CHECK(gpu::device_malloc(&ptr, bytes));
     add_held(ptr, bytes);
     auto* b = new block;
     b->ptr = ptr;

@@ -10,7 +10,8 @@
 //                           g++ the same calls CUDA 13's generated stub makes
 //                           (__cudaGetKernel once per kernel, then __cudaLaunchKernel);
 //     launch_path::runtime  cudaLaunchKernel((const void*)kernel, ...);
-//     launch_path::ex       cudaLaunchKernelExC with a cudaLaunchConfig_t.
+//     launch_path::ex       cudaLaunchKernelExC with a cudaLaunchConfig_t;
+//   or, with a driver API path (driver_api.h, gpu::use_api), cuLaunchKernel.
 //   The launch is checked, then cudaGetLastError() is checked.
 // - KERNEL_FOOTPRINT(kernel, lambda): under g++ registers the kernel with simgpu
 //   together with its exact footprint (SIMGPU_KERNEL_FOOTPRINT); under nvcc nothing.
@@ -29,6 +30,8 @@
 #include <cstring>
 #include <tuple>
 #include <utility>
+
+#include "driver_api.h"
 
 #ifndef __CUDACC__
 // Declared by crt/device_functions.h only for nvcc; the runtime exports them.
@@ -98,7 +101,10 @@ void launch_api(void (*kernel)(P...), const char* name, const char* file, int li
   void* ptrs[sizeof...(P) == 0 ? 1 : sizeof...(P)] = {};
   detail::fill_args(values, ptrs, std::index_sequence_for<P...>{});
   const void* fn = reinterpret_cast<const void*>(kernel);
-  if (current_launch_path == launch_path::ex) {
+  if (current_api != api_path::runtime) {
+    detail::check_launch(launch_driver(fn, grid, block, ptrs, stream), name, "cuLaunchKernel",
+                         file, line);
+  } else if (current_launch_path == launch_path::ex) {
     const cudaLaunchConfig_t config{grid, block, 0, stream, nullptr, 0};
     detail::check_launch(cudaLaunchKernelExC(&config, fn, ptrs), name,
                          "cudaLaunchKernelExC", file, line);
@@ -131,7 +137,7 @@ void launch_generated(void (*)(P...), const char* name, const char* file, int li
 template <auto Kernel, typename... A>
 void launch(const char* name, const char* file, int line, dim3 grid, dim3 block,
             cudaStream_t stream, A&&... args) {
-  if (current_launch_path == launch_path::nvcc) {
+  if (current_launch_path == launch_path::nvcc && current_api == api_path::runtime) {
     launch_generated<Kernel>(Kernel, name, file, line, grid, block, stream,
                              std::forward<A>(args)...);
   } else {
@@ -147,7 +153,8 @@ void launch(const char* name, const char* file, int line, dim3 grid, dim3 block,
 #ifdef __CUDACC__
 #define LAUNCH(kernel, grid, block, stream, ...)                                    \
   do {                                                                              \
-    if (::gpu::current_launch_path == ::gpu::launch_path::nvcc) {                   \
+    if (::gpu::current_launch_path == ::gpu::launch_path::nvcc &&                   \
+        ::gpu::current_api == ::gpu::api_path::runtime) {                           \
       kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__);                        \
       ::gpu::detail::check_launch(cudaSuccess, #kernel, "<<<>>>", __FILE__, __LINE__); \
     } else {                                                                        \

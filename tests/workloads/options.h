@@ -26,12 +26,13 @@ struct options {
   bool caching = false;
   int streams = 1;
   gpu::launch_path launch = gpu::launch_path::nvcc;
+  gpu::api_path api = gpu::api_path::runtime;
   std::string trace_allocs;  // empty: no allocation trace
 };
 
 namespace options_detail {
 
-enum class kind { integer, unsigned64, real, flag, streams, launch, path };
+enum class kind { integer, unsigned64, real, flag, streams, launch, api, path };
 
 using int_field = int options::*;
 
@@ -60,6 +61,10 @@ inline constexpr spec kSpecs[] = {
     {"launch", "nvcc|runtime|ex",
      "launch path: __cudaLaunchKernel, cudaLaunchKernel, cudaLaunchKernelExC",
      kind::launch},
+    {"api", "runtime|driver|dlsym",
+     "device memory, copies, memsets and launches through the runtime, or the driver "
+     "(cuGetProcAddress, or dlsym on libcuda)",
+     kind::api},
     {"trace-allocs", "PATH",
      "write every cudaMalloc/cudaFree to PATH (docs/trace-format.md)", kind::path},
 };
@@ -93,6 +98,7 @@ inline void print_help(const char* prog) {
       case kind::launch:
         std::printf(" (default %s)", gpu::launch_path_name(defaults.launch));
         break;
+      case kind::api: std::printf(" (default %s)", gpu::api_path_name(defaults.api)); break;
       case kind::flag:
       case kind::path: break;
     }
@@ -150,6 +156,19 @@ inline void apply(const char* prog, const spec& s, const char* text, options& ou
         out.launch = gpu::launch_path::ex;
       } else {
         usage_error(prog, bad + " (nvcc, runtime or ex)");
+      }
+      break;
+    }
+    case kind::api: {
+      std::string_view v = text;
+      if (v == "runtime") {
+        out.api = gpu::api_path::runtime;
+      } else if (v == "driver") {
+        out.api = gpu::api_path::driver;
+      } else if (v == "dlsym") {
+        out.api = gpu::api_path::dlsym;
+      } else {
+        usage_error(prog, bad + " (runtime, driver or dlsym)");
       }
       break;
     }

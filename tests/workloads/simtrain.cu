@@ -263,7 +263,7 @@ class trainer {
       gradient_ready(l, iter);
     }
 
-    CUDA_CHECK(cudaMemcpyAsync(host_loss_, loss.data(), sizeof(float),
+    CUDA_CHECK(gpu::memcpy_async(host_loss_, loss.data(), sizeof(float),
                                cudaMemcpyDeviceToHost, main_));
     CUDA_CHECK(cudaStreamSynchronize(main_));
     loss.reset();
@@ -294,11 +294,11 @@ class trainer {
     for (std::size_t i = 0; i < static_cast<std::size_t>(ly.out) * ly.in; ++i) {
       host[i] = range * uniform_pm1(state);
     }
-    CUDA_CHECK(cudaMemcpyAsync(ly.param.data(), host.data(), n * sizeof(float),
+    CUDA_CHECK(gpu::memcpy_async(ly.param.data(), host.data(), n * sizeof(float),
                                cudaMemcpyHostToDevice, main_));
     CUDA_CHECK(cudaStreamSynchronize(main_));
-    CUDA_CHECK(cudaMemsetAsync(ly.adam_m.data(), 0, n * sizeof(float), main_));
-    CUDA_CHECK(cudaMemsetAsync(ly.adam_v.data(), 0, n * sizeof(float), main_));
+    CUDA_CHECK(gpu::memset_async(ly.adam_m.data(), 0, n * sizeof(float), main_));
+    CUDA_CHECK(gpu::memset_async(ly.adam_v.data(), 0, n * sizeof(float), main_));
     layers_.push_back(std::move(ly));
 
     cudaEvent_t ready = nullptr;
@@ -330,8 +330,8 @@ class trainer {
     }
     x = tensor(alloc_, static_cast<std::size_t>(batch_) * width_, up);
     target = tensor(alloc_, static_cast<std::size_t>(batch_) * out_, up);
-    CUDA_CHECK(cudaMemcpyAsync(x.data(), host_x_, x.bytes(), cudaMemcpyHostToDevice, up));
-    CUDA_CHECK(cudaMemcpyAsync(target.data(), host_t_, target.bytes(),
+    CUDA_CHECK(gpu::memcpy_async(x.data(), host_x_, x.bytes(), cudaMemcpyHostToDevice, up));
+    CUDA_CHECK(gpu::memcpy_async(target.data(), host_t_, target.bytes(),
                                cudaMemcpyHostToDevice, up));
     CUDA_CHECK(cudaEventRecord(upload_done_, up));
     upload_recorded_ = true;
@@ -401,15 +401,22 @@ int main(int argc, char** argv) {
   gpu::set_launch_path(opt.launch);
   const std::size_t params = parameter_count(opt);
   std::printf("config: depth %d width %d batch %d out %d iters %d seed %" PRIu64
-              " lr %.6e caching %s streams %d launch %s\n",
+              " lr %.6e caching %s streams %d launch %s%s%s\n",
               opt.depth, opt.width, opt.batch, std::min(kOutFeatures, opt.width),
               opt.iters, opt.seed, static_cast<double>(opt.lr),
-              opt.caching ? "on" : "off", opt.streams, gpu::launch_path_name(opt.launch));
+              opt.caching ? "on" : "off", opt.streams, gpu::launch_path_name(opt.launch),
+              opt.api == gpu::api_path::runtime ? "" : " api ",
+              opt.api == gpu::api_path::runtime ? "" : gpu::api_path_name(opt.api));
   std::printf("footprint estimate: %zu bytes (%zu parameters, %zu bytes with gradients "
               "and Adam state)\n",
               footprint_estimate_bytes(opt), params, 4 * params * sizeof(float));
   std::fflush(stdout);
 
+  if (opt.api != gpu::api_path::runtime) {
+    // The driver calls need a current context: have the runtime make its own.
+    CUDA_CHECK(cudaFree(nullptr));
+    gpu::use_api(opt.api);
+  }
   std::unique_ptr<device_allocator> alloc;
   if (opt.caching) {
     alloc = std::make_unique<caching_allocator>();

@@ -1,0 +1,813 @@
+// The exported driver hooks (interpose/driver_hooks.def), cuGetProcAddress(_v2),
+// and what they do: the allocating and freeing ones go through the same core as the
+// runtime's (memory_core.h), the launches, copies, memsets and graph launches through
+// the same pool and residency steps (pool_hooks.h, swap_hooks.h), other libraries'
+// VMM allocations are counted (Note [Memory that is not ours] in pool/residency.h).
+// See driver_hooks.h for how callers get here.
+//
+// Note [One real function per ABI]: each hook forwards to one real function, the
+// first one seen for its ABI name: from a cuGetProcAddress answer, a dlsym answer, or
+// looked up by name after liboversub (dlsym(RTLD_NEXT), then a loaded libcuda.so.1).
+// A later answer for the same ABI that is a different address in the same object
+// (libcuda may hand out an internal entry point from cuGetProcAddress and an exported
+// one from dlsym) is the same function and is wrapped too; an answer from another
+// object (a second interposer that exports the same name) is handed back untouched
+// and counted in driver_answers_passed, so such a chain keeps working, unseen by us.
+#include "interpose/driver_hooks.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/log.h"
+#include "common/stats.h"
+#include "common/tracker.h"
+#include "common/units.h"
+#include "interpose/driver_table.h"
+#include "interpose/handlers.h"
+#include "interpose/memory_core.h"
+#include "interpose/pool_hooks.h"
+#include "interpose/profile_hooks.h"
+#include "interpose/real.h"
+#include "interpose/swap_hooks.h"
+#include "pool/device_pool.h"
+
+namespace oversub::interpose {
+
+// The real functions' types, taken from cuda.h's declarations before the
+// definitions below redeclare them.
+template <driver_hook_id id>
+struct driver_real_type;
+#define OVERSUB_DRIVER_EMIT(family, symbol, base, query, since, per_thread, params, args) \
+  template <>                                                                            \
+  struct driver_real_type<driver_hook_id::symbol> {                                      \
+    using type = decltype(&::base);                                                      \
+  };
+#include "interpose/driver_hook_list.h"
+template <>
+struct driver_real_type<driver_hook_id::cuGetProcAddress_v1> {
+  using type = CUresult (*)(const char*, void**, int, cuuint64_t);
+};
+template <>
+struct driver_real_type<driver_hook_id::cuGetProcAddress_v2> {
+  using type = decltype(&::cuGetProcAddress_v2);
+};
+
+namespace {
+
+std::atomic<void*> g_driver_real[driver_hook_count];
+std::atomic<bool> g_driver_missing_logged[driver_hook_count];
+std::atomic<bool> g_passed_logged{false};
+
+// This library's load address (dladdr's dli_fbase), to recognise our own hooks.
+void* own_base() noexcept {
+  static void* const base = [] {
+    Dl_info info{};
+    return dladdr(reinterpret_cast<void*>(&own_base), &info) != 0 ? info.dli_fbase : nullptr;
+  }();
+  return base;
+}
+
+void* object_of(const void* p) noexcept {
+  Dl_info info{};
+  return dladdr(p, &info) != 0 ? info.dli_fbase : nullptr;
+}
+
+bool is_ours(const void* p) noexcept { return p != nullptr && object_of(p) == own_base(); }
+
+// True when p lies in a library whose file name is libcuda.so*: the driver (or
+// simgpu's stand-in, which has the same soname).
+bool from_driver(const void* p) noexcept {
+  Dl_info info{};
+  if (dladdr(p, &info) == 0 || info.dli_fname == nullptr) return false;
+  const char* slash = std::strrchr(info.dli_fname, '/');
+  const char* file = slash != nullptr ? slash + 1 : info.dli_fname;
+  return std::strncmp(file, "libcuda.so", 10) == 0;
+}
+
+// A driver function by exact name: the first definition after liboversub, else a
+// libcuda.so.1 already loaded privately (RTLD_LOCAL). Never one of ours.
+void* lookup_driver(const char* name) noexcept {
+  void* p = dlsym(RTLD_NEXT, name);
+  if (p == nullptr) {
+    if (void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) {
+      p = dlsym(h, name);
+      dlclose(h);
+    }
+  }
+  return is_ours(p) ? nullptr : p;
+}
+
+void* resolve_driver_real(driver_hook_id id) noexcept {
+  void* p = lookup_driver(driver_hooks[index(id)].name);
+  if (p == nullptr) return nullptr;
+  void* held = nullptr;
+  g_driver_real[index(id)].compare_exchange_strong(held, p, std::memory_order_acq_rel);
+  return held != nullptr ? held : p;
+}
+
+CUresult missing_driver_real(driver_hook_id id) noexcept {
+  if (!g_driver_missing_logged[index(id)].exchange(true)) {
+    log::error("{} called but no CUDA driver (libcuda.so.1) defines it; returning "
+               "CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND",
+               driver_hooks[index(id)].name);
+  }
+  return CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND;
+}
+
+void* real_of(driver_hook_id id) noexcept {
+  void* p = g_driver_real[index(id)].load(std::memory_order_acquire);
+  return p != nullptr ? p : resolve_driver_real(id);
+}
+
+// Calls the real function of the symbol that was called (id: the twin or the plain
+// ABI) with the type of its plain ABI Base.
+template <driver_hook_id Base>
+struct real_driver {
+  driver_hook_id id;
+  template <typename... A>
+  CUresult operator()(A... args) const noexcept {
+    void* p = real_of(id);
+    if (p == nullptr) return missing_driver_real(id);
+    return reinterpret_cast<typename driver_real_type<Base>::type>(p)(args...);
+  }
+};
+
+// A driver function oversub does not hook, for its own questions.
+template <typename F>
+F plain_driver(const char* name) noexcept {
+  return reinterpret_cast<F>(lookup_driver(name));
+}
+
+// The device of the calling thread's current context; false without one.
+bool context_device(int& device) noexcept {
+  using fn = decltype(&::cuCtxGetDevice);
+  static const fn get = plain_driver<fn>("cuCtxGetDevice");
+  CUdevice d = 0;
+  if (get == nullptr || get(&d) != CUDA_SUCCESS) return false;
+  device = static_cast<int>(d);
+  return true;
+}
+
+// True when answers should be replaced by our hooks: the process is tracking
+// (whatever this thread is doing: a runtime resolving its entry points inside one of
+// our hooks still gets our functions for later calls).
+bool intercepting() noexcept {
+  process_state s = g_state.load(std::memory_order_acquire);
+  if (s == process_state::uninitialised) s = initialise();
+  return s == process_state::tracking;
+}
+
+void* hook_address(driver_hook_id id) noexcept;
+
+// Note [One real function per ABI].
+void* adopt(driver_hook_id id, void* p) noexcept {
+  if (p == nullptr || is_ours(p)) return p;
+  void* held = nullptr;
+  std::atomic<void*>& slot = g_driver_real[index(id)];
+  if (!slot.compare_exchange_strong(held, p, std::memory_order_acq_rel) && held != p &&
+      object_of(held) != object_of(p)) {
+    stats::global().driver_answers_passed.count();
+    if (!g_passed_logged.exchange(true, std::memory_order_relaxed)) {
+      log::info("{}: handed out another library's function, not intercepted (this ABI's "
+                "real function is already {})",
+                driver_hooks[index(id)].name, held);
+    }
+    return p;
+  }
+  stats::global().driver_answers_wrapped.count();
+  return hook_address(id);
+}
+
+void* answer(const char* symbol, int version, bool per_thread, void* p) noexcept {
+  if (symbol == nullptr || p == nullptr || !intercepting()) return p;
+  const driver_answer a = answer_query(symbol, version, per_thread);
+  if (!a.found || !a.hook) return p;
+  return adopt(*a.hook, p);
+}
+
+call_site site(driver_hook_id id) noexcept {
+  return call_site{driver_hooks[index(id)].name, driver_hooks[index(id)].per_thread, false};
+}
+
+void count(driver_hook_id id) noexcept {
+  stats::count_call(hook_count + index(id));
+  stats::counters& c = stats::global();
+  switch (driver_hooks[index(id)].family) {
+    case driver_family::launch: c.launches.count(); break;
+    case driver_family::copy: c.copies.count(); break;
+    case driver_family::memset: c.memsets.count(); break;
+    case driver_family::graph: c.graph_launches.count(); break;
+    default: break;
+  }
+}
+
+CUresult as_driver(cudaError_t rc) noexcept { return static_cast<CUresult>(rc); }
+
+// ---- handlers ------------------------------------------------------------------------
+
+template <driver_hook_id Id>
+struct driver_tag {};
+
+// Default: forward.
+template <driver_hook_id Base, typename... A>
+CUresult handle_driver(driver_tag<Base>, driver_hook_id, real_driver<Base> real,
+                       A... args) noexcept {
+  return real(args...);
+}
+
+// Work on stream (launch, copy, memset, graph launch): tell the pool which stream
+// got work, make its memory resident (swap/um), then enqueue it.
+template <typename Prepare, typename Enqueue>
+CUresult driver_work(driver_hook_id id, cudaStream_t stream, Prepare prepare,
+                     Enqueue enqueue) noexcept {
+  const call_site at = site(id);
+  if (pool_mode()) pool_note_work(driver_stream(at.per_thread, stream));
+  int device = 0;
+  if (swap_mode() && context_device(device)) {
+    if (const cudaError_t rc = prepare(at, device); rc != cudaSuccess) return as_driver(rc);
+  }
+  const CUresult rc = enqueue();
+  profile_after();
+  return rc;
+}
+
+swap_range range(CUdeviceptr p, std::size_t bytes) noexcept {
+  return swap_range{reinterpret_cast<const void*>(p), bytes};
+}
+
+// The bytes a pitched region of height rows of width bytes spans.
+std::size_t pitched_span(std::size_t pitch, std::size_t width, std::size_t height) noexcept {
+  return height == 0 ? 0 : pitch * (height - 1) + width;
+}
+
+template <typename Real, typename... A>
+CUresult copy_work(driver_hook_id id, cudaStream_t stream, swap_range a, swap_range b,
+                   bool writes, Real real, A... args) noexcept {
+  return driver_work(
+      id, stream,
+      [&](call_site at, int device) { return swap_ranges(at, device, a, b, writes, stream); },
+      [&] { return real(args...); });
+}
+
+// ---- allocation
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemAlloc_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemAlloc_v2> real, CUdeviceptr* dptr,
+                       size_t bytesize) noexcept {
+  int device = 0;
+  if (dptr == nullptr || !context_device(device)) return real(dptr, bytesize);
+  void* out = nullptr;
+  const cudaError_t rc =
+      tracked_alloc(site(id), device, &out, bytesize, alloc_kind::device, nullptr, [&] {
+        CUdeviceptr p = 0;
+        const CUresult r = real(&p, bytesize);
+        out = reinterpret_cast<void*>(p);
+        return static_cast<cudaError_t>(r);
+      });
+  if (rc == cudaSuccess) *dptr = reinterpret_cast<CUdeviceptr>(out);
+  return as_driver(rc);
+}
+
+template <driver_hook_id Base, typename... Extra>
+CUresult async_alloc(driver_hook_id id, real_driver<Base> real, CUdeviceptr* dptr,
+                     size_t bytesize, Extra... extra_then_stream) noexcept {
+  int device = 0;
+  if (dptr == nullptr || !context_device(device)) {
+    return real(dptr, bytesize, extra_then_stream...);
+  }
+  const CUstream stream = std::get<sizeof...(Extra) - 1>(std::make_tuple(extra_then_stream...));
+  void* out = nullptr;
+  const cudaError_t rc =
+      tracked_alloc(site(id), device, &out, bytesize, alloc_kind::async, stream, [&] {
+        CUdeviceptr p = 0;
+        const CUresult r = real(&p, bytesize, extra_then_stream...);
+        out = reinterpret_cast<void*>(p);
+        return static_cast<cudaError_t>(r);
+      });
+  if (rc == cudaSuccess) *dptr = reinterpret_cast<CUdeviceptr>(out);
+  return as_driver(rc);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocAsync>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemAllocAsync> real, CUdeviceptr* dptr,
+                       size_t bytesize, CUstream stream) noexcept {
+  return async_alloc(id, real, dptr, bytesize, stream);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocFromPoolAsync>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemAllocFromPoolAsync> real,
+                       CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                       CUstream stream) noexcept {
+  return async_alloc(id, real, dptr, bytesize, pool, stream);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocManaged>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemAllocManaged> real, CUdeviceptr* dptr,
+                       size_t bytesize, unsigned int flags) noexcept {
+  int device = 0;
+  if (dptr == nullptr || !context_device(device)) return real(dptr, bytesize, flags);
+  void* out = nullptr;
+  const cudaError_t rc =
+      tracked_alloc(site(id), device, &out, bytesize, alloc_kind::managed, nullptr, [&] {
+        CUdeviceptr p = 0;
+        const CUresult r = real(&p, bytesize, flags);
+        out = reinterpret_cast<void*>(p);
+        return static_cast<cudaError_t>(r);
+      });
+  if (rc == cudaSuccess) *dptr = reinterpret_cast<CUdeviceptr>(out);
+  return as_driver(rc);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocPitch_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemAllocPitch_v2> real, CUdeviceptr* dptr,
+                       size_t* pitch, size_t width, size_t height,
+                       unsigned int element_bytes) noexcept {
+  int device = 0;
+  const bool valid_element = element_bytes == 4 || element_bytes == 8 || element_bytes == 16;
+  if (dptr == nullptr || pitch == nullptr || !valid_element ||
+      (height != 0 && width > SIZE_MAX / height) || !context_device(device)) {
+    return real(dptr, pitch, width, height, element_bytes);
+  }
+  void* out = nullptr;
+  const cudaError_t rc = tracked_pitch_alloc(
+      site(id), device, &out, pitch, width, height,
+      [&] {
+        CUdeviceptr p = 0;
+        const CUresult r = real(&p, pitch, width, height, element_bytes);
+        out = reinterpret_cast<void*>(p);
+        return static_cast<cudaError_t>(r);
+      },
+      [&] {
+        real_driver<driver_hook_id::cuMemFree_v2>{driver_hook_id::cuMemFree_v2}(
+            reinterpret_cast<CUdeviceptr>(out));
+      });
+  if (rc == cudaSuccess) *dptr = reinterpret_cast<CUdeviceptr>(out);
+  return as_driver(rc);
+}
+
+// ---- free
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemFree_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemFree_v2> real,
+                       CUdeviceptr dptr) noexcept {
+  return as_driver(tracked_free(site(id), reinterpret_cast<void*>(dptr), false, nullptr, [&] {
+    return static_cast<cudaError_t>(real(dptr));
+  }));
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemFreeAsync>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemFreeAsync> real, CUdeviceptr dptr,
+                       CUstream stream) noexcept {
+  return as_driver(tracked_free(site(id), reinterpret_cast<void*>(dptr), true, stream, [&] {
+    return static_cast<cudaError_t>(real(dptr, stream));
+  }));
+}
+
+// ---- memory information
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemGetInfo_v2>, driver_hook_id,
+                       real_driver<driver_hook_id::cuMemGetInfo_v2> real, size_t* free_bytes,
+                       size_t* total_bytes) noexcept {
+  const CUresult rc = real(free_bytes, total_bytes);
+  int device = 0;
+  if (rc != CUDA_SUCCESS || free_bytes == nullptr || total_bytes == nullptr ||
+      !context_device(device)) {
+    return rc;
+  }
+  virtual_mem_info(device, free_bytes, total_bytes);
+  return rc;
+}
+
+// ---- other libraries' VMM allocations (Note [Memory that is not ours])
+
+struct foreign_allocation {
+  int device;
+  std::uint64_t bytes;
+  bool swap;  // counted against the swap/um capacity (else the tracker's limit)
+};
+
+std::mutex g_foreign_mutex;
+std::unordered_map<CUmemGenericAllocationHandle, foreign_allocation>& foreign() {
+  static auto* map = new std::unordered_map<CUmemGenericAllocationHandle, foreign_allocation>();
+  return *map;
+}
+
+void give_back(const foreign_allocation& f) noexcept {
+  if (f.swap) {
+    pool::device_reserve_foreign(f.device, -static_cast<std::int64_t>(f.bytes));
+  } else {
+    core().release(f.device, f.bytes);
+  }
+  stats::global().foreign_vmm_bytes.sub(f.bytes);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemCreate>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemCreate> real,
+                       CUmemGenericAllocationHandle* handle, size_t size,
+                       const CUmemAllocationProp* prop, unsigned long long flags) noexcept {
+  if (handle == nullptr || prop == nullptr || size == 0 ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return real(handle, size, prop, flags);
+  }
+  const foreign_allocation f{prop->location.id, size, swap_mode()};
+  const call_site at = site(id);
+  if (f.swap) {
+    if (!pool::device_reserve_foreign(f.device, static_cast<std::int64_t>(size))) {
+      stats::global().swap_refusals.count();
+      log::warn("{} of {} refused on device {}: memory created outside oversub would leave "
+                "its swap capacity of {} no room; returning CUDA_ERROR_OUT_OF_MEMORY",
+                at.name, format_bytes(size), f.device,
+                format_bytes(pool::device_residency_capacity(f.device)));
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  } else {
+    resolve_limit(at, f.device);
+    if (!core().reserve(f.device, size)) return as_driver(refuse_allocation(at, f.device, size));
+  }
+  stats::global().foreign_vmm_bytes.add(size);
+  const CUresult rc = real(handle, size, prop, flags);
+  if (rc != CUDA_SUCCESS) {
+    give_back(f);
+    return rc;
+  }
+  std::lock_guard<std::mutex> lock(g_foreign_mutex);
+  foreign()[*handle] = f;
+  return rc;
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemRelease>, driver_hook_id,
+                       real_driver<driver_hook_id::cuMemRelease> real,
+                       CUmemGenericAllocationHandle handle) noexcept {
+  const CUresult rc = real(handle);
+  if (rc != CUDA_SUCCESS) return rc;
+  std::optional<foreign_allocation> f;
+  {
+    std::lock_guard<std::mutex> lock(g_foreign_mutex);
+    auto it = foreign().find(handle);
+    if (it != foreign().end()) {
+      f = it->second;
+      foreign().erase(it);
+    }
+  }
+  if (f) give_back(*f);
+  return rc;
+}
+
+// ---- launches
+
+CUresult launch_work(driver_hook_id id, CUfunction f, CUstream stream, void** params,
+                     void** extra, auto enqueue) noexcept {
+  return driver_work(
+      id, stream,
+      [&](call_site at, int device) {
+        return swap_driver_launch(at, device, f, params, extra, stream);
+      },
+      enqueue);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuLaunchKernel>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuLaunchKernel> real, CUfunction f,
+                       unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                       unsigned bz, unsigned shared, CUstream stream, void** params,
+                       void** extra) noexcept {
+  return launch_work(id, f, stream, params, extra, [&] {
+    return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+  });
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuLaunchKernelEx>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuLaunchKernelEx> real,
+                       const CUlaunchConfig* config, CUfunction f, void** params,
+                       void** extra) noexcept {
+  const CUstream stream = config != nullptr ? config->hStream : nullptr;
+  return launch_work(id, f, stream, params, extra,
+                     [&] { return real(config, f, params, extra); });
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuLaunchCooperativeKernel>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuLaunchCooperativeKernel> real, CUfunction f,
+                       unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                       unsigned bz, unsigned shared, CUstream stream, void** params) noexcept {
+  return launch_work(id, f, stream, params, nullptr, [&] {
+    return real(f, gx, gy, gz, bx, by, bz, shared, stream, params);
+  });
+}
+
+// ---- copies
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpy>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpy> real, CUdeviceptr dst,
+                       CUdeviceptr src, size_t n) noexcept {
+  return copy_work(id, nullptr, range(dst, n), range(src, n), true, real, dst, src, n);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyAsync>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpyAsync> real, CUdeviceptr dst,
+                       CUdeviceptr src, size_t n, CUstream stream) noexcept {
+  return copy_work(id, stream, range(dst, n), range(src, n), true, real, dst, src, n, stream);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyHtoD_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpyHtoD_v2> real, CUdeviceptr dst,
+                       const void* src, size_t n) noexcept {
+  return copy_work(id, nullptr, range(dst, n), {}, true, real, dst, src, n);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyDtoH_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpyDtoH_v2> real, void* dst,
+                       CUdeviceptr src, size_t n) noexcept {
+  return copy_work(id, nullptr, range(src, n), {}, false, real, dst, src, n);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyDtoD_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpyDtoD_v2> real, CUdeviceptr dst,
+                       CUdeviceptr src, size_t n) noexcept {
+  return copy_work(id, nullptr, range(dst, n), range(src, n), true, real, dst, src, n);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyHtoDAsync_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpyHtoDAsync_v2> real, CUdeviceptr dst,
+                       const void* src, size_t n, CUstream stream) noexcept {
+  return copy_work(id, stream, range(dst, n), {}, true, real, dst, src, n, stream);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyDtoHAsync_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpyDtoHAsync_v2> real, void* dst,
+                       CUdeviceptr src, size_t n, CUstream stream) noexcept {
+  return copy_work(id, stream, range(src, n), {}, false, real, dst, src, n, stream);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyDtoDAsync_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpyDtoDAsync_v2> real, CUdeviceptr dst,
+                       CUdeviceptr src, size_t n, CUstream stream) noexcept {
+  return copy_work(id, stream, range(dst, n), range(src, n), true, real, dst, src, n, stream);
+}
+
+// A 2D copy's device-side ranges (device or unified memory on either side).
+void copy2d_ranges(const CUDA_MEMCPY2D* c, swap_range& dst, swap_range& src, bool& writes) {
+  auto on_device = [](CUmemorytype t) {
+    return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED;
+  };
+  writes = true;
+  if (c == nullptr) return;
+  if (on_device(c->dstMemoryType)) {
+    dst = range(c->dstDevice + c->dstY * c->dstPitch + c->dstXInBytes,
+                pitched_span(c->dstPitch, c->WidthInBytes, c->Height));
+  } else {
+    writes = false;
+  }
+  if (on_device(c->srcMemoryType)) {
+    src = range(c->srcDevice + c->srcY * c->srcPitch + c->srcXInBytes,
+                pitched_span(c->srcPitch, c->WidthInBytes, c->Height));
+  }
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpy2D_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpy2D_v2> real,
+                       const CUDA_MEMCPY2D* c) noexcept {
+  swap_range dst, src;
+  bool writes = true;
+  copy2d_ranges(c, dst, src, writes);
+  return copy_work(id, nullptr, dst, src, writes, real, c);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpy2DAsync_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemcpy2DAsync_v2> real,
+                       const CUDA_MEMCPY2D* c, CUstream stream) noexcept {
+  swap_range dst, src;
+  bool writes = true;
+  copy2d_ranges(c, dst, src, writes);
+  return copy_work(id, stream, dst, src, writes, real, c, stream);
+}
+
+// ---- memsets: Base's element size from its name (D8, D16, D32)
+
+template <driver_hook_id Base>
+constexpr std::size_t element_bytes() {
+  constexpr std::string_view n = driver_hooks[index(Base)].name;
+  return n.find("D32") != std::string_view::npos   ? 4
+         : n.find("D16") != std::string_view::npos ? 2
+                                                   : 1;
+}
+
+#define OVERSUB_MEMSET_1D(base)                                                          \
+  template <typename V>                                                                  \
+  CUresult handle_driver(driver_tag<driver_hook_id::base>, driver_hook_id id,            \
+                         real_driver<driver_hook_id::base> real, CUdeviceptr dst, V value, \
+                         size_t n) noexcept {                                            \
+    return copy_work(id, nullptr, range(dst, n * element_bytes<driver_hook_id::base>()), {}, \
+                     true, real, dst, value, n);                                         \
+  }
+#define OVERSUB_MEMSET_1D_ASYNC(base)                                                    \
+  template <typename V>                                                                  \
+  CUresult handle_driver(driver_tag<driver_hook_id::base>, driver_hook_id id,            \
+                         real_driver<driver_hook_id::base> real, CUdeviceptr dst, V value, \
+                         size_t n, CUstream stream) noexcept {                           \
+    return copy_work(id, stream, range(dst, n * element_bytes<driver_hook_id::base>()), {}, \
+                     true, real, dst, value, n, stream);                                 \
+  }
+#define OVERSUB_MEMSET_2D(base)                                                          \
+  template <typename V>                                                                  \
+  CUresult handle_driver(driver_tag<driver_hook_id::base>, driver_hook_id id,            \
+                         real_driver<driver_hook_id::base> real, CUdeviceptr dst,        \
+                         size_t pitch, V value, size_t width, size_t height) noexcept {  \
+    const std::size_t row = width * element_bytes<driver_hook_id::base>();               \
+    return copy_work(id, nullptr, range(dst, pitched_span(pitch, row, height)), {}, true, \
+                     real, dst, pitch, value, width, height);                            \
+  }
+#define OVERSUB_MEMSET_2D_ASYNC(base)                                                    \
+  template <typename V>                                                                  \
+  CUresult handle_driver(driver_tag<driver_hook_id::base>, driver_hook_id id,            \
+                         real_driver<driver_hook_id::base> real, CUdeviceptr dst,        \
+                         size_t pitch, V value, size_t width, size_t height,             \
+                         CUstream stream) noexcept {                                     \
+    const std::size_t row = width * element_bytes<driver_hook_id::base>();               \
+    return copy_work(id, stream, range(dst, pitched_span(pitch, row, height)), {}, true, \
+                     real, dst, pitch, value, width, height, stream);                    \
+  }
+OVERSUB_MEMSET_1D(cuMemsetD8_v2)
+OVERSUB_MEMSET_1D(cuMemsetD16_v2)
+OVERSUB_MEMSET_1D(cuMemsetD32_v2)
+OVERSUB_MEMSET_1D_ASYNC(cuMemsetD8Async)
+OVERSUB_MEMSET_1D_ASYNC(cuMemsetD16Async)
+OVERSUB_MEMSET_1D_ASYNC(cuMemsetD32Async)
+OVERSUB_MEMSET_2D(cuMemsetD2D8_v2)
+OVERSUB_MEMSET_2D(cuMemsetD2D16_v2)
+OVERSUB_MEMSET_2D(cuMemsetD2D32_v2)
+OVERSUB_MEMSET_2D_ASYNC(cuMemsetD2D8Async)
+OVERSUB_MEMSET_2D_ASYNC(cuMemsetD2D16Async)
+OVERSUB_MEMSET_2D_ASYNC(cuMemsetD2D32Async)
+#undef OVERSUB_MEMSET_1D
+#undef OVERSUB_MEMSET_1D_ASYNC
+#undef OVERSUB_MEMSET_2D
+#undef OVERSUB_MEMSET_2D_ASYNC
+
+// ---- graphs: a possible write, ranges not computed (swap_hooks.h)
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuGraphLaunch>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuGraphLaunch> real, CUgraphExec exec,
+                       CUstream stream) noexcept {
+  return copy_work(id, stream, {}, {}, true, real, exec, stream);
+}
+
+}  // namespace
+
+bool driver_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept {
+  void* p = real_of(driver_hook_id::cuMemGetInfo_v2);
+  if (p == nullptr) return false;
+  return reinterpret_cast<driver_real_type<driver_hook_id::cuMemGetInfo_v2>::type>(p)(
+             free_bytes, total_bytes) == CUDA_SUCCESS;
+}
+
+void* driver_answer_for_symbol(const char* name, void* p) noexcept {
+  if (name == nullptr || p == nullptr || name[0] != 'c' || name[1] != 'u') return p;
+  const std::optional<driver_hook_id> id = find_driver_export(name);
+  if (!id || is_ours(p) || !intercepting() || !from_driver(p)) return p;
+  return adopt(*id, p);
+}
+
+void* driver_answer_for_query(const char* symbol, int version, unsigned long long flags,
+                              bool default_per_thread, void* p) noexcept {
+  const bool per_thread = (flags & cudaEnablePerThreadDefaultStream) != 0 ||
+                          ((flags & cudaEnableLegacyStream) == 0 && default_per_thread);
+  return answer(symbol, version, per_thread, p);
+}
+
+cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPoint>, hook_id id, const char* symbol,
+                   void** funcPtr, unsigned long long flags,
+                   cudaDriverEntryPointQueryResult* driverStatus) noexcept {
+  const cudaError_t rc =
+      call_real<hook_id::cudaGetDriverEntryPoint>(id, symbol, funcPtr, flags, driverStatus);
+  if (rc == cudaSuccess && funcPtr != nullptr) {
+    // Without a version the runtime asks for its own (CUDART_VERSION).
+    *funcPtr = driver_answer_for_query(symbol, CUDART_VERSION, flags,
+                                       hook_per_thread[index(id)], *funcPtr);
+  }
+  return rc;
+}
+
+cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPointByVersion>, hook_id id,
+                   const char* symbol, void** funcPtr, unsigned int cudaVersion,
+                   unsigned long long flags,
+                   cudaDriverEntryPointQueryResult* driverStatus) noexcept {
+  const cudaError_t rc = call_real<hook_id::cudaGetDriverEntryPointByVersion>(
+      id, symbol, funcPtr, cudaVersion, flags, driverStatus);
+  if (rc == cudaSuccess && funcPtr != nullptr) {
+    *funcPtr = driver_answer_for_query(symbol, static_cast<int>(cudaVersion), flags,
+                                       hook_per_thread[index(id)], *funcPtr);
+  }
+  return rc;
+}
+
+const char* const* driver_hook_names() noexcept {
+  static const auto names = [] {
+    std::array<const char*, driver_hook_count> n{};
+    for (std::size_t i = 0; i < driver_hook_count; ++i) n[i] = driver_hooks[i].name;
+    return n;
+  }();
+  return names.data();
+}
+
+std::size_t driver_hook_names_count() noexcept { return driver_hook_count; }
+
+}  // namespace oversub::interpose
+
+// ---- the exported hooks -----------------------------------------------------------------
+
+#define OVERSUB_EXPORT __attribute__((visibility("default")))
+#define OVERSUB_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__
+
+#define OVERSUB_DRIVER_EMIT(family, symbol, base, query, since, per_thread, params, args)   \
+  extern "C" OVERSUB_EXPORT CUresult symbol params noexcept {                               \
+    namespace ip = oversub::interpose;                                                      \
+    constexpr ip::driver_hook_id id = ip::driver_hook_id::symbol;                           \
+    const ip::real_driver<ip::driver_hook_id::base> real{id};                               \
+    if (!ip::hooks_active()) return real args;                                              \
+    ip::reentrancy_guard guard;                                                             \
+    ip::count(id);                                                                          \
+    return ip::handle_driver(ip::driver_tag<ip::driver_hook_id::base>{}, id,                \
+                             real OVERSUB_COMMA_ARGS args);                                 \
+  }
+#include "interpose/driver_hook_list.h"
+
+// cuGetProcAddress, both ABIs: ask the real one, then answer by the version table
+// (Note [Answering by version] in driver_table.h). A query with the default flag is
+// asked again with the legacy one to learn which flavour the driver chose.
+namespace oversub::interpose {
+namespace {
+
+template <typename Query>
+void* answer_proc(const char* symbol, int version, cuuint64_t flags, void* p,
+                  Query ask_legacy) noexcept {
+  if (symbol == nullptr || p == nullptr || !intercepting()) return p;
+  bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  if ((flags & (CU_GET_PROC_ADDRESS_LEGACY_STREAM |
+                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) == 0 &&
+      answer_query(symbol, version, true).hook != answer_query(symbol, version, false).hook) {
+    void* legacy = nullptr;
+    per_thread = ask_legacy(&legacy) == CUDA_SUCCESS && legacy != p;
+  }
+  return answer(symbol, version, per_thread, p);
+}
+
+}  // namespace
+}  // namespace oversub::interpose
+
+extern "C" OVERSUB_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn,
+                                                       int cudaVersion, cuuint64_t flags,
+                                                       CUdriverProcAddressQueryResult* status) noexcept {
+  namespace ip = oversub::interpose;
+  using fn = ip::driver_real_type<ip::driver_hook_id::cuGetProcAddress_v2>::type;
+  void* p = ip::real_of(ip::driver_hook_id::cuGetProcAddress_v2);
+  if (p == nullptr) return ip::missing_driver_real(ip::driver_hook_id::cuGetProcAddress_v2);
+  const auto real = reinterpret_cast<fn>(p);
+  const CUresult rc = real(symbol, pfn, cudaVersion, flags, status);
+  if (rc != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr) return rc;
+  *pfn = ip::answer_proc(symbol, cudaVersion, flags, *pfn, [&](void** legacy) {
+    CUdriverProcAddressQueryResult s{};
+    return real(symbol, legacy, cudaVersion, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &s);
+  });
+  return rc;
+}
+
+// The CUDA 11.3 ABI, exported as cuGetProcAddress (cuda.h #defines that name to _v2).
+extern "C" OVERSUB_EXPORT CUresult oversub_cuGetProcAddress_v1(const char* symbol, void** pfn,
+                                                               int cudaVersion,
+                                                               cuuint64_t flags) noexcept
+    __asm__("cuGetProcAddress");
+extern "C" OVERSUB_EXPORT CUresult oversub_cuGetProcAddress_v1(const char* symbol, void** pfn,
+                                                               int cudaVersion,
+                                                               cuuint64_t flags) noexcept {
+  namespace ip = oversub::interpose;
+  using fn = ip::driver_real_type<ip::driver_hook_id::cuGetProcAddress_v1>::type;
+  void* p = ip::real_of(ip::driver_hook_id::cuGetProcAddress_v1);
+  if (p == nullptr) return ip::missing_driver_real(ip::driver_hook_id::cuGetProcAddress_v1);
+  const auto real = reinterpret_cast<fn>(p);
+  const CUresult rc = real(symbol, pfn, cudaVersion, flags);
+  if (rc != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr) return rc;
+  *pfn = ip::answer_proc(symbol, cudaVersion, flags, *pfn, [&](void** legacy) {
+    return real(symbol, legacy, cudaVersion, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
+  });
+  return rc;
+}
+
+namespace oversub::interpose {
+namespace {
+
+void* hook_address(driver_hook_id id) noexcept {
+  static void* const addresses[driver_hook_count] = {
+#define OVERSUB_DRIVER_EMIT(family, symbol, base, query, since, per_thread, params, args) \
+  reinterpret_cast<void*>(&::symbol),
+#include "interpose/driver_hook_list.h"
+      reinterpret_cast<void*>(&::oversub_cuGetProcAddress_v1),
+      reinterpret_cast<void*>(&::cuGetProcAddress_v2),
+  };
+  return addresses[index(id)];
+}
+
+}  // namespace
+}  // namespace oversub::interpose
