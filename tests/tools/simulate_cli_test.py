@@ -10,6 +10,9 @@ Cases (--case):
            capacity below the largest launch, an unknown device, a batch-less name
   tune     the tuner: a larger batch that must swap over a slow link loses to a smaller
            one that fits; over a fast link, where compute hides the copies, it wins
+  simtrain a real profile (simtrain profiled on simgpu): the simulator's peak live
+           bytes and unlimited time against the profile read in Python, the duration
+           model on it, and every policy's schedule within the capacity
 """
 from __future__ import annotations
 
@@ -293,7 +296,57 @@ def case_tune(c: Ctx) -> None:
     print(r.stdout)
 
 
-CASES = {"toy": case_toy, "modeled": case_modeled, "sweep": case_sweep, "errors": case_errors,
+def case_simtrain(c: Ctx) -> None:
+    import math
+    from oprof import read_profile
+    from oversub_profile import live_bytes
+    prof = c.tmp / "simtrain.oprof"
+    r = subprocess.run([sys.executable, c.a.oversub, "profile", "--lib", c.a.lib, "-o", str(prof),
+                        "--", c.a.simtrain, "--depth", "8", "--width", "256", "--batch", "128",
+                        "--iters", "5"], capture_output=True, text=True, timeout=150)
+    check(r.returncode == 0 and prof.exists(), f"profile failed:\n{r.stderr}")
+    p = read_profile(prof)
+    measured = [x.duration_ns for x in p.launches if x.duration_ns > 0]
+    check(len(measured) > len(p.launches) // 2, "CUPTI measured few durations")
+    check(all(a.long_lived or a.free_at is not None for a in p.allocations),
+          "simtrain's iteration frees what it allocates")
+
+    # The duration model on the H100 model: 2.0e12 bytes/s, at least 3 us a launch.
+    def modeled(x) -> int:
+        used = sum(p.allocations[b].bytes for b in set(x.buffers))
+        return max(3_000, math.ceil(used * 1e9 / 2.0e12))
+
+    out = json.loads(c.oversub("simulate", str(prof), "--json").stdout)
+    # The simulator's peak live bytes are the report's (computed in Python from the
+    # allocations' positions); its unlimited time is the H100 model's launch latency
+    # (3 us) plus the measured durations, modeled where simgpu's CUPTI gave 0.
+    check(out["peak_live_bytes"] == max(live_bytes(p)),
+          f"peak live {out['peak_live_bytes']} != {max(live_bytes(p))}")
+    check(out["durations"]["measured"] == len(measured) and
+          out["durations"]["modeled"] == len(p.launches) - len(measured), f"{out['durations']}")
+    want = 3_000 + sum(x.duration_ns or modeled(x) for x in p.launches)
+    check(out["unlimited_iteration_ns"] == want, f"unlimited {out['unlimited_iteration_ns']} != {want}")
+    m = json.loads(c.oversub("simulate", str(prof), "--durations", "model", "--json").stdout)
+    want = 3_000 + sum(modeled(x) for x in p.launches)
+    check(m["unlimited_iteration_ns"] == want, f"modeled unlimited {m['unlimited_iteration_ns']} != {want}")
+    peak = out["peak_live_bytes"]
+    # With the peak live bytes nothing moves under cost.
+    fit = json.loads(c.oversub("simulate", str(prof), "--capacity", str(peak), "--json").stdout)
+    q = fit["points"][0]
+    check(q["iteration_ns"] == q["unlimited_iteration_ns"] and q["h2d_bytes"] == 0 and
+          q["d2h_bytes"] == 0, f"at peak live: {q}")
+    # In half of it every policy has a schedule within the capacity, no faster than
+    # the transfer bound, and moves data.
+    cap = peak // 2
+    half = json.loads(c.oversub("simulate", str(prof), "--capacity", str(cap), "--policy", "all",
+                                "--json").stdout)
+    for q in half["points"]:
+        check(q["ok"] and q["peak_device_bytes"] <= cap and q["peak_device_bytes_in_time"] <= cap
+              and q["iteration_ns"] >= q["transfer_bound_ns"] > q["unlimited_iteration_ns"]
+              and q["h2d_bytes"] > 0, f"{q['policy']} in half: {q}")
+
+
+CASES = {"simtrain": case_simtrain, "toy": case_toy, "modeled": case_modeled, "sweep": case_sweep, "errors": case_errors,
          "tune": case_tune}
 
 
@@ -303,10 +356,14 @@ def main() -> int:
     ap.add_argument("--oversub", required=True)
     ap.add_argument("--simulator", required=True)
     ap.add_argument("--write-profile", required=True)
+    ap.add_argument("--lib", help="liboversub.so (simtrain case)")
+    ap.add_argument("--simtrain", help="simtrain built for simgpu (simtrain case)")
     a = ap.parse_args()
     # meson passes built programs relative to the build folder; the cases run elsewhere.
     a.simulator = str(Path(a.simulator).resolve())
     a.write_profile = str(Path(a.write_profile).resolve())
+    if a.case == "simtrain" and not (a.lib and a.simtrain):
+        ap.error("the simtrain case needs --lib and --simtrain")
     with tempfile.TemporaryDirectory(prefix="simulate-cli-") as tmp:
         try:
             CASES[a.case](Ctx(a, Path(tmp)))

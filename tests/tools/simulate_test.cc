@@ -140,6 +140,35 @@ TEST(ProfileModel, UsesOutsideTheRecordedLifetimeWidenIt) {
   EXPECT_EQ(r.model.buffers[0].free_launch, 1u);
 }
 
+// The previous iteration's buffer whose free the rotation put at position 0, and a
+// temporary freed before the next launch: neither holds memory while a launch runs.
+TEST(ProfileModel, AllocationsLiveAtNoLaunchTakeNoMemory) {
+  profiler::profile p = toy_profile(300, 500);
+  profiler::allocation_record old_one;
+  old_one.bytes = 4;
+  old_one.long_lived = true;
+  old_one.address = 0x3000000;
+  old_one.free_at = 0;
+  profiler::allocation_record temporary;
+  temporary.ordinal = 1;
+  temporary.bytes = 8;
+  temporary.alloc_at = 1;
+  temporary.free_at = 1;
+  p.allocations.push_back(old_one);    // 3
+  p.allocations.push_back(temporary);  // 4
+  const profile_model r = model_from_profile(p, toy_device(), duration_source::automatic);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.live_at_no_launch, 2u);
+  EXPECT_EQ(r.model.buffers[3].bytes, 0u);
+  EXPECT_EQ(r.model.buffers[4].bytes, 0u);
+  EXPECT_EQ(policy::peak_live_bytes(r.model), 2 * X + X / 2);
+  // A launch that uses one after all gets its bytes back.
+  p.launches[1].buffers.push_back(4);
+  const profile_model used = model_from_profile(p, toy_device(), duration_source::automatic);
+  EXPECT_EQ(used.live_at_no_launch, 1u);
+  EXPECT_EQ(used.model.buffers[4].bytes, 8u);
+}
+
 TEST(ProfileModel, NoLaunchesIsAnError) {
   profiler::profile p;
   EXPECT_EQ(model_from_profile(p, toy_device(), duration_source::automatic).error,

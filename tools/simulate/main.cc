@@ -191,8 +191,8 @@ void print_json(const options& opts, const device_model& device, const profile_m
               opts.durations == duration_source::model ? "model" : "auto",
               pm.durations_measured, pm.durations_modeled);
   std::printf("  \"launches\": %zu, \"buffers\": %zu, \"long_lived_buffers\": %u, "
-              "\"unfreed_taken_as_long_lived\": %u,\n",
-              s.launches, s.buffers, pm.long_lived, pm.unfreed);
+              "\"unfreed_taken_as_long_lived\": %u, \"live_at_no_launch\": %u,\n",
+              s.launches, s.buffers, pm.long_lived, pm.unfreed, pm.live_at_no_launch);
   std::printf("  \"peak_live_bytes\": %zu,\n", s.peak_live_bytes);
   std::printf("  \"largest_launch\": {\"launch\": %u, \"bytes\": %zu, \"buffers\": %zu},\n",
               s.largest.launch, s.largest.bytes, s.largest.buffer_count);

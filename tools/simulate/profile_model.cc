@@ -28,6 +28,15 @@ profile_model model_from_profile(const profiler::profile& p, const device_model&
     policy::model_buffer b;
     b.bytes = a.bytes;
     b.long_lived = a.long_lived || a.free_at == profiler::no_index;
+    // Freed before any launch could use it: a long-lived one freed at position 0, a
+    // per-iteration one freed before the next launch (or allocated after the last).
+    const bool live_at_no_launch =
+        a.free_at != profiler::no_index &&
+        (a.long_lived ? a.free_at == 0 : (a.free_at <= a.alloc_at || a.alloc_at >= n));
+    if (live_at_no_launch) {
+      b.bytes = 0;
+      ++r.live_at_no_launch;
+    }
     if (b.long_lived) {
       ++r.long_lived;
       if (!a.long_lived) ++r.unfreed;
@@ -50,6 +59,10 @@ profile_model model_from_profile(const profiler::profile& p, const device_model&
         return r;
       }
       if (std::find(ml.uses.begin(), ml.uses.end(), b) != ml.uses.end()) continue;
+      if (m.buffers[b].bytes == 0 && p.allocations[b].bytes != 0) {
+        m.buffers[b].bytes = p.allocations[b].bytes;  // used after all: it holds memory
+        --r.live_at_no_launch;
+      }
       ml.uses.push_back(b);
       bytes_used += m.buffers[b].bytes;
       policy::model_buffer& buf = m.buffers[b];

@@ -5,8 +5,11 @@
 // - Every allocation is a buffer of its bytes. A long-lived allocation is
 //   long-lived. A per-iteration one lives over launches [alloc_at, free_at - 1]
 //   (positions count the launches issued before the event), widened to cover every
-//   launch that uses it; one freed before any launch ran holds memory at launch
-//   alloc_at only (the framework held it there).
+//   launch that uses it.
+// - An allocation live at no launch (a long-lived one freed before the first launch:
+//   the previous iteration's, its free rotated into this one; a per-iteration one
+//   freed before the next launch) is a buffer of 0 bytes: it holds no memory while
+//   a launch runs. So peak live bytes are those of `oversub report`.
 // - A per-iteration allocation not freed within the iteration (free_at none: the
 //   profile's iteration was rotated, so it is freed in the next one) is taken as
 //   long-lived: it counts as live over the whole iteration and its content is kept
@@ -52,6 +55,7 @@ struct profile_model {
   std::uint32_t durations_modeled = 0;   // launches with a modeled duration
   std::uint32_t long_lived = 0;          // long-lived buffers, the unfreed included
   std::uint32_t unfreed = 0;             // per-iteration allocations taken as long-lived
+  std::uint32_t live_at_no_launch = 0;   // allocations taken as 0 bytes
 };
 
 // The modeled duration of a launch using `bytes_used` bytes (Note [Duration model]).
