@@ -76,6 +76,7 @@ struct options {
   bool check = true;
   long long corrupt_after = -1;  // run-wide launches before the corruption; -1: none
   double scale = 1.0;            // every buffer's and copy's bytes times this
+  bool footprint_writes = false; // simgpu: declare the buffers written too
   bool quiet = false;
 };
 
@@ -84,13 +85,16 @@ struct options {
   if (!message.empty()) std::fprintf(out, "%s: %s\n", prog, message.c_str());
   std::fprintf(out,
                "usage: %s PROFILE.oprof [--iters N] [--check|--no-check] "
-               "[--corrupt-after N] [--scale X] [--quiet]\n"
+               "[--corrupt-after N] [--scale X] [--footprint read|readwrite] [--quiet]\n"
                "  --iters N           iterations to replay (default 3)\n"
                "  --scale X           buffer and copy sizes times X (rounded up to whole\n"
                "                      4-byte words), durations kept (default 1)\n"
                "  --check, --no-check verify every buffer's data (default on)\n"
                "  --corrupt-after N   debug: after N launches overwrite a word of a buffer\n"
                "                      a later launch uses; the check must then fail\n"
+               "  --footprint M       simgpu: buffers declared read (recorded durations)\n"
+               "                      or readwrite (the race detector sees the writes;\n"
+               "                      bytes count twice toward durations) (default read)\n"
                "  --quiet             no per-iteration lines\n",
                prog);
   std::exit(status);
@@ -117,9 +121,17 @@ options parse_options(int argc, char** argv) {
     if (a == "--check") { opt.check = true; continue; }
     if (a == "--no-check") { opt.check = false; continue; }
     if (a == "--quiet") { opt.quiet = true; continue; }
-    if (a == "--iters" || a == "--corrupt-after" || a == "--scale") {
+    if (a == "--iters" || a == "--corrupt-after" || a == "--scale" || a == "--footprint") {
       if (i + 1 >= argc) usage(prog, std::string(a) + " needs a value");
       const char* v = argv[++i];
+      if (a == "--footprint") {
+        const std::string_view m = v;
+        if (m != "read" && m != "readwrite") {
+          usage(prog, std::string("--footprint: want read or readwrite, not '") + v + "'");
+        }
+        opt.footprint_writes = m == "readwrite";
+        continue;
+      }
       if (a == "--scale") {
         char* end = nullptr;
         opt.scale = std::strtod(v, &end);
@@ -449,6 +461,7 @@ class replayer {
       a.flops_per_ns = flops_per_ns_;
       a.launch = k;
       a.iteration = static_cast<unsigned int>(iter);
+      a.writes = opt_.footprint_writes ? 1u : 0u;
       const std::size_t lo = part * replay_max_buffers;
       const std::size_t hi = std::min(total, lo + replay_max_buffers);
       for (std::size_t i = lo; i < hi; ++i) {

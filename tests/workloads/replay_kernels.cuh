@@ -19,11 +19,15 @@
 // The kernel runs in one thread: it touches at most replay_samples words per buffer
 // however large the buffer, so replaying a big trace on simgpu takes seconds. The
 // duration is modeled, not computed: on simgpu the footprint declares every buffer
-// whole (read and written: the residency engine must move all of it, and simgpu
-// checks every byte is accessible) and flops worth the recorded duration at the
-// device's rate (calibrated by replay.cu), so the kernel takes
-// max(recorded duration, its buffers' bytes / memory bandwidth); on a GPU the
-// thread spins on %globaltimer for the recorded duration.
+// whole (the residency engine must move all of it, and simgpu checks every byte is
+// accessible) and flops worth the recorded duration at the device's rate
+// (calibrated by replay.cu), so the kernel takes max(recorded duration, its
+// buffers' bytes / memory bandwidth). Note [Footprint modes]: the buffers are
+// declared read by default, so each byte counts once and a trace whose durations
+// came from the same device model replays at its recorded times; with
+// `writes` they are declared read and written, so simgpu's race detector sees the
+// kernel's writes (stricter for testing oversub), and the bytes count twice. On a
+// GPU the thread spins on %globaltimer for the recorded duration.
 //
 // A mismatch is written to a replay_status in mapped pinned host memory, which the
 // host reads after each iteration: not a device allocation, so the launches use
@@ -110,7 +114,7 @@ struct replay_args {
   unsigned int launch = 0;          // trace launch index, for reports
   unsigned int iteration = 0;
   unsigned int count = 0;           // buffers used
-  unsigned int pad = 0;
+  unsigned int writes = 0;          // simgpu: 1 declares the buffers written as well
   replay_buffer buffers[replay_max_buffers];
 };
 
@@ -156,8 +160,10 @@ __global__ void replay_kernel(replay_args a) {
 }
 KERNEL_FOOTPRINT(replay_kernel, [](simgpu::footprint& fp, replay_args a) {
   for (unsigned int b = 0; b < a.count; ++b) {
-    fp.readwrite(reinterpret_cast<unsigned char*>(a.buffers[b].words),
-                 static_cast<std::size_t>(a.buffers[b].bytes));
+    auto* p = reinterpret_cast<unsigned char*>(a.buffers[b].words);
+    const auto bytes = static_cast<std::size_t>(a.buffers[b].bytes);
+    if (a.writes != 0) fp.readwrite(p, bytes);
+    else fp.read(p, bytes);
   }
   fp.flops(static_cast<double>(a.duration_ns) * a.flops_per_ns);
 });

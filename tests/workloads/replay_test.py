@@ -173,6 +173,8 @@ def reference(args: argparse.Namespace, trace: Path) -> dict:
     cmd = [str(args.replay), str(trace), "--iters", str(args.iters)]
     if args.scale:
         cmd += ["--scale", args.scale]
+    if args.footprint:
+        cmd += ["--footprint", args.footprint]
     proc = run(cmd, {"SIMGPU_RACE": "abort"}, None)
     got = parse(proc, "with plenty of memory")
     want_buffers = verifiable(profile, args.iters)
@@ -211,6 +213,25 @@ def case_edges(args: argparse.Namespace, tmp: Path) -> None:
              f"replayed {ref['peak']}", proc)
     print(f"edges: plan {got} as the profile says; {ref['buffers']} buffers verified over "
           f"{ref['launches']} launches, peak {ref['peak']} bytes")
+    # Kernels take their recorded durations: doubling every duration lengthens the
+    # iteration by the trace's kernel time (launch and copy overheads cancel; the
+    # buffers are small enough that bandwidth never sets a kernel's time).
+    slow = read_profile(trace)
+    for launch in slow.launches:
+        launch.duration_ns *= 2
+    slow.iteration_kernel_ns *= 2
+    slow_trace = tmp / "edges-slow.oprof"
+    write_profile(slow_trace, slow)
+    cmd = [str(slow_trace) if part == str(trace) else part for part in ref["cmd"]]
+    slower = parse(run(cmd, {"SIMGPU_RACE": "abort"}, None), "with doubled durations")
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    added_ms = mean(slower["times_ms"]) - mean(ref["times_ms"])
+    kernel_ms = ref["profile"].iteration_kernel_ns / 1e6
+    if abs(added_ms - kernel_ms) > 0.01 * kernel_ms:
+        fail(f"doubling the durations added {added_ms} ms per iteration, the trace's kernel "
+             f"time is {kernel_ms} ms")
+    print(f"edges: doubled durations add {added_ms:.6f} ms per iteration, kernel time "
+          f"{kernel_ms:.6f} ms")
     # Note [Races on the edge trace]: on this trace oversub's swap mode (as of this
     # test's writing) evicts pages without ordering after the kernel on the legacy
     # stream that last wrote them (simgpu: a write by replay_kernel unordered with a
@@ -299,6 +320,8 @@ def main() -> int:
     ap.add_argument("--ratio", type=float, default=3.0, help="peak / device memory")
     ap.add_argument("--trace", type=Path, help="trace: the profile to replay")
     ap.add_argument("--scale", help="the replay's --scale (buffer and copy bytes times it)")
+    ap.add_argument("--footprint", choices=["read", "readwrite"],
+                    help="the replay's --footprint (readwrite: simgpu sees the kernel's writes)")
     ap.add_argument("--races-abort", action="store_true",
                     help="edges: SIMGPU_RACE=abort under swap (else report)")
     ap.add_argument("--expect-scheduled", action="store_true",
