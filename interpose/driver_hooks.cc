@@ -255,71 +255,52 @@ CUresult copy_work(driver_hook_id id, cudaStream_t stream, swap_range a, swap_ra
 
 // ---- allocation
 
-CUresult handle_driver(driver_tag<driver_hook_id::cuMemAlloc_v2>, driver_hook_id id,
-                       real_driver<driver_hook_id::cuMemAlloc_v2> real, CUdeviceptr* dptr,
-                       size_t bytesize) noexcept {
+// An allocation of bytes into *dptr through the core (memory_core.h): real(&p) is the
+// driver's own allocation, used when the pool does not serve it. Forwarded untouched
+// without a result pointer or a current context.
+template <typename Real>
+CUresult driver_alloc(driver_hook_id id, CUdeviceptr* dptr, size_t bytes, alloc_kind kind,
+                      CUstream stream, Real real) noexcept {
   int device = 0;
-  if (dptr == nullptr || !context_device(device)) return real(dptr, bytesize);
+  if (dptr == nullptr || !context_device(device)) return real(dptr);
   void* out = nullptr;
-  const cudaError_t rc =
-      tracked_alloc(site(id), device, &out, bytesize, alloc_kind::device, nullptr, [&] {
-        CUdeviceptr p = 0;
-        const CUresult r = real(&p, bytesize);
-        out = reinterpret_cast<void*>(p);
-        return static_cast<cudaError_t>(r);
-      });
+  const cudaError_t rc = tracked_alloc(site(id), device, &out, bytes, kind, stream, [&] {
+    CUdeviceptr p = 0;
+    const CUresult r = real(&p);
+    out = reinterpret_cast<void*>(p);
+    return static_cast<cudaError_t>(r);
+  });
   if (rc == cudaSuccess) *dptr = reinterpret_cast<CUdeviceptr>(out);
   return as_driver(rc);
 }
 
-template <driver_hook_id Base, typename... Extra>
-CUresult async_alloc(driver_hook_id id, real_driver<Base> real, CUdeviceptr* dptr,
-                     size_t bytesize, Extra... extra_then_stream) noexcept {
-  int device = 0;
-  if (dptr == nullptr || !context_device(device)) {
-    return real(dptr, bytesize, extra_then_stream...);
-  }
-  const CUstream stream = std::get<sizeof...(Extra) - 1>(std::make_tuple(extra_then_stream...));
-  void* out = nullptr;
-  const cudaError_t rc =
-      tracked_alloc(site(id), device, &out, bytesize, alloc_kind::async, stream, [&] {
-        CUdeviceptr p = 0;
-        const CUresult r = real(&p, bytesize, extra_then_stream...);
-        out = reinterpret_cast<void*>(p);
-        return static_cast<cudaError_t>(r);
-      });
-  if (rc == cudaSuccess) *dptr = reinterpret_cast<CUdeviceptr>(out);
-  return as_driver(rc);
+CUresult handle_driver(driver_tag<driver_hook_id::cuMemAlloc_v2>, driver_hook_id id,
+                       real_driver<driver_hook_id::cuMemAlloc_v2> real, CUdeviceptr* dptr,
+                       size_t bytesize) noexcept {
+  return driver_alloc(id, dptr, bytesize, alloc_kind::device, nullptr,
+                      [&](CUdeviceptr* p) { return real(p, bytesize); });
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocAsync>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemAllocAsync> real, CUdeviceptr* dptr,
                        size_t bytesize, CUstream stream) noexcept {
-  return async_alloc(id, real, dptr, bytesize, stream);
+  return driver_alloc(id, dptr, bytesize, alloc_kind::async, stream,
+                      [&](CUdeviceptr* p) { return real(p, bytesize, stream); });
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocFromPoolAsync>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemAllocFromPoolAsync> real,
                        CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                        CUstream stream) noexcept {
-  return async_alloc(id, real, dptr, bytesize, pool, stream);
+  return driver_alloc(id, dptr, bytesize, alloc_kind::async, stream,
+                      [&](CUdeviceptr* p) { return real(p, bytesize, pool, stream); });
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocManaged>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemAllocManaged> real, CUdeviceptr* dptr,
                        size_t bytesize, unsigned int flags) noexcept {
-  int device = 0;
-  if (dptr == nullptr || !context_device(device)) return real(dptr, bytesize, flags);
-  void* out = nullptr;
-  const cudaError_t rc =
-      tracked_alloc(site(id), device, &out, bytesize, alloc_kind::managed, nullptr, [&] {
-        CUdeviceptr p = 0;
-        const CUresult r = real(&p, bytesize, flags);
-        out = reinterpret_cast<void*>(p);
-        return static_cast<cudaError_t>(r);
-      });
-  if (rc == cudaSuccess) *dptr = reinterpret_cast<CUdeviceptr>(out);
-  return as_driver(rc);
+  return driver_alloc(id, dptr, bytesize, alloc_kind::managed, nullptr,
+                      [&](CUdeviceptr* p) { return real(p, bytesize, flags); });
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocPitch_v2>, driver_hook_id id,
