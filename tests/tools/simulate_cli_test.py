@@ -13,6 +13,9 @@ Cases (--case):
   simtrain a real profile (simtrain profiled on simgpu): the simulator's peak live
            bytes and unlimited time against the profile read in Python, the duration
            model on it, and every policy's schedule within the capacity
+  shipped  every shipped trace (traces/*.oprof): peak live bytes as oversub report
+           computes them, and a cost schedule within half of them (or the largest
+           launch) that is no faster than the transfer bound
 """
 from __future__ import annotations
 
@@ -31,6 +34,10 @@ sys.path.insert(0, str(REPO / "scripts" / "lib"))
 
 
 class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
     pass
 
 
@@ -346,7 +353,31 @@ def case_simtrain(c: Ctx) -> None:
               and q["h2d_bytes"] > 0, f"{q['policy']} in half: {q}")
 
 
-CASES = {"simtrain": case_simtrain, "toy": case_toy, "modeled": case_modeled, "sweep": case_sweep, "errors": case_errors,
+def case_shipped(c: Ctx) -> None:
+    from oprof import read_profile
+    from oversub_profile import live_bytes
+    traces = sorted((REPO / "traces").glob("*.oprof"))
+    if not traces:
+        raise Skip("no shipped traces")
+    for t in traces:
+        p = read_profile(t)
+        out = json.loads(c.oversub("simulate", str(t), "--json").stdout)
+        unfreed = any(not a.long_lived and a.free_at is None for a in p.allocations)
+        if not unfreed:
+            check(out["peak_live_bytes"] == max(live_bytes(p)), f"{t.name}: peak live "
+                  f"{out['peak_live_bytes']} != {max(live_bytes(p))}")
+        cap = max(out["peak_live_bytes"] // 2, out["largest_launch"]["bytes"])
+        r = c.oversub("simulate", str(t), "--capacity", str(cap), "--json")
+        check(r.returncode == 0, f"{t.name}: {r.stderr}")
+        q = json.loads(r.stdout)["points"][0]
+        check(q["ok"] and q["peak_device_bytes"] <= cap and
+              q["iteration_ns"] >= q["transfer_bound_ns"] >= q["unlimited_iteration_ns"] > 0,
+              f"{t.name} in {cap}: {q}")
+        print(f"{t.name}: peak live {out['peak_live_bytes']}, in {cap}: "
+              f"+{100 * q['overhead']:.1f}%")
+
+
+CASES = {"shipped": case_shipped, "simtrain": case_simtrain, "toy": case_toy, "modeled": case_modeled, "sweep": case_sweep, "errors": case_errors,
          "tune": case_tune}
 
 
@@ -370,6 +401,9 @@ def main() -> int:
         except Failure as e:
             print(f"FAIL: {e}", file=sys.stderr)
             return 1
+        except Skip as e:
+            print(f"skipped: {e}")
+            return 77
     print(f"ok: {a.case}")
     return 0
 
