@@ -385,8 +385,8 @@ class replayer {
   std::uint64_t launches() const { return launches_; }
   std::uint64_t kernel_launches() const { return kernel_launches_; }
   std::size_t buffers_verified() const {
-    return static_cast<std::size_t>(
-        std::count_if(state_.begin(), state_.end(), [](const buffer_state& s) { return s.verified; }));
+    return static_cast<std::size_t>(std::count_if(
+        state_.begin(), state_.end(), [](const buffer_state& s) { return s.verified; }));
   }
   bool marks_iterations() const { return iteration_begin_ != nullptr; }
 
@@ -618,6 +618,10 @@ int main(int argc, char** argv) {
     launches = run.launches();
     kernels = run.kernel_launches();
     verified = run.buffers_verified();
+  }
+  if (opt.corrupt_after >= 0 && launches < static_cast<std::uint64_t>(opt.corrupt_after)) {
+    std::printf("corrupt: launch %lld never reached (%" PRIu64 " replayed)\n",
+                opt.corrupt_after, launches);
   }
   std::printf("iterations marked for oversub: %s\n", marked ? "yes" : "no");
   std::printf("peak device bytes: %" PRIu64 "\n", peak);

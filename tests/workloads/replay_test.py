@@ -20,6 +20,7 @@ OVERSUB_MODE=track, OVERSUB_PROFILE_OUT), read back with scripts/lib/oprof.py.
              Note [Races on the edge trace]) and under um (races abort)
   trace      a shipped profile of a real model (--trace, traces/), sizes scaled by
              --scale so that it runs in seconds: as swap and um above
+  cli        bad options and refused profiles stop with their messages
   corrupt    --corrupt-after N overwrites a word the checker must then catch: exit 1
              with "data check failed" naming the overwritten buffer, with plenty of
              memory and under OVERSUB_MODE=swap
@@ -159,7 +160,8 @@ def parse(proc, what: str, ok_codes: tuple[int, ...] = (0,)) -> dict:
     out = proc.stdout
     iters = ITER_RE.findall(out)
     verified, peak, marked = VERIFIED_RE.search(out), PEAK_RE.search(out), MARKED_RE.search(out)
-    if proc.returncode not in ok_codes or not iters or verified is None or peak is None or marked is None:
+    if (proc.returncode not in ok_codes or not iters or verified is None or peak is None
+            or marked is None):
         fail(f"the replay {what} failed or printed no summary", proc)
     return {"iters": iters, "checksums": [c for _, _, c in iters],
             "times_ms": [float(t) for _, t, _ in iters],
@@ -292,6 +294,32 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
           f"iteration times {got['times_ms']} ms; {moved}")
 
 
+def case_cli(args: argparse.Namespace, tmp: Path) -> None:
+    """Bad options stop with status 2 and name the option; a profile the reader
+    refuses stops with status 1 and the reader's message (docs/profile-format.md)."""
+    trace = make_edge_trace(tmp)
+    for bad, says in ((["--iters", "0"], "--iters"), (["--scale", "-1"], "--scale"),
+                      (["--footprint", "none"], "--footprint"), (["--frobnicate"], "unknown"),
+                      ([], "")):
+        cmd = [str(args.replay), *([str(trace)] if bad else []), *bad]
+        proc = run(cmd, {}, None)
+        if proc.returncode != 2 or says not in proc.stderr or "usage:" not in proc.stderr:
+            fail(f"{bad or 'no profile'} should stop with status 2 naming {says!r}", proc)
+    data = bytearray(trace.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    broken = tmp / "broken.oprof"
+    broken.write_bytes(bytes(data))
+    for path, says in ((broken, "checksum mismatch: the file is corrupt"),
+                       (tmp / "missing.oprof", "missing.oprof")):
+        proc = run([str(args.replay), str(path)], {}, None)
+        if proc.returncode != 1 or says not in proc.stderr:
+            fail(f"{path.name} should be refused with {says!r}", proc)
+    proc = run([str(args.replay), str(trace), "--iters", "1", "--corrupt-after", "1000"], {}, None)
+    if proc.returncode != 0 or "corrupt: launch 1000 never reached" not in proc.stdout:
+        fail("--corrupt-after past the run should say so", proc)
+    print("cli: bad options, a corrupt and a missing profile refused with their messages")
+
+
 def case_corrupt(args: argparse.Namespace, trace: Path) -> None:
     ref = reference(args, trace)
     n = len(ref["profile"].launches)
@@ -311,7 +339,8 @@ def case_corrupt(args: argparse.Namespace, trace: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", choices=["unlimited", "swap", "um", "corrupt", "edges", "trace"],
+    ap.add_argument("--case", choices=["unlimited", "swap", "um", "corrupt", "edges", "trace",
+                                       "cli"],
                     required=True)
     ap.add_argument("--replay", type=Path, required=True)
     ap.add_argument("--simtrain", type=Path, required=True)
@@ -330,6 +359,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if args.case == "edges":
             case_edges(args, Path(tmp))
+            return 0
+        if args.case == "cli":
+            case_cli(args, Path(tmp))
             return 0
         if args.case == "trace":
             if args.trace is None:
