@@ -195,7 +195,7 @@ plan make_plan(const prof::profile& p) {
       continue;
     }
     first[b] = std::min(a.alloc_at, n);
-    last[b] = a.free_at == none ? n : std::min(a.free_at, n);
+    last[b] = std::max(first[b], a.free_at == none ? n : std::min(a.free_at, n));
   }
   std::vector<bool> widened(p.allocations.size(), false);
   auto widen = [&](std::uint32_t b, std::uint32_t lo, std::uint32_t hi) {
