@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .common import REPO, kit
 
-PROBES = ("memgetinfo_probe", "fork_probe", "stress_probe", "real_runtime_probe")
+PROBES = ("memgetinfo_probe", "fork_probe", "stress_probe", "real_runtime_probe", "driver_probe")
 
 
 @dataclass
@@ -99,7 +99,10 @@ def with_nvcc(k: kit, work: Path, arch: str) -> programs:
         "memgetinfo_probe": [preload / "memgetinfo_probe.cc"],
         "fork_probe": [preload / "fork_probe.cc"],
         "real_runtime_probe": [preload / "real_runtime_probe.cc"],
+        # The driver-level probe needs its two wrapper libraries first (below).
     }
+    simtrain_job = jobs["simtrain"]
+    simtrain_job.append("-ldl")  # --api driver|dlsym dlopens libcuda
 
     def build(name: str) -> tuple[str, Path, str]:
         out = work / name
@@ -109,8 +112,27 @@ def with_nvcc(k: kit, work: Path, arch: str) -> programs:
             return name, out, f"nvcc failed: {proc.stderr.strip()[-300:]}"
         return name, out, ""
 
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        for name, out, error in pool.map(build, jobs):
+    def build_driver_probe() -> tuple[str, Path, str]:
+        # libprobe_next_b.so, then libprobe_next_a.so (wraps b's through RTLD_NEXT),
+        # then driver_probe linked to both, in that order (the rtld-next case).
+        for lib, extra in (("probe_next_b", []), ("probe_next_a", ["-ldl"])):
+            out = work / f"lib{lib}.so"
+            proc = k.run([*common, "-shared", "-Xcompiler", "-fPIC", str(preload / f"{lib}.cc"),
+                          *extra, "-o", str(out)], timeout_s=300, label=f"build {lib}")
+            if proc.returncode != 0:
+                return "driver_probe", out, f"nvcc failed: {proc.stderr.strip()[-300:]}"
+        out = work / "driver_probe"
+        proc = k.run([*common, str(preload / "driver_probe.cc"), "-L", str(work), "-Xlinker",
+                      "--no-as-needed", "-lprobe_next_a", "-lprobe_next_b", "-ldl", "-lcuda",
+                      "-Xlinker", "-rpath", "-Xlinker", str(work), "-o", str(out)],
+                     timeout_s=300, label="build driver_probe")
+        if proc.returncode != 0 or not out.is_file():
+            return "driver_probe", out, f"nvcc failed: {proc.stderr.strip()[-300:]}"
+        return "driver_probe", out, ""
+
+    with ThreadPoolExecutor(max_workers=len(jobs) + 1) as pool:
+        results = list(pool.map(build, jobs)) + [pool.submit(build_driver_probe).result()]
+        for name, out, error in results:
             if error:
                 found.missing[name] = error
             elif name == "simtrain":

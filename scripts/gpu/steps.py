@@ -91,8 +91,9 @@ def preload(k: kit, progs: programs) -> step_result:
     res = step_result(2, "preload tests", columns=["case", "result", "what it showed"])
     driver = REPO / "tests" / "preload" / "preload_test.py"
     base = [sys.executable, str(driver), "--lib", str(k.lib)]
-    loss_modes = ["", "--caching"] if k.quick else ["", "--caching", "--streams 2",
-                                                    "--launch runtime", "--launch ex"]
+    loss_modes = ["", "--caching", "--api driver"] if k.quick else [
+        "", "--caching", "--streams 2", "--launch runtime", "--launch ex", "--api driver",
+        "--api dlsym"]
     cases: list[tuple[str, list[str], str | None]] = [
         ("bad-value", [], None),
         ("cli", ["--oversub", str(REPO / "scripts" / "oversub")], None),
@@ -129,6 +130,26 @@ def preload(k: kit, progs: programs) -> step_result:
             res.rows.append([label, "pass", shown])
         else:
             why = next((l for l in proc.stderr.splitlines() if l.startswith("FAIL")), first_line(proc.stderr))
+            res.rows.append([label, "FAIL", why[:200]])
+            res.fail(f"preload {label}")
+    # Driver-level interception (tests/preload/driver_test.py): the version table's
+    # answers, dlsym, RTLD_NEXT through a wrapper library, frees across the two APIs,
+    # other libraries' VMM memory under a limit (vmm-swap needs simgpu's small device).
+    driver_cases = ["versions", "dlsym", "rtld-next", "cross", "vmm-limit"] + (["vmm-swap"] if k.sim else [])
+    for case in driver_cases:
+        label = f"driver {case}"
+        if "driver_probe" not in progs.probes:
+            res.rows.append([label, "FAIL", f"driver_probe: {progs.missing.get('driver_probe', 'missing')}"])
+            res.fail(f"{label}: driver_probe missing")
+            continue
+        proc = k.run([sys.executable, str(REPO / "tests" / "preload" / "driver_test.py"), "--lib",
+                      str(k.lib), "--probe", str(progs.probes["driver_probe"]), "--case", case],
+                     progs.env, timeout_s=300, label=f"preload {label}")
+        if proc.returncode == 0:
+            passed += 1
+            res.rows.append([label, "pass", proc.stdout.strip().splitlines()[-1][:200]])
+        else:
+            why = next((l for l in proc.stdout.splitlines() if l.startswith("FAIL")), first_line(proc.stderr))
             res.rows.append([label, "FAIL", why[:200]])
             res.fail(f"preload {label}")
     res.data["passed"] = passed
@@ -189,12 +210,16 @@ def simtrain(k: kit, progs: programs) -> step_result:
     third = max(MiB, peak // 3)
     plan = [("off", peak, "peak"), ("track", peak, "peak")]
     plan += [(m, third, "peak/3") for m in ("off", "track", "pool", "swap", "um")]
+    # The same training through the driver API (cuGetProcAddress), as JAX and cuBLAS
+    # reach the GPU: intercepted by the driver hooks.
+    plan += [(m, third, "peak/3", "driver") for m in ("swap", "um")]
     built: dict[str, tuple[bool, str]] = {}
-    for mode, limit, label in plan:
+    for mode, limit, label, *api in plan:
         if mode not in built:
             built[mode] = mode_built(k, mode)
         ok, why = built[mode]
-        name = f"OVERSUB_MODE={mode}"
+        name = f"OVERSUB_MODE={mode}" + (f" --api {api[0]}" if api else "")
+        run_cmd = cmd + (["--api", api[0]] if api else [])
         if k.out_of_time():
             row(name, f"{limit} ({label})", "skipped: time budget spent", "")
             res.notes.append(f"{name} at {label}: skipped: time budget spent")
@@ -204,9 +229,9 @@ def simtrain(k: kit, progs: programs) -> step_result:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             stats_file = Path(tmp) / "stats.json"
-            proc = k.run(cmd, {**sim_env, "OVERSUB_MODE": mode, "OVERSUB_DEVICE_LIMIT": str(limit),
+            proc = k.run(run_cmd, {**sim_env, "OVERSUB_MODE": mode, "OVERSUB_DEVICE_LIMIT": str(limit),
                                "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file)},
-                         preload=True, timeout_s=600, label=f"simtrain {mode} at {label}")
+                         preload=True, timeout_s=600, label=f"simtrain {name} at {label}")
             stats = None
             if stats_file.exists():
                 lines = [l for l in stats_file.read_text().splitlines() if l.startswith('{"oversub_stats"')]

@@ -9,7 +9,9 @@ test: LD_LIBRARY_PATH at simgpu) and compares what it prints:
           the uncached peak equals the footprint estimate simtrain prints (even and
           odd depth)
   modes   --caching, --streams 2 and both give the same loss bits as the default
-  launch  --launch runtime and --launch ex give the same loss bits as nvcc
+  launch  --launch runtime and --launch ex give the same loss bits as nvcc, and so
+          do --api driver and --api dlsym (device memory, copies, memsets and
+          launches through libcuda's functions)
   oom     with SIMGPU_MEMORY at half the footprint, simtrain exits 1 with CUDA's
           cudaErrorMemoryAllocation message (uncached and cached), no crash
   race    under SIMGPU_RACE=abort the --streams 2 runs finish, race-free
@@ -171,6 +173,10 @@ def case_launch(c: checker) -> None:
         return
     for path in ("runtime", "ex"):
         c.same_losses(base, c.run(["--launch", path]), f"--launch {path}")
+    for api in ("driver", "dlsym"):
+        c.same_losses(base, c.run(["--api", api]), f"--api {api}")
+        c.same_losses(base, c.run(["--api", api, "--caching", "--streams", "2"]),
+                      f"--api {api} --caching --streams 2")
 
 
 def case_oom(c: checker) -> None:

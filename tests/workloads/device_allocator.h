@@ -114,7 +114,7 @@ class direct_allocator final : public device_allocator {
  public:
   void* allocate(std::size_t bytes, cudaStream_t) override {
     void* p = nullptr;
-    CUDA_CHECK(gpu::device_malloc(&p, bytes));
+    ::gpu::check(gpu::device_malloc(&p, bytes), gpu::device_malloc_call(), __FILE__, __LINE__);
     sizes_[p] = bytes;
     add_held(p, bytes);
     return p;
@@ -271,7 +271,7 @@ class caching_allocator final : public device_allocator {
   block* new_segment(std::size_t size, cudaStream_t stream, bool small) {
     std::size_t bytes = segment_size_for(size);
     void* ptr = nullptr;
-    CUDA_CHECK(gpu::device_malloc(&ptr, bytes));
+    ::gpu::check(gpu::device_malloc(&ptr, bytes), gpu::device_malloc_call(), __FILE__, __LINE__);
     add_held(ptr, bytes);
     auto* b = new block;
     b->ptr = ptr;

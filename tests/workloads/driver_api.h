@@ -119,6 +119,11 @@ inline cudaError_t device_malloc(void** p, size_t bytes) {
   return as_runtime(r);
 }
 
+// How device_malloc's call reads in an error message: the function it called.
+inline const char* device_malloc_call() {
+  return current_api == api_path::runtime ? "cudaMalloc(&p, bytes)" : "cuMemAlloc_v2(&p, bytes)";
+}
+
 inline cudaError_t device_free(void* p) {
   if (current_api == api_path::runtime) return cudaFree(p);
   return as_runtime(driver.mem_free(reinterpret_cast<CUdeviceptr>(p)));
