@@ -248,9 +248,45 @@ plan make_plan(const prof::profile& p) {
 struct buffer_state {
   unsigned int* ptr = nullptr;
   std::uint64_t bytes = 0;
-  unsigned int known = 0;  // bit j: expect[j] holds
-  unsigned int expect[replay_samples] = {};
+  bool base_known = false;  // Note [The replay data check]
+  unsigned int base_seed = replay_guard;
+  unsigned int layer_count = 0;
+  replay_layer layers[replay_layers];  // oldest first
   bool verified = false;   // some launch compared a known word of it
+
+  // A copy wrote the first `n` bytes.
+  void add_layer(std::uint64_t n, unsigned int kind, unsigned int value) {
+    if (n < 4) return;  // covers no whole word
+    unsigned int kept = 0;
+    for (unsigned int l = 0; l < layer_count; ++l) {
+      if (layers[l].bytes > n) layers[kept++] = layers[l];  // not wholly covered
+    }
+    layer_count = kept;
+    if (layer_count == static_cast<unsigned int>(replay_layers)) {
+      // Forget the oldest; what only it covered is unknown now, and so is the base.
+      for (unsigned int l = 1; l < layer_count; ++l) layers[l - 1] = layers[l];
+      --layer_count;
+      base_known = false;
+    }
+    layers[layer_count++] = replay_layer{n, kind, value};
+  }
+  bool any_known() const { return base_known || layer_count > 0; }
+  void forget() {
+    base_known = false;
+    layer_count = 0;
+  }
+  // The state as a launch passes it.
+  replay_buffer describe(std::uint32_t id, unsigned int seed, bool check) const {
+    replay_buffer r;
+    r.words = ptr;
+    r.bytes = bytes;
+    r.id = id;
+    r.state = replay_guard | (check ? (base_known ? 1u : 0u) | (layer_count << 1) : 0u);
+    r.base_seed = base_seed;
+    r.seed = seed;
+    for (unsigned int l = 0; l < layer_count; ++l) r.layers[l] = layers[l];
+    return r;
+  }
 };
 
 void (*find_iteration_begin())() {
@@ -394,7 +430,7 @@ class replayer {
   void allocate(std::uint32_t b) {
     buffer_state& s = state_[b];
     s.bytes = p_.allocations[b].bytes;
-    s.known = 0;
+    s.forget();
     void* ptr = nullptr;
     if (s.bytes > 0) REPLAY_CHECK(cudaMalloc(&ptr, s.bytes));
     s.ptr = static_cast<unsigned int*>(ptr);
@@ -408,25 +444,17 @@ class replayer {
     if (s.ptr != nullptr) REPLAY_CHECK(cudaFree(s.ptr));
     live_bytes_ -= s.bytes;
     s.ptr = nullptr;
-    s.known = 0;
+    s.forget();
   }
 
   void copy(const copy_step& c, std::uint32_t k) {
     buffer_state& s = state_[c.buffer];
     if (s.ptr == nullptr) return;  // a zero-byte buffer
-    const unsigned long long words = s.bytes / 4;
-    const int samples = replay_sample_count(words);
-    auto written = [&](int j) { return (replay_sample_word(words, j) + 1) * 4 <= c.bytes; };
     switch (c.kind) {
       case prof::copy_kind::h2d:
         REPLAY_CHECK(cudaMemcpyAsync(s.ptr, staging_h2d_, c.bytes, cudaMemcpyHostToDevice,
                                      stream_));
-        for (int j = 0; j < samples; ++j) {
-          if (!written(j)) continue;
-          s.known |= 1u << j;
-          s.expect[j] = replay_word(replay_staging_seed,
-                                    static_cast<unsigned int>(replay_sample_word(words, j)));
-        }
+        s.add_layer(c.bytes, replay_copy_staging, replay_guard);
         break;
       case prof::copy_kind::d2h:
         REPLAY_CHECK(cudaMemcpyAsync(staging_d2h_, s.ptr, c.bytes, cudaMemcpyDeviceToHost,
@@ -435,11 +463,7 @@ class replayer {
       case prof::copy_kind::memset: {
         const unsigned int byte = 0x80u | (k & 0x7fu);
         REPLAY_CHECK(cudaMemsetAsync(s.ptr, static_cast<int>(byte), c.bytes, stream_));
-        for (int j = 0; j < samples; ++j) {
-          if (!written(j)) continue;
-          s.known |= 1u << j;
-          s.expect[j] = byte * 0x01010101u;
-        }
+        s.add_layer(c.bytes, replay_copy_memset, byte * 0x01010101u);
         break;
       }
       case prof::copy_kind::d2d:
@@ -468,18 +492,12 @@ class replayer {
         const std::uint32_t b = l.buffers[i];
         buffer_state& s = state_[b];
         if (s.ptr == nullptr) continue;  // a zero-byte buffer
-        replay_buffer& r = a.buffers[a.count++];
-        r.words = s.ptr;
-        r.bytes = s.bytes;
-        r.id = b;
-        r.known = replay_guard | (opt_.check ? s.known : 0u);
-        std::memcpy(r.expect, s.expect, sizeof r.expect);
-        r.seed = replay_word(static_cast<unsigned int>(kernel_launches_), b);
-        if (opt_.check && s.known != 0) s.verified = true;
-        s.known = (1u << replay_sample_count(s.bytes / 4)) - 1u;
-        for (int j = 0; j < replay_samples; ++j) {
-          s.expect[j] = replay_word(r.seed, static_cast<unsigned int>(j));
-        }
+        const unsigned int seed = replay_word(static_cast<unsigned int>(kernel_launches_), b);
+        a.buffers[a.count++] = s.describe(b, seed, opt_.check);
+        if (opt_.check && s.any_known()) s.verified = true;
+        s.layer_count = 0;
+        s.base_known = true;
+        s.base_seed = seed;
       }
       launch_replay_kernel(a, stream_);
       ++kernel_launches_;
@@ -503,8 +521,13 @@ class replayer {
       if (pos == n) continue;
       for (std::uint32_t b : p_.launches[pos].buffers) {
         const buffer_state& s = state_[b];
-        if (touched[b] || s.ptr == nullptr || (s.known & 1u) == 0) continue;
-        const unsigned long long w = replay_sample_word(s.bytes / 4, 0);
+        if (touched[b] || s.ptr == nullptr) continue;
+        // The middle sample: the check must look past the first and last words.
+        const unsigned long long words = s.bytes / 4;
+        const unsigned long long j = replay_sample_count(words) / 2;
+        const unsigned long long w = replay_sample_word(words, j);
+        unsigned int want = 0;
+        if (!replay_expected(s.describe(b, 0, true), w, j, &want)) continue;
         REPLAY_CHECK(cudaMemsetAsync(s.ptr + w, 0x11, 4, stream_));
         std::printf("corrupt: after launch %" PRIu64 " overwrote word %llu of buffer %u "
                     "(%" PRIu64 " bytes), next used by trace launch %u%s\n",

@@ -2,23 +2,29 @@
 // pattern it checks, written once in CUDA C++ for nvcc and for simgpu.
 //
 // Note [The replay data check]
-// Every buffer carries, at up to replay_samples 32-bit words spread over its length
-// (the first, the last and evenly between), values the host can predict. A
-// replayed launch passes, for each of its buffers, the values the host expects
-// there (and which of them are known: a fresh cudaMalloc holds garbage) and a
-// seed; the kernel compares every known word with its expectation, folds what it
-// read into a running checksum, and writes replay_word(seed, j) back. The host
-// then expects those. Copies write predictable values too (an H2D copy from a
-// staging area of replay_word(replay_staging_seed, i), a memset one repeated byte).
-// So a buffer that comes back from host memory with old contents, or one never
-// fetched, or written by anyone else, shows up as a mismatch at its next use,
-// whichever launch that is. Every pattern word has its top bit set, so no 8-byte
-// word of the arguments other than the buffer pointers can look like a device
-// address to oversub's argument scan.
+// Every buffer carries, at sample words spread evenly over its length (the first,
+// the last, and at least one in every MiB, up to replay_max_samples), values the
+// host can predict. What a buffer holds is a small state the host keeps and passes
+// with every launch (replay_buffer):
+//   - a base: every sample j holds replay_word(base_seed, j), written by the last
+//     launch that used the buffer; or unknown (a fresh cudaMalloc holds garbage);
+//   - up to replay_layers copies since, oldest first, each over a prefix of the
+//     buffer: an H2D copy from a staging area holding replay_word(replay_staging_seed,
+//     i) at word i, or a memset with a byte of the replay's choosing. A sample holds
+//     the newest copy that covers it, else the base. (A third copy makes the base
+//     unknown: fewer words checked, never a false alarm.)
+// The kernel derives each sample's expected value from that state, compares every
+// known one with the word, folds what it read into a running checksum, and writes
+// replay_word(seed, j) back; the host's state becomes "base = seed". So a page of a
+// buffer that comes back from host memory with old contents, one never fetched, or
+// a word written by anyone else shows up as a mismatch at the buffer's next use,
+// whichever launch that is. Every argument word other than the buffer pointers and
+// byte counts has its top bit set, so none can look like a device address to
+// oversub's argument scan.
 //
-// The kernel runs in one thread: it touches at most replay_samples words per buffer
-// however large the buffer, so replaying a big trace on simgpu takes seconds. The
-// duration is modeled, not computed: on simgpu the footprint declares every buffer
+// The kernel runs in one thread and touches only the samples, so replaying a big
+// trace on simgpu takes seconds. The duration is modeled, not computed: on simgpu
+// the footprint declares every buffer
 // whole (the residency engine must move all of it, and simgpu checks every byte is
 // accessible) and flops worth the recorded duration at the device's rate
 // (calibrated by replay.cu), so the kernel takes max(recorded duration, its
@@ -49,8 +55,11 @@
 // Most buffers one replayed launch takes: simgpu's footprint holds 32 ranges
 // (SIMGPU_MAX_ACCESSES). A trace launch with more is replayed as several.
 constexpr int replay_max_buffers = 32;
-// Words checked and rewritten per buffer.
-constexpr int replay_samples = 8;
+// Copies a buffer's state remembers (Note [The replay data check]).
+constexpr int replay_layers = 2;
+// Sample words per buffer: at least 8 (or every word of a smaller buffer), one more
+// per MiB, at most this many.
+constexpr unsigned long long replay_max_samples = 4096;
 constexpr unsigned int replay_staging_seed = 0x5eed5eedu;
 constexpr unsigned int replay_guard = 0x80000000u;
 
@@ -66,32 +75,59 @@ REPLAY_HD inline unsigned int replay_word(unsigned int seed, unsigned int sample
 }
 
 // Samples of a buffer of `words` 32-bit words, and the word index of sample j.
-REPLAY_HD inline int replay_sample_count(unsigned long long words) {
-  return words < static_cast<unsigned long long>(replay_samples) ? static_cast<int>(words)
-                                                                 : replay_samples;
+REPLAY_HD inline unsigned long long replay_sample_count(unsigned long long words) {
+  unsigned long long n = words / (1ULL << 18) + 8;  // 2^18 words: one MiB
+  if (n > replay_max_samples) n = replay_max_samples;
+  return n < words ? n : words;
 }
-REPLAY_HD inline unsigned long long replay_sample_word(unsigned long long words, int j) {
-  if (words <= static_cast<unsigned long long>(replay_samples)) {
-    return static_cast<unsigned long long>(j);
-  }
-  return (words - 1) * static_cast<unsigned long long>(j) / (replay_samples - 1);
+REPLAY_HD inline unsigned long long replay_sample_word(unsigned long long words,
+                                                       unsigned long long j) {
+  const unsigned long long n = replay_sample_count(words);
+  if (n == words) return j;
+  return (words - 1) * j / (n - 1);
 }
 
 REPLAY_HD inline unsigned long long replay_fold(unsigned long long sum, unsigned int v) {
   return (sum ^ v) * 0x100000001b3ULL;
 }
 
-// One buffer of a launch. Every 8-byte word is the pointer, the byte count, or has
-// its top bit set (Note [The replay data check]).
+enum : unsigned int { replay_copy_staging = 1, replay_copy_memset = 2 };
+
+// A copy over the first `bytes` of a buffer: words from the staging area, or the
+// memset word `value`. (kind, value) has its top bit set.
+struct replay_layer {
+  unsigned long long bytes = 0;
+  unsigned int kind = 0;
+  unsigned int value = replay_guard;
+};
+
+// One buffer of a launch and what it holds (Note [The replay data check]).
 struct replay_buffer {
   unsigned int* words = nullptr;       // the buffer's device address
   unsigned long long bytes = 0;
   unsigned int id = 0;                 // index in the profile's allocations
-  unsigned int known = replay_guard;   // bit j: expect[j] holds; bit 31 always set
-  unsigned int expect[replay_samples] = {};
-  unsigned int seed = 0;               // what to write: replay_word(seed, j)
-  unsigned int guard = replay_guard;
+  unsigned int state = replay_guard;   // bit 0: the base is known; bits 1-2: layers
+  unsigned int base_seed = replay_guard;
+  unsigned int seed = replay_guard;    // what to write: replay_word(seed, j)
+  replay_layer layers[replay_layers];
 };
+
+// The expected value of word w of a buffer in state r, false when unknown.
+REPLAY_HD inline bool replay_expected(const replay_buffer& r, unsigned long long w,
+                                      unsigned long long j, unsigned int* value) {
+  const unsigned int layers = (r.state >> 1) & 3u;
+  for (unsigned int l = layers; l-- > 0;) {
+    const replay_layer& c = r.layers[l];
+    if ((w + 1) * 4 > c.bytes) continue;
+    *value = c.kind == replay_copy_memset
+                 ? c.value
+                 : replay_word(replay_staging_seed, static_cast<unsigned int>(w));
+    return true;
+  }
+  if ((r.state & 1u) == 0) return false;
+  *value = replay_word(r.base_seed, static_cast<unsigned int>(j));
+  return true;
+}
 
 // The first mismatch and the running totals, in mapped pinned host memory.
 struct replay_status {
@@ -129,21 +165,22 @@ __global__ void replay_kernel(replay_args a) {
   for (unsigned int b = 0; b < a.count; ++b) {
     const replay_buffer& r = a.buffers[b];
     const unsigned long long words = r.bytes / 4;
-    const int n = replay_sample_count(words);
-    for (int j = 0; j < n; ++j) {
+    const unsigned long long n = replay_sample_count(words);
+    for (unsigned long long j = 0; j < n; ++j) {
       const unsigned long long w = replay_sample_word(words, j);
       const unsigned int v = r.words[w];
-      if ((r.known >> j) & 1u) {
+      unsigned int want = 0;
+      if (replay_expected(r, w, j, &want)) {
         ++st->words_checked;
         sum = replay_fold(sum, v);
-        if (v != r.expect[j]) {
+        if (v != want) {
           if (st->mismatches == 0) {
             st->launch = a.launch;
             st->iteration = a.iteration;
             st->buffer = r.id;
             st->sample = static_cast<unsigned int>(j);
             st->word = w;
-            st->expected = r.expect[j];
+            st->expected = want;
             st->found = v;
           }
           ++st->mismatches;
