@@ -238,8 +238,11 @@ def case_edges(args: argparse.Namespace, tmp: Path) -> None:
     # test's writing) evicts pages without ordering after the kernel on the legacy
     # stream that last wrote them (simgpu: a write by replay_kernel unordered with a
     # DtoD read on oversub's copy stream and with cuMemUnmap by the host), though the
-    # data survives. 'edges' checks the data with races reported; 'edges-races'
-    # (should_fail in meson.build until that is fixed) aborts at the first one.
+    # data survives. Taking copies out of the trace one kind at a time, only the
+    # memset of "c" (a buffer allocated, memset and freed at one position, with no
+    # launch using it) brings the races. 'edges' checks the data with races
+    # reported; 'edges-races' (should_fail in meson.build until that is fixed)
+    # aborts at the first one.
     case_oversubscribed(args, trace, "swap", ref, "abort" if args.races_abort else "report")
     if not args.races_abort:
         case_oversubscribed(args, trace, "um", ref)
