@@ -28,37 +28,73 @@ std::uint64_t transfer_bound_ns(const iteration_model& model, std::size_t capaci
 namespace {
 
 // Releases the schedule counted on that may not have happened yet in real time.
+// Kept as sorted blocks of (time, bytes) with each block's byte sum, so that a
+// query skips whole blocks: O(sqrt(pending)) per call instead of a walk over every
+// pending release (which made long schedules quadratic to simulate).
 class pending_releases {
  public:
   void add(std::uint64_t at_ns, std::size_t bytes) {
-    by_time_.emplace(at_ns, bytes);
     total_ += bytes;
+    std::size_t k = 0;
+    while (k + 1 < blocks_.size() && blocks_[k + 1].items.front().first <= at_ns) ++k;
+    if (blocks_.empty()) blocks_.emplace_back();
+    block& b = blocks_[k];
+    const auto pos = std::upper_bound(b.items.begin(), b.items.end(),
+                                      std::pair<std::uint64_t, std::size_t>{at_ns, ~std::size_t{0}});
+    b.items.insert(pos, {at_ns, bytes});
+    b.bytes += bytes;
+    if (b.items.size() > 2 * block_items) split(k);
   }
   // Forget releases done by `ns` (all later queries start at or after it).
   void prune(std::uint64_t ns) {
-    while (!by_time_.empty() && by_time_.begin()->first <= ns) {
-      total_ -= by_time_.begin()->second;
-      by_time_.erase(by_time_.begin());
+    while (!blocks_.empty()) {
+      block& b = blocks_.front();
+      std::size_t drop = 0;
+      while (drop < b.items.size() && b.items[drop].first <= ns) {
+        b.bytes -= b.items[drop].second;
+        total_ -= b.items[drop].second;
+        ++drop;
+      }
+      b.items.erase(b.items.begin(), b.items.begin() + static_cast<std::ptrdiff_t>(drop));
+      if (!b.items.empty()) return;
+      blocks_.erase(blocks_.begin());
     }
   }
-  // The earliest time >= from_ns at which the bytes still pending are <= slack.
+  // The earliest time >= from_ns at which the bytes still pending are <= slack:
+  // from_ns, or the first release time by which all but `slack` bytes are done.
   std::uint64_t when_at_most(std::uint64_t from_ns, std::size_t slack) const {
-    std::uint64_t t = from_ns;
-    std::size_t pending = total_;
-    for (const auto& [at, bytes] : by_time_) {
-      if (at <= t) {
-        pending -= bytes;
+    if (total_ <= slack) return from_ns;
+    const std::size_t need = total_ - slack;  // bytes that must be released
+    std::size_t done = 0;
+    for (const block& b : blocks_) {
+      if (done + b.bytes < need) {
+        done += b.bytes;
         continue;
       }
-      if (pending <= slack) break;
-      t = at;
-      pending -= bytes;
+      for (const auto& [at, bytes] : b.items) {
+        done += bytes;
+        if (done >= need) return std::max(from_ns, at);
+      }
     }
-    return t;
+    return from_ns;  // not reached: the blocks hold total_ bytes
   }
 
  private:
-  std::multimap<std::uint64_t, std::size_t> by_time_;
+  static constexpr std::size_t block_items = 64;
+  struct block {
+    std::vector<std::pair<std::uint64_t, std::size_t>> items;  // ascending time
+    std::size_t bytes = 0;
+  };
+  void split(std::size_t k) {
+    block tail;
+    auto& items = blocks_[k].items;
+    tail.items.assign(items.begin() + static_cast<std::ptrdiff_t>(block_items), items.end());
+    items.resize(block_items);
+    for (const auto& item : tail.items) tail.bytes += item.second;
+    blocks_[k].bytes -= tail.bytes;
+    blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(k) + 1, std::move(tail));
+  }
+  std::vector<block> blocks_;
   std::size_t total_ = 0;
 };
 
