@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 
 #include "policy/schedule_check.h"
 #include "policy/simulate.h"
@@ -282,19 +282,21 @@ TEST(Schedule, PrefetchDistanceBoundsHowEarlyFetchesStart) {
             simulate(m, near.value, device.costs).iteration_ns);
 }
 
+// CPU time of the planning (the process is single-threaded), so that other work on
+// a shared machine does not fail the test; the cost policy plans several candidates
+// and simulates each (Note [Plan then hoist] in schedule.cpp).
 TEST(Schedule, CostPlansTenThousandLaunchesWellUnderASecond) {
   const auto device = synthetic::read_device_model("h100-pcie");
   const iteration_model m = synthetic::random_layered(11, 3400);
   ASSERT_GE(m.launches.size(), 10000u);
-  const auto begin = std::chrono::steady_clock::now();
+  const std::clock_t begin = std::clock();
   const schedule_result r = plan_schedule(m, capacity_for(m, 3.0), device.costs,
                                           policy_kind::cost);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  const double seconds = static_cast<double>(std::clock() - begin) / CLOCKS_PER_SEC;
   ASSERT_TRUE(r.ok()) << r.error;
   EXPECT_EQ(check_schedule(m, r.value), "");
   RecordProperty("plan_seconds", std::to_string(seconds));
-  EXPECT_LT(seconds, 1.0) << m.launches.size() << " launches";  // about 0.08 s in a debug build
+  EXPECT_LT(seconds, 1.0) << m.launches.size() << " launches";  // about 0.45 s (-O2)
 }
 
 }  // namespace
