@@ -92,7 +92,7 @@ cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
   const std::uint64_t capacity = pool::device_residency_capacity(device);
   const std::uint64_t large = capacity / 4;
   const std::uint64_t window = std::max<std::uint64_t>(capacity / 8, 1);
-  std::array<pool::byte_range, 2 * profiler::max_scan_words> ranges;
+  std::array<pool::byte_range, 3 * profiler::max_scan_words> ranges;
   std::size_t k = 0;
   for (std::size_t i = 0; i < found; ++i) {
     const std::optional<allocation> a = core().find(bases[i]);
@@ -101,11 +101,13 @@ cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
       ranges[k++] = pool::byte_range{a->base, a->bytes};
       continue;
     }
-    for (std::size_t w = 0; w < n_words && k < ranges.size(); ++w) {
+    for (std::size_t w = 0; w < n_words && k + 1 < ranges.size(); ++w) {
       if (words[w] < a->base || words[w] >= a->base + a->bytes) continue;
       const std::uint64_t end = std::min<std::uint64_t>(a->base + a->bytes, words[w] + window);
       ranges[k++] = pool::byte_range{words[w], end - words[w], true};
     }
+    // The kernel may reach any byte of it: its stream uses every page of it.
+    if (k < ranges.size()) ranges[k++] = pool::byte_range{a->base, a->bytes, false, true};
   }
   schedule_before_launch(device, {ranges.data(), k});
   return prepare(at, device, ranges.data(), k, true, stream);

@@ -127,7 +127,7 @@ std::vector<std::uintptr_t> residency_engine::pages_of(std::span<const byte_rang
   std::vector<std::uintptr_t> out;
   const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
   for (const byte_range& r : ranges) {
-    if (r.bytes == 0 || r.optional != optional) continue;
+    if (r.bytes == 0 || r.reach || r.optional != optional) continue;
     for (std::uintptr_t a = r.addr & mask; a < r.addr + r.bytes; a += cfg_.page_bytes) {
       if (pages_.count(a) != 0) out.push_back(a);
     }
@@ -410,7 +410,6 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
       wanted.push_back(va);
     }
   }
-  if (wanted.empty()) return result;
   if (capturing(stream)) return result;  // nothing may be enqueued for us now
   const driver_table& d = driver();
   const unpin_at_exit unpin{epoch_};
@@ -439,6 +438,28 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
     }
     if (std::find(p.users.begin(), p.users.end(), stream) == p.users.end()) {
       p.users.push_back(stream);
+    }
+  }
+  // Reachable pages: users only. One whose eviction copy is in flight is finished
+  // first (its users were ordered before the copy; the new one comes after the remap).
+  const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
+  for (const byte_range& r : ranges) {
+    if (!r.reach || r.bytes == 0) continue;
+    for (std::uintptr_t a = r.addr & mask; a < r.addr + r.bytes; a += cfg_.page_bytes) {
+      auto it = pages_.find(a);
+      if (it == pages_.end()) continue;
+      page& p = it->second;
+      if (p.where == state::evicting) {
+        if (CUresult rc = evict_finish_locked(a, p); rc != CUDA_SUCCESS) {
+          ++stats_.failures;
+          result.driver = rc;
+          result.code = residency_errc::driver_error;
+          return result;
+        }
+      }
+      if (std::find(p.users.begin(), p.users.end(), stream) == p.users.end()) {
+        p.users.push_back(stream);
+      }
     }
   }
   return result;

@@ -107,6 +107,12 @@ struct byte_range {
   // the capacity allows once the required ranges are; the rest stays reachable
   // through the host mapping.
   bool optional = false;
+  // Reachable only (Note [Windows into large allocations]): the work may touch any of
+  // these bytes, so no page is fetched for them, but the work's stream is recorded as
+  // a user of every page they cover, and a later eviction or fetch of such a page
+  // waits for it. Without this a page outside the windows, or an optional one past the
+  // room, could be moved under a kernel that reaches it.
+  bool reach = false;
 };
 
 enum class residency_errc {

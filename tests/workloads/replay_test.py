@@ -234,15 +234,15 @@ def case_edges(args: argparse.Namespace, tmp: Path) -> None:
              f"time is {kernel_ms} ms")
     print(f"edges: doubled durations add {added_ms:.6f} ms per iteration, kernel time "
           f"{kernel_ms:.6f} ms")
-    # Note [Races on the edge trace]: on this trace oversub's swap mode (as of this
-    # test's writing) evicts pages without ordering after the kernel on the legacy
-    # stream that last wrote them (simgpu: a write by replay_kernel unordered with a
-    # DtoD read on oversub's copy stream and with cuMemUnmap by the host), though the
-    # data survives. Taking copies out of the trace one kind at a time, only the
-    # memset of "c" (a buffer allocated, memset and freed at one position, with no
-    # launch using it) brings the races. 'edges' checks the data with races
-    # reported; 'edges-races' (should_fail in meson.build until that is fixed)
-    # aborts at the first one.
+    # Note [Races on the edge trace]: on this trace oversub's swap mode once moved
+    # pages without ordering after the kernel on the legacy stream that last wrote
+    # them (simgpu: a write by replay_kernel unordered with a DtoD read on oversub's
+    # copy stream), though the data survived: the page belonged to an allocation
+    # larger than a quarter of the capacity, which a launch asks for only in windows
+    # from its argument words, and the kernel reached it outside them. Every page of
+    # such an allocation now records the launch's stream as a user (byte_range::reach
+    # in pool/residency.h). 'edges' checks the data with races reported;
+    # 'edges-races' aborts at the first one.
     case_oversubscribed(args, trace, "swap", ref, "abort" if args.races_abort else "report")
     if not args.races_abort:
         case_oversubscribed(args, trace, "um", ref)
