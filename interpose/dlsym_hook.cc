@@ -45,11 +45,17 @@ __attribute__((visibility("hidden"))) void* oversub_real_dlsym() noexcept {
   void* p = oversub_glibc_dlsym.load(std::memory_order_acquire);
   if (p != nullptr) return p;
   p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (p == nullptr) {
+    // Before glibc 2.34 there is no such version. The failed lookup left a message
+    // for dlerror(), which the caller of the dlsym that got us here would read as
+    // its own: take it.
+    dlerror();
 #if defined(__aarch64__)
-  if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17");
+    p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17");
 #else
-  if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
 #endif
+  }
   oversub_glibc_dlsym.store(p, std::memory_order_release);
   return p;
 }
