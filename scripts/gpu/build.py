@@ -41,6 +41,7 @@ def from_meson(build: Path) -> programs:
     wanted = {"simtrain": build / "tests" / "workloads" / "simtrain",
               "gpu_facts": build / "tests" / "gpu" / "gpu_facts"}
     wanted.update({p: build / "tests" / "preload" / p for p in PROBES})
+    wanted["oversub-replay"] = build / "tests" / "workloads" / "oversub-replay"
     for name, path in wanted.items():
         if not path.is_file():
             found.missing[name] = f"{path} not built (run ninja -C {build})"
