@@ -27,17 +27,27 @@ constexpr std::uint64_t launch_ns = 20'000;
 constexpr double link_bytes_per_s = 25e9;
 constexpr std::uint64_t copy_setup_ns = 10'000;
 
+// Note [What the learner moves]: in swap mode the unit is the arena's 2 MiB page
+// (what the engine moves); in um mode a whole managed buffer (what cuMemPrefetchAsync
+// moves there), its address and size as the launch's range gave them.
+struct unit {
+  std::uintptr_t addr = 0;
+  std::size_t bytes = 0;
+  bool operator==(const unit&) const = default;
+  bool operator<(const unit& o) const { return addr < o.addr || (addr == o.addr && bytes < o.bytes); }
+};
+
 struct learner {
   std::mutex mutex;
   // Interned page sets: a token per distinct set.
   std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> tokens_by_hash;
-  std::vector<std::vector<std::uintptr_t>> pages_of_token;
+  std::vector<std::vector<unit>> pages_of_token;
   std::vector<std::uint32_t> trace;
   // The schedule being followed.
   bool following = false;
   int device = 0;
   std::vector<std::uint32_t> period;       // expected tokens
-  std::vector<std::uintptr_t> page_of_id;  // model buffer id -> page address
+  std::vector<unit> page_of_id;  // model buffer id -> page (or um buffer)
   policy::schedule plan;
   std::size_t cursor = 0;
   std::vector<pool::byte_range> later;  // fetches that found no room yet
@@ -50,9 +60,12 @@ learner& state() {
   return *l;
 }
 
-std::uint32_t intern(learner& l, const std::vector<std::uintptr_t>& pages) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the page numbers
-  for (std::uintptr_t p : pages) h = (h ^ (p / page_bytes)) * 1099511628211ull;
+std::uint32_t intern(learner& l, const std::vector<unit>& pages) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the addresses and sizes
+  for (const unit& p : pages) {
+    h = (h ^ p.addr) * 1099511628211ull;
+    h = (h ^ p.bytes) * 1099511628211ull;
+  }
   std::vector<std::uint32_t>& bucket = l.tokens_by_hash[h];
   for (std::uint32_t t : bucket) {
     if (l.pages_of_token[t] == pages) return t;
@@ -78,17 +91,18 @@ bool learn(learner& l, int device) {
     return false;
   }
   l.period.assign(l.trace.end() - static_cast<std::ptrdiff_t>(s->period), l.trace.end());
-  std::unordered_map<std::uintptr_t, policy::buffer_id> id_of_page;
+  std::unordered_map<std::uintptr_t, policy::buffer_id> id_of_page;  // by address
   l.page_of_id.clear();
   policy::iteration_model model;
   for (std::uint32_t token : l.period) {
     policy::model_launch launch;
     launch.duration_ns = launch_ns;
-    for (std::uintptr_t page : l.pages_of_token[token]) {
-      auto [it, added] = id_of_page.emplace(page, static_cast<policy::buffer_id>(l.page_of_id.size()));
+    for (const unit& page : l.pages_of_token[token]) {
+      auto [it, added] =
+          id_of_page.emplace(page.addr, static_cast<policy::buffer_id>(l.page_of_id.size()));
       if (added) {
         l.page_of_id.push_back(page);
-        model.buffers.push_back(policy::model_buffer{page_bytes, true, 0, 0});
+        model.buffers.push_back(policy::model_buffer{page.bytes, true, 0, 0});
       }
       launch.uses.push_back(it->second);
     }
@@ -128,7 +142,9 @@ bool learn(learner& l, int device) {
 template <typename Action>
 void add_ranges(const learner& l, const std::vector<Action>& actions,
                 std::vector<pool::byte_range>& out) {
-  for (const Action& a : actions) out.push_back(pool::byte_range{l.page_of_id[a.buffer], page_bytes});
+  for (const Action& a : actions) {
+    out.push_back(pool::byte_range{l.page_of_id[a.buffer].addr, l.page_of_id[a.buffer].bytes});
+  }
 }
 
 // The schedule's moves before launch i of the iteration.
@@ -157,17 +173,21 @@ void carry_out(learner& l, std::size_t i) {
 }  // namespace
 
 void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) noexcept {
-  // um mode prefetches on demand only (a schedule there is still to come).
+  // swap and um follow the learned schedule (Note [um follows the schedule] in
+  // pool/managed_residency.h); lru and naive are on demand only.
   const swap_policy policy = current_config().policy;
-  if (policy == swap_policy::lru || policy == swap_policy::naive ||
-      current_config().mode != run_mode::swap) {
-    return;
-  }
-  std::vector<std::uintptr_t> pages;
+  if (policy == swap_policy::lru || policy == swap_policy::naive) return;
+  // Note [What the learner moves].
+  const bool whole_buffers = current_config().mode == run_mode::um;
+  std::vector<unit> pages;
   for (const pool::byte_range& r : ranges) {
     if (r.bytes == 0) continue;
+    if (whole_buffers) {
+      if (!r.optional && !r.reach) pages.push_back(unit{r.addr, r.bytes});
+      continue;
+    }
     for (std::uintptr_t a = r.addr & ~(page_bytes - 1); a < r.addr + r.bytes; a += page_bytes) {
-      pages.push_back(a);
+      pages.push_back(unit{a, page_bytes});
     }
   }
   std::sort(pages.begin(), pages.end());

@@ -229,6 +229,13 @@ resource_stats device_stats(int device) {
 void note_work(CUstream stream) noexcept { fences().note_work(stream); }
 
 namespace {
+managed_residency* managed_of(int device) {
+  device_state* s = device >= 0 && device < max_devices
+                        ? g_devices[device].load(std::memory_order_acquire)
+                        : nullptr;
+  return s == nullptr ? nullptr : s->managed.get();
+}
+
 residency_engine* engine_of(int device) {
   device_state* s = device >= 0 && device < max_devices
                         ? g_devices[device].load(std::memory_order_acquire)
@@ -248,12 +255,14 @@ prepare_result device_prepare(int device, std::span<const byte_range> ranges, CU
 }
 
 bool device_evict(int device, std::span<const byte_range> ranges) noexcept {
+  if (managed_residency* m = managed_of(device)) return m->evict(ranges);
   residency_engine* e = engine_of(device);
   return e == nullptr || e->evict(ranges);
 }
 
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          std::vector<byte_range>& later) noexcept {
+  if (managed_residency* m = managed_of(device)) return m->prefetch_now(ranges, later);
   residency_engine* e = engine_of(device);
   return e == nullptr || e->prefetch_now(ranges, later);
 }

@@ -68,6 +68,15 @@ allocation_result managed_residency::allocate(std::size_t bytes) {
   if (!d.complete) return {nullptr, pool_errc::driver_missing};
   detect_locked();
   CUdeviceptr p = 0;
+  if (auto c = cached_.find(bytes); c != cached_.end() && !c->second.empty()) {
+    // Note [Reused managed buffers]: the lowest address of this size.
+    p = *c->second.begin();
+    c->second.erase(c->second.begin());
+    cached_bytes_ -= bytes;
+    buffers_.emplace(p, buffer{bytes, false, ++tick_, 0, nullptr});
+    ++stats_.buffers;
+    return {reinterpret_cast<void*>(p), pool_errc::ok};
+  }
   if (d.cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS) {
     return {nullptr, pool_errc::out_of_memory};
   }
@@ -84,7 +93,17 @@ bool managed_residency::deallocate(void* ptr) {
   auto it = buffers_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == buffers_.end()) return false;
   if (it->second.on_device) stats_.resident_bytes -= it->second.bytes;
-  driver().cuMemFree(it->first);
+  // As cuMemFree of managed memory would, wait until no queued work can still use
+  // it; then keep it for the next allocation of its size (Note [Reused managed
+  // buffers]). Its bytes are dead: where its pages are no longer matters.
+  const driver_table& d = driver();
+  d.cuCtxSynchronize();
+  if (naive_) {
+    d.cuMemFree(it->first);
+  } else {
+    cached_[it->second.bytes].insert(it->first);
+    cached_bytes_ += it->second.bytes;
+  }
   buffers_.erase(it);
   --stats_.buffers;
   return true;
@@ -111,17 +130,23 @@ std::vector<std::uintptr_t> managed_residency::buffers_of_locked(
   return out;
 }
 
+// waiter's later work after everything producer has queued so far.
+CUresult managed_residency::order_after_locked(CUstream waiter, CUstream producer) {
+  const driver_table& d = driver();
+  CUevent& e = stream_events_[producer];
+  if (e == nullptr && d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (CUresult r = d.cuEventRecord(e, producer); r != CUDA_SUCCESS) return r;
+  return d.cuStreamWaitEvent(waiter, e, 0);
+}
+
 // One prefetch of a whole buffer on stream, after the stream that used it last.
 CUresult managed_residency::move_locked(std::uintptr_t base, buffer& b, bool to_device,
                                         CUstream stream) {
   const driver_table& d = driver();
-  if (b.last_stream != nullptr && b.last_stream != stream) {
-    CUevent& e = stream_events_[b.last_stream];
-    if (e == nullptr && d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (CUresult r = d.cuEventRecord(e, b.last_stream); r != CUDA_SUCCESS) return r;
-    if (CUresult r = d.cuStreamWaitEvent(stream, e, 0); r != CUDA_SUCCESS) return r;
+  if (b.used && b.last_stream != stream) {
+    if (CUresult r = order_after_locked(stream, b.last_stream); r != CUDA_SUCCESS) return r;
   }
   const CUmemLocation where = to_device ? device_location(device_) : host_location();
   if (CUresult r = d.cuMemPrefetchAsync(base, b.bytes, where, 0, stream); r != CUDA_SUCCESS) {
@@ -129,6 +154,7 @@ CUresult managed_residency::move_locked(std::uintptr_t base, buffer& b, bool to_
   }
   b.on_device = to_device;
   b.last_stream = stream;
+  b.used = true;
   if (to_device) {
     stats_.resident_bytes += b.bytes;
     stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
@@ -163,6 +189,16 @@ prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CU
   for (std::uintptr_t base : wanted) {
     buffer& b = buffers_[base];
     b.last_use = ++tick_;
+    if (b.on_device && b.used && b.last_stream == to_device_ && to_device_ != nullptr &&
+        stream != to_device_) {
+      // Fetched ahead by the schedule (Note [um follows the schedule]): the work
+      // waits for that prefetch, not for the driver to page it in under the kernel.
+      if (CUresult r = order_after_locked(stream, to_device_); r != CUDA_SUCCESS) {
+        result.code = residency_errc::driver_error;
+        result.driver = r;
+        return result;
+      }
+    }
     if (!b.on_device) {
       // Room first: the least recently used unpinned buffers go to the host.
       while (stats_.resident_bytes + b.bytes > capacity_bytes()) {
@@ -189,9 +225,52 @@ prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CU
       }
     }
     b.last_stream = stream;
+    b.used = true;
   }
   ++epoch_;  // nothing stays pinned
   return result;
+}
+
+bool managed_residency::ensure_streams_locked() {
+  if (to_host_ != nullptr) return true;
+  if (streams_broken_) return false;
+  const driver_table& d = driver();
+  if (!d.complete || d.cuStreamCreate(&to_host_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      d.cuStreamCreate(&to_device_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+    streams_broken_ = true;
+    to_host_ = to_device_ = nullptr;
+    return false;
+  }
+  return true;
+}
+
+bool managed_residency::evict(std::span<const byte_range> ranges) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (naive_ || buffers_.empty() || !stats_.concurrent_access) return true;
+  if (!ensure_streams_locked()) return false;
+  for (std::uintptr_t base : buffers_of_locked(ranges)) {
+    buffer& b = buffers_[base];
+    if (!b.on_device || b.bytes > capacity_bytes() / 4) continue;
+    if (move_locked(base, b, false, to_host_) != CUDA_SUCCESS) return false;
+  }
+  return true;
+}
+
+bool managed_residency::prefetch_now(std::span<const byte_range> ranges,
+                                     std::vector<byte_range>& later) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (naive_ || buffers_.empty() || !stats_.concurrent_access) return true;
+  if (!ensure_streams_locked()) return false;
+  for (std::uintptr_t base : buffers_of_locked(ranges)) {
+    buffer& b = buffers_[base];
+    if (b.on_device || b.bytes > capacity_bytes() / 4) continue;
+    if (stats_.resident_bytes + b.bytes > capacity_bytes()) {
+      later.push_back(byte_range{base, b.bytes});
+      continue;
+    }
+    if (move_locked(base, b, true, to_device_) != CUDA_SUCCESS) return false;
+  }
+  return true;
 }
 
 managed_stats managed_residency::stats() const {

@@ -25,7 +25,9 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
+#include <vector>
 #include <unordered_map>
 
 #include "pool/memory_resource.h"
@@ -62,6 +64,17 @@ class managed_residency {
   // the work on stream (Note [Large managed buffers]: never refused).
   prepare_result prepare(std::span<const byte_range> ranges, CUstream stream);
 
+  // Note [um follows the schedule]: once swap_schedule.cc has learned the iteration
+  // (OVERSUB_POLICY=cost or vdnn-all), its evictions and fetches come here. evict()
+  // prefetches the buffers the ranges touch to the host on a stream of its own,
+  // ordered after the stream that used each last; prefetch_now() prefetches them to
+  // the device on another, as far as the capacity has room now (the rest is appended
+  // to later), and the work that next uses such a buffer waits for that prefetch
+  // (prepare). Neither waits on the host. Large buffers stay with demand paging, as
+  // in prepare. False on a driver error.
+  bool evict(std::span<const byte_range> ranges);
+  bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later);
+
   managed_stats stats() const;
   std::optional<managed_stats> try_stats() const;
   std::uint64_t capacity_bytes() const {
@@ -77,9 +90,12 @@ class managed_residency {
     bool on_device = false;
     std::uint64_t last_use = 0;
     std::uint64_t pinned = 0;
-    CUstream last_stream = nullptr;
+    CUstream last_stream = nullptr;  // meaningful once used (null is the legacy stream)
+    bool used = false;
   };
   void detect_locked();
+  bool ensure_streams_locked();
+  CUresult order_after_locked(CUstream waiter, CUstream producer);
   std::vector<std::uintptr_t> buffers_of_locked(std::span<const byte_range> ranges) const;
   CUresult move_locked(std::uintptr_t base, buffer& b, bool to_device, CUstream stream);
 
@@ -91,6 +107,17 @@ class managed_residency {
   bool detected_ = false;
   std::map<std::uintptr_t, buffer> buffers_;
   std::unordered_map<CUstream, CUevent> stream_events_;
+  CUstream to_host_ = nullptr;    // schedule-driven prefetches to the host
+  CUstream to_device_ = nullptr;  // and to the device
+  bool streams_broken_ = false;
+  // Note [Reused managed buffers]: freed buffers kept by size for the next
+  // allocation of that size, which takes the lowest address of that size: whatever
+  // order the frees came in, the same set of free buffers gives the same addresses,
+  // so an iteration's buffers get the same addresses every iteration (the schedule
+  // learns pages by address) and no cuMemAllocManaged runs in the steady state. Not
+  // in buffers_ while cached.
+  std::map<std::size_t, std::set<std::uintptr_t>> cached_;
+  std::uint64_t cached_bytes_ = 0;
   std::uint64_t tick_ = 0;
   std::uint64_t epoch_ = 1;
   managed_stats stats_;

@@ -113,6 +113,13 @@ def main() -> int:
             fail(f"{name} was called {calls[name]} times; the workload should not use it", proc)
     if args.mode == "um":
         moved = check_um(stats, device, "OVERSUB_POLICY=naive" in args.env)
+        if args.expect_scheduled:
+            counters = stats["counters"]
+            followed = counters["swap_scheduled"]["total"]
+            if followed == 0 or counters["swap_deviations"]["total"] != 0:
+                fail(f"um did not follow the learned schedule: {followed} launches followed, "
+                     f"{counters['swap_deviations']['total']} deviations", proc)
+            moved += f"; {followed} launches followed the learned schedule"
     else:
         # simtrain passes plain pointers, so without --caching the scan finds every
         # buffer and no kernel may reach a swapped-out page.
