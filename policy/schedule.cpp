@@ -8,7 +8,9 @@
 // and applies forced offloads (vdnn_all). Passes make the steady state
 // (Note [Steady state] in schedule.h): the first starts with nothing resident, the
 // second starts where the first ended and restores that state at its end (for cost,
-// maybe a third from a smaller start state; the simulator picks).
+// maybe a third from a smaller start state; the simulator picks). cost runs this for
+// four plans (the cursor plan, and demand plans whose fetches are then hoisted:
+// Note [Plan then hoist]) and keeps the fastest in the simulator.
 #include "policy/schedule.h"
 
 #include <algorithm>
@@ -492,18 +494,22 @@ std::size_t planner::replayed_peak(const schedule& plan) const {
 // window). No fetch is issued before one needed sooner: the copy stream runs them
 // in order of need (letting a later fetch go first where memory allows was slower
 // on simtrain: 465 us against 431 us at 30.40 MiB).
+//
 // Note [Pipeline room]
 // Belady's choice fills the capacity exactly: where every launch needs a buffer
 // back (a ring of long-lived buffers each used once), a fetch can then start only
 // when the copy out before it has released memory, and the two directions run in
 // series (64 buffers of 256 KiB through 8 MiB at 1 GB/s: 16.9 ms, twice the bound).
 // Planning the demand plan with 1/16 of the capacity kept free and hoisting with
-// all of it moves a little more (35 buffers each way instead of 33) with the
-// directions overlapped: 9.5 ms, 1.13x the bound (test
+// all of it moves 35 buffers each way (the other plans: 64, one per launch) with
+// the directions overlapped: 9.5 ms, 1.13x the bound (test
 // CostGoals.RingReachesTheTransferBound). The simulator keeps it only where faster.
 // (Measured while developing: 1/32 or 1/8 instead, or both, changed the shipped
 // traces' sweeps by under 0.1% on average; sharing one start set among the
 // candidates to save passes made some points 7% slower.)
+
+// Device bytes per launch position for the hoist: range add and "the last position
+// in a range above a limit", both O(log launches) (a segment tree with lazy adds).
 class bytes_by_launch {
  public:
   explicit bytes_by_launch(const std::vector<std::int64_t>& values) {
@@ -580,7 +586,9 @@ void hoist_fetches(const iteration_model& model, schedule& plan, std::uint32_t d
   std::vector<std::int64_t> bytes_at(n + 1, 0);  // device bytes during launch q (n: the end)
   std::vector<std::size_t> lower(model.buffers.size(), 0);
   std::int64_t used = 0;
-  for (buffer_id b : plan.resident_at_start) used += static_cast<std::int64_t>(model.buffers[b].bytes);
+  for (buffer_id b : plan.resident_at_start) {
+    used += static_cast<std::int64_t>(model.buffers[b].bytes);
+  }
   for (const evict_action& e : plan.evict_at_start) {
     used -= static_cast<std::int64_t>(model.buffers[e.buffer].bytes);
   }

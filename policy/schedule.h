@@ -7,7 +7,10 @@
 // - cost:     Belady with prefetch. Evicts the resident buffer whose next use is
 //             farthest, measured as the time left before it must be back minus its
 //             round trip (Note [Cost victim]); prefetches upcoming buffers in order
-//             of next use as early as capacity allows (Note [Prefetch cursor]).
+//             of next use as early as capacity allows (Note [Prefetch cursor]). Also
+//             plans on demand only and hoists each fetch as early as memory allows
+//             (Note [Plan then hoist], [Gap key], [Pipeline room] in schedule.cpp);
+//             the simulator keeps the fastest plan.
 // - vdnn_all: vDNN: offload every activation after its last forward use, fetch the
 //             activations back in reverse order one step ahead in backward;
 //             anything else on demand, evicting the least recently used.
@@ -98,7 +101,8 @@ struct schedule_result {
 // naming the launch and the figures. prefetch_distance_launches (cost only; the
 // OVERSUB_PREFETCH setting): 0 prefetches as far ahead as capacity allows (up to
 // one iteration), k > 0 no further than k launches ahead. Runs in
-// O(uses log buffers) for cost (10,000 launches in tens of milliseconds).
+// O(uses log buffers) per plan; cost makes four plans of two or three passes and
+// simulates each (10,000 launches in about half a second).
 schedule_result plan_schedule(const iteration_model& model, std::size_t capacity_bytes,
                               const cost_model& costs, policy_kind kind,
                               std::uint32_t prefetch_distance_launches = 0);

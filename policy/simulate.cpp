@@ -39,9 +39,11 @@ class pending_releases {
     while (k + 1 < blocks_.size() && blocks_[k + 1].items.front().first <= at_ns) ++k;
     if (blocks_.empty()) blocks_.emplace_back();
     block& b = blocks_[k];
-    const auto pos = std::upper_bound(b.items.begin(), b.items.end(),
-                                      std::pair<std::uint64_t, std::size_t>{at_ns, ~std::size_t{0}});
-    b.items.insert(pos, {at_ns, bytes});
+    const std::pair<std::uint64_t, std::size_t> item{at_ns, bytes};
+    const auto pos = std::upper_bound(
+        b.items.begin(), b.items.end(), item,
+        [](const auto& x, const auto& y) { return x.first < y.first; });
+    b.items.insert(pos, item);
     b.bytes += bytes;
     if (b.items.size() > 2 * block_items) split(k);
   }

@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
     (i < boundary ? forward : backward) += static_cast<double>(m.launches[i].duration_ns);
   }
   const std::size_t live = policy::peak_live_bytes(m);
-  std::printf("| profile | capacity | bound ms | phase est ms | cost ms | cost / bound | cost / phase est |\n");
+  std::printf("| profile | capacity | bound ms | phase est ms | cost ms | cost / bound |"
+              " cost / phase est |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   for (std::size_t cap : tools::sweep_capacities(tools::summarize(m, c), points)) {
     if (live <= cap) continue;
