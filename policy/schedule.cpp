@@ -34,6 +34,25 @@ std::string_view policy_name(policy_kind kind) {
 
 namespace {
 
+// The peak of device bytes in the schedule's order (a planner's running count
+// overstates it: cost places evictions back at the buffer's last use).
+std::size_t schedule_peak(const iteration_model& model, const schedule& plan) {
+  std::size_t used = 0, peak = 0;
+  auto apply = [&](buffer_id b, bool in) {
+    const std::size_t bytes = model.buffers[b].bytes;
+    used = in ? used + bytes : used - bytes;
+    peak = std::max(peak, used);
+  };
+  for (buffer_id b : plan.resident_at_start) apply(b, true);
+  for (const evict_action& e : plan.evict_at_start) apply(e.buffer, false);
+  for (const launch_actions& l : plan.launches) {
+    for (const fetch_action& f : l.fetch_before) apply(f.buffer, true);
+    for (const evict_action& e : l.evict_after) apply(e.buffer, false);
+  }
+  for (const fetch_action& f : plan.end_fetches) apply(f.buffer, true);
+  return peak;
+}
+
 constexpr std::uint64_t never = std::numeric_limits<std::uint64_t>::max() / 4;
 
 std::string gib(std::size_t bytes) {
@@ -115,7 +134,6 @@ class planner {
   void plan_vdnn();
   void plan_headroom();
   std::int64_t headroom(std::int64_t now, std::int64_t upto) const;
-  std::size_t replayed_peak(const schedule& plan) const;
 
   const iteration_model& model_;
   const use_index& uses_;
@@ -458,28 +476,10 @@ schedule planner::run(const std::vector<buffer_id>& start, bool restore) {
       if (!st_[b].resident) fetch(b, end, true);
     }
   }
-  out_.planned_peak_bytes = replayed_peak(out_);
+  out_.planned_peak_bytes = schedule_peak(model_, out_);
   return out_;
 }
 
-// The peak of device bytes in the schedule's order (the running count above
-// overstates it: cost places evictions back at the buffer's last use).
-std::size_t planner::replayed_peak(const schedule& plan) const {
-  std::size_t used = 0, peak = 0;
-  auto apply = [&](buffer_id b, bool in) {
-    const std::size_t bytes = model_.buffers[b].bytes;
-    used = in ? used + bytes : used - bytes;
-    peak = std::max(peak, used);
-  };
-  for (buffer_id b : plan.resident_at_start) apply(b, true);
-  for (const evict_action& e : plan.evict_at_start) apply(e.buffer, false);
-  for (const launch_actions& l : plan.launches) {
-    for (const fetch_action& f : l.fetch_before) apply(f.buffer, true);
-    for (const evict_action& e : l.evict_after) apply(e.buffer, false);
-  }
-  for (const fetch_action& f : plan.end_fetches) apply(f.buffer, true);
-  return peak;
-}
 
 // Note [Plan then hoist]
 // The cost planner can also plan on demand only (Belady: every fetch at its use,
@@ -555,22 +555,6 @@ class bytes_by_launch {
   std::vector<std::int64_t> max_, add_;  // max of the subtree (its own adds included)
 };
 
-std::size_t schedule_peak(const iteration_model& model, const schedule& plan) {
-  std::size_t used = 0, peak = 0;
-  auto apply = [&](buffer_id b, bool in) {
-    const std::size_t bytes = model.buffers[b].bytes;
-    used = in ? used + bytes : used - bytes;
-    peak = std::max(peak, used);
-  };
-  for (buffer_id b : plan.resident_at_start) apply(b, true);
-  for (const evict_action& e : plan.evict_at_start) apply(e.buffer, false);
-  for (const launch_actions& l : plan.launches) {
-    for (const fetch_action& f : l.fetch_before) apply(f.buffer, true);
-    for (const evict_action& e : l.evict_after) apply(e.buffer, false);
-  }
-  for (const fetch_action& f : plan.end_fetches) apply(f.buffer, true);
-  return peak;
-}
 
 // Note [Plan then hoist]. distance > 0: no fetch more than `distance` launches
 // before its use.
