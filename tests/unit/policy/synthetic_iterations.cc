@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <map>
 #include <random>
 #include <stdexcept>
+
+#include "tools/simulate/device_model.h"
 
 #ifndef OVERSUB_DEVICE_MODELS_DIR
 #error "OVERSUB_DEVICE_MODELS_DIR must name tests/simgpu/devices"
@@ -15,63 +15,12 @@
 
 namespace oversub::policy::synthetic {
 
-namespace {
-
-std::string trim(const std::string& s) {
-  const auto a = s.find_first_not_of(" \t\r");
-  if (a == std::string::npos) return {};
-  const auto b = s.find_last_not_of(" \t\r");
-  return s.substr(a, b - a + 1);
-}
-
-// "51.2e12", "64KiB", "12GiB": a number with an optional binary size suffix.
-double parse_number(const std::string& text, const std::string& where) {
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw std::runtime_error(where + ": not a number: '" + text + "'");
-  }
-  const std::string suffix = trim(text.substr(used));
-  static const std::map<std::string, double> units = {
-      {"", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
-  const auto it = units.find(suffix);
-  if (it == units.end()) throw std::runtime_error(where + ": unknown unit '" + suffix + "'");
-  return v * it->second;
-}
-
-}  // namespace
-
+// The what-if simulator's reader (tools/simulate/device_model.h), its error thrown.
 device_figures read_device_model(const std::string& name) {
-  const std::string path = std::string(OVERSUB_DEVICE_MODELS_DIR) + "/" + name + ".model";
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open device model " + path);
-  std::map<std::string, std::string> kv;
-  std::string line;
-  while (std::getline(in, line)) {
-    line = line.substr(0, line.find('#'));
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    kv[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
-  }
-  auto number = [&](const std::string& key) {
-    const auto it = kv.find(key);
-    if (it == kv.end()) throw std::runtime_error(path + ": no '" + key + "'");
-    return parse_number(it->second, path + ": " + key);
-  };
-  device_figures d;
-  d.name = kv.count("name") ? kv["name"] : name;
-  d.fp32_flops = number("fp32_flops");
-  d.memory_bandwidth = number("memory_bandwidth");
-  d.costs.h2d_bytes_per_s = number("h2d_pinned_bandwidth");
-  d.costs.d2h_bytes_per_s = number("d2h_pinned_bandwidth");
-  d.costs.copy_setup_ns = static_cast<std::uint64_t>(number("copy_latency_ns"));
-  d.costs.launch_latency_ns = static_cast<std::uint64_t>(number("launch_latency_ns"));
-  d.costs.managed_fault_ns = static_cast<std::uint64_t>(number("managed_fault_ns"));
-  d.costs.managed_page_bytes = static_cast<std::size_t>(number("managed_page_size"));
-  d.costs.demand_paging = number("concurrent_managed_access") != 0;
-  return d;
+  const tools::device_model_result r = tools::read_device_model(name, OVERSUB_DEVICE_MODELS_DIR);
+  if (!r.error.empty()) throw std::runtime_error(r.error);
+  return device_figures{r.value.name, r.value.fp32_flops, r.value.memory_bandwidth,
+                        r.value.costs};
 }
 
 buffer_id iteration_builder::buffer(std::size_t bytes, bool long_lived) {
