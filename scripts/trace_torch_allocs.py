@@ -56,6 +56,10 @@ from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
+# Operators without a meta kernel: the same stand-ins as `oversub trace-torch`.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+from torch_trace import run_without_meta_kernel  # noqa: E402
+
 APPROXIMATIONS = [
     "meta kernels stand for CUDA ones: no cuDNN/cuBLAS workspaces or reserve space",
     "sizes are storage bytes as requested, before any allocator rounding",
@@ -104,36 +108,10 @@ class AllocRecorder(TorchDispatchMode):
         try:
             out = func(*args, **(kwargs or {}))
         except NotImplementedError:
-            out = run_without_meta_kernel(func, args, kwargs or {})
+            out = run_without_meta_kernel(str(func), func, args, kwargs or {})
         for t in tree_flatten(out)[0]:
             self.track(t)
         return out
-
-
-def run_without_meta_kernel(func: Any, args: Any, kwargs: Any) -> Any:
-    """An operator with no meta kernel in this PyTorch: its decomposition (whose
-    temporaries are then not recorded), else an output shaped like its input."""
-    from torch._decomp import decomposition_table
-    if func in decomposition_table:
-        return decomposition_table[func](*args, **kwargs)
-    name = str(func)
-    if name == "aten.convolution_backward.default":
-        grad_out, inp, weight, bias_sizes = args[:4]
-        mask = args[10]
-        return (torch.empty_like(inp) if mask[0] else None,
-                torch.empty_like(weight) if mask[1] else None,
-                grad_out.new_empty(bias_sizes) if mask[2] and bias_sizes else None)
-    like = SHAPED_LIKE_ARG.get(name)
-    if like is None:
-        raise NotImplementedError(f"{name}: no meta kernel, no rule in {__file__}")
-    return torch.empty_like(args[like])
-
-
-# Operators without a meta kernel or a decomposition in PyTorch 1.13 whose output
-# has the shape, dtype and layout of one argument (its index here).
-SHAPED_LIKE_ARG: dict[str, int] = {
-    "aten._adaptive_avg_pool2d_backward.default": 1,  # (grad_output, self)
-}
 
 
 # ---- models ------------------------------------------------------------------
