@@ -410,6 +410,9 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
       wanted.push_back(va);
     }
   }
+  const bool reaches = std::any_of(ranges.begin(), ranges.end(),
+                                   [](const byte_range& r) { return r.reach && r.bytes != 0; });
+  if (wanted.empty() && !reaches) return result;
   if (capturing(stream)) return result;  // nothing may be enqueued for us now
   const driver_table& d = driver();
   const unpin_at_exit unpin{epoch_};
