@@ -50,8 +50,11 @@ void allocation_iteration_learner::push(event_record e) {
   for (std::size_t p = 1; p <= limit; ++p) {
     run_[p] = tokens_[i].token == tokens_[i - p].token ? run_[p] + 1 : 0;
   }
-  for (std::size_t p = 1; p <= limit && 2 * p <= n; ++p) {
-    if (run_[p] >= p && closed(p)) {
+  for (std::size_t p = min_period_; p <= limit && 2 * p <= n; ++p) {
+    // The repeating stretch (run_[p] + p events) must also cover half of what was
+    // seen: a temporary allocated and freed twice in a row inside the iteration
+    // repeats, but explains almost nothing of the stream.
+    if (run_[p] >= p && 2 * (run_[p] + p) >= n && closed(p)) {
       build(p);
       return;
     }

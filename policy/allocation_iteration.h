@@ -6,17 +6,25 @@
 // Note [Finding the period]: for every candidate period p up to max_period the
 // learner keeps run[p], how many trailing tokens equal the token p events earlier;
 // the iteration is the shortest p with run[p] >= p (the last 2p events are two
-// copies of one period) whose last copy is closed: every buffer it allocates is
+// copies of one period), whose repeating stretch (run[p] + p events) covers at least
+// half of the events seen, and whose last copy is closed: every buffer it allocates is
 // freed inside it and it frees nothing allocated before it (so its buffers' whole
 // lifetimes, [alloc_time, free_time) in event positions, lie within the iteration,
 // and the window boundary is a point where only long-lived buffers are live). The
 // next event then starts an iteration. Learning costs O(max_period) per event and
 // stops once an iteration is found.
 //
+// A short stretch inside an iteration can pass both tests (a temporary allocated and
+// freed twice in a row is a closed period of two events), and nothing seen so far
+// tells it from the iteration. The pool finds out when the plan keeps deviating
+// (Note [A plan that keeps deviating] in pool/planned_region.h) and learns again
+// with min_period_events past the period that failed.
+//
 // Pure computation: no CUDA, no allocation beyond its own vectors.
 #ifndef OVERSUB_POLICY_ALLOCATION_ITERATION_H
 #define OVERSUB_POLICY_ALLOCATION_ITERATION_H
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -41,8 +49,9 @@ struct learned_iteration {
 
 class allocation_iteration_learner {
  public:
-  explicit allocation_iteration_learner(std::size_t max_period_events = 8192)
-      : max_period_(max_period_events) {}
+  explicit allocation_iteration_learner(std::size_t max_period_events = 8192,
+                                        std::size_t min_period_events = 1)
+      : max_period_(max_period_events), min_period_(std::max<std::size_t>(1, min_period_events)) {}
 
   // Feed the stream. id identifies a buffer until it is freed (an address). A free
   // of an id never allocated (or allocated before learning began) is a token too.
@@ -52,6 +61,7 @@ class allocation_iteration_learner {
   // The iteration, once found (then further events are ignored).
   const std::optional<learned_iteration>& learned() const { return learned_; }
   std::uint64_t events_seen() const { return tokens_.size(); }
+  std::size_t max_period() const { return max_period_; }
   // True once max_events passed without an iteration: learning stopped for good.
   bool gave_up() const { return gave_up_; }
   static constexpr std::size_t max_events = std::size_t{1} << 20;
@@ -68,6 +78,7 @@ class allocation_iteration_learner {
   void build(std::size_t p);
 
   std::size_t max_period_;
+  std::size_t min_period_;
   std::vector<event_record> tokens_;
   std::vector<std::uint32_t> run_;  // run_[p]
   std::vector<std::pair<std::uint64_t, std::uint64_t>> live_;  // (id, alloc event), unsorted

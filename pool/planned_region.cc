@@ -41,6 +41,9 @@ void planned_region::make_plan_locked(CUstream stream) {
   plan_ = std::move(p);
   next_ = 0;
   deviated_ = false;
+  plan_starts_ = 1;
+  size_deviations_ = 0;
+  allocs_since_start_ = 0;
   // The learning iterations' blocks are free now: give their chunks back.
   online_.trim();
 }
@@ -68,7 +71,7 @@ bool planned_region::can_serve_locked(std::size_t offset, std::size_t size, int 
   return false;
 }
 
-void planned_region::deviate_locked(std::size_t bytes, const char* why) {
+void planned_region::deviate_locked(std::size_t bytes, const char* why, bool in_size) {
   deviated_ = true;
   ++stats_.deviations;
   stats::global().pool_deviations.count();
@@ -78,6 +81,43 @@ void planned_region::deviate_locked(std::size_t bytes, const char* why) {
             "{}); the rest of this iteration comes from the online arena{}",
             next_, iteration_->buffers.size(), format_bytes(bytes), why,
             n == 1 ? " (logged once)" : "");
+  if (in_size) ++size_deviations_;
+  if (plan_starts_ >= retire_after_starts && 2 * size_deviations_ >= plan_starts_ &&
+      relearns_ < max_relearns) {
+    retire_plan_locked();
+  }
+}
+
+// Note [A plan that keeps deviating] in planned_region.h.
+void planned_region::retire_plan_locked() {
+  const std::size_t failed_events = iteration_->events.size();
+  log::info("pool: the planned iteration of {} allocations ({} events) deviated in size at {} of "
+            "its {} starts: not the training iteration; learning again with a period of more "
+            "than {} events",
+            iteration_->buffers.size(), failed_events, size_deviations_, plan_starts_,
+            failed_events);
+  retired_region r{base_, plan_->region_bytes, std::move(live_)};
+  if (r.live.empty()) {
+    // A synchronous free: every stream that worked since the region was mapped is
+    // waited for before its bytes are reused (the freed ranges' tickets are a subset).
+    online_.deallocate(reinterpret_cast<void*>(r.base), r.bytes, no_stream);
+  } else {
+    retired_.push_back(std::move(r));
+  }
+  live_.clear();
+  freed_.clear();
+  plan_.reset();
+  iteration_.reset();
+  base_ = 0;
+  next_ = 0;
+  deviated_ = false;
+  plan_starts_ = 0;
+  size_deviations_ = 0;
+  stats_.planned = false;
+  ++stats_.retired;
+  ++relearns_;
+  learner_ = policy::allocation_iteration_learner(policy::allocation_iteration_learner{}.max_period(),
+                                                  failed_events + 1);
 }
 
 allocation_result planned_region::allocate(std::size_t bytes, CUstream stream) {
@@ -88,10 +128,23 @@ allocation_result planned_region::allocate(std::size_t bytes, CUstream stream) {
     if (deviated_ && live_.empty() && bytes == buffers[0].size_bytes) {
       deviated_ = false;  // an iteration boundary: plan again from buffer 0
       next_ = 0;
+      ++plan_starts_;
+      allocs_since_start_ = 0;
+    } else if (deviated_ && ++allocs_since_start_ > 2 * buffers.size() + 256 &&
+               relearns_ < max_relearns) {
+      // Never back at buffer 0 with nothing planned live: the plan cannot start over.
+      log::info("pool: the planned iteration has not started over in {} allocations",
+                allocs_since_start_);
+      retire_plan_locked();
     }
+  }
+  if (plan_) {
+    const std::vector<policy::buffer_lifetime>& buffers = iteration_->buffers;
     if (!deviated_) {
       if (next_ >= buffers.size()) {
         next_ = 0;
+        ++plan_starts_;
+        allocs_since_start_ = 0;
         if (!trimmed_after_plan_) {
           // The first planned iteration is over: the learning iterations' blocks are
           // surely done by now, give their chunks back.
@@ -102,10 +155,10 @@ allocation_result planned_region::allocate(std::size_t bytes, CUstream stream) {
       const std::size_t k = next_;
       const int consumer = fences_.slot_of(stream);
       if (buffers[k].size_bytes != bytes) {
-        deviate_locked(bytes, "a different size");
+        deviate_locked(bytes, "a different size", true);
       } else if (!can_serve_locked(plan_->offsets[k], block_index::round(bytes), consumer,
                                    stream)) {
-        deviate_locked(bytes, "its planned bytes still in use");
+        deviate_locked(bytes, "its planned bytes still in use", false);
       } else {
         const std::size_t offset = plan_->offsets[k];
         const std::size_t end = offset + block_index::round(bytes);
@@ -129,7 +182,7 @@ allocation_result planned_region::allocate(std::size_t bytes, CUstream stream) {
     }
   }
   allocation_result r = online_.allocate(bytes, stream);
-  if (r) {
+  if (r) {  // (plan_ may have been retired just now: then learning starts with this one)
     ++stats_.online;
     if (!plan_) learner_.on_alloc(reinterpret_cast<std::uintptr_t>(r.ptr), bytes);
   }
@@ -139,6 +192,15 @@ allocation_result planned_region::allocate(std::size_t bytes, CUstream stream) {
 void planned_region::deallocate(void* ptr, std::size_t bytes, CUstream stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  for (auto r = retired_.begin(); r != retired_.end(); ++r) {
+    if (addr < r->base || addr >= r->base + r->bytes) continue;
+    r->live.erase(addr - r->base);
+    if (r->live.empty()) {
+      online_.deallocate(reinterpret_cast<void*>(r->base), r->bytes, no_stream);
+      retired_.erase(r);
+    }
+    return;
+  }
   if (plan_ && addr >= base_ && addr < base_ + plan_->region_bytes) {
     auto it = live_.find(addr - base_);
     if (it == live_.end()) return;
@@ -179,6 +241,12 @@ resource_stats planned_region::stats() const {
     s.used_bytes = s.used_bytes - plan_->region_bytes + live_bytes;
     s.live_blocks = s.live_blocks - 1 + live_.size();
   }
+  for (const retired_region& r : retired_) {
+    std::uint64_t live_bytes = 0;
+    for (const auto& [offset, b] : r.live) live_bytes += b.end - offset;
+    s.used_bytes = s.used_bytes - r.bytes + live_bytes;
+    s.live_blocks = s.live_blocks - 1 + r.live.size();
+  }
   return s;
 }
 
@@ -188,6 +256,9 @@ bool planned_region::owns(const void* ptr) const {
     const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
     if (plan_ && addr >= base_ && addr < base_ + plan_->region_bytes) {
       return live_.count(addr - base_) != 0;
+    }
+    for (const retired_region& r : retired_) {
+      if (addr >= r.base && addr < r.base + r.bytes) return r.live.count(addr - r.base) != 0;
     }
   }
   return online_.owns(ptr);

@@ -15,6 +15,21 @@
 // (logged once). A new iteration starts at the next allocation of buffer 0's size
 // made while no planned block is live, which is what a closed iteration boundary
 // looks like (Note [Finding the period] in allocation_iteration.h).
+//
+// Note [A plan that keeps deviating]: the learner can take a short stretch inside
+// the iteration for the iteration (a temporary allocated and freed twice in a row).
+// Such a plan deviates in size almost every time it starts over, where a real
+// iteration's plan, once served, keeps being served. So once a plan has started
+// retire_after_starts times, if at least half of those starts ended in a size
+// deviation, the plan is retired: its region stays mapped, serving no new blocks,
+// until its live blocks are freed (then it goes back to the online arena as a
+// synchronous free would), and learning starts again with a minimum period past the
+// one that failed. A plan that deviated and, over more allocations than two of its
+// iterations, never found a point to start over (buffer 0's size with nothing planned
+// live) is retired the same way. At most max_relearns times; then the online arena
+// serves for good.
+// Deviations because planned bytes are still in use (another stream's work) do not
+// count: learning again would find the same period.
 #ifndef OVERSUB_POOL_PLANNED_REGION_H
 #define OVERSUB_POOL_PLANNED_REGION_H
 
@@ -22,6 +37,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "policy/allocation_iteration.h"
 #include "policy/placement.h"
@@ -39,6 +55,7 @@ struct planned_stats {
   std::uint64_t served = 0;      // allocations served at a planned offset
   std::uint64_t deviations = 0;  // iterations that fell back
   std::uint64_t online = 0;      // allocations served by the online arena
+  std::uint64_t retired = 0;     // plans retired (Note [A plan that keeps deviating])
 };
 
 class planned_region final : public memory_resource {
@@ -72,7 +89,7 @@ class planned_region final : public memory_resource {
   };
   void make_plan_locked(CUstream stream);
   bool can_serve_locked(std::size_t offset, std::size_t size, int consumer, CUstream stream);
-  void deviate_locked(std::size_t bytes, const char* why);
+  void deviate_locked(std::size_t bytes, const char* why, bool in_size);
 
   vmm_arena& online_;
   stream_fences& fences_;
@@ -88,6 +105,21 @@ class planned_region final : public memory_resource {
   std::map<std::size_t, live_block> live_;     // offset -> live planned block
   std::multimap<std::size_t, freed_range> freed_;  // offset -> freed bytes still fenced
   planned_stats stats_;
+
+  // Note [A plan that keeps deviating].
+  static constexpr std::uint64_t retire_after_starts = 8;
+  static constexpr int max_relearns = 4;
+  struct retired_region {
+    std::uintptr_t base = 0;
+    std::size_t bytes = 0;
+    std::map<std::size_t, live_block> live;
+  };
+  void retire_plan_locked();
+  std::vector<retired_region> retired_;
+  std::uint64_t plan_starts_ = 0;      // iterations the current plan started
+  std::uint64_t size_deviations_ = 0;  // of those, how many deviated in size
+  std::uint64_t allocs_since_start_ = 0;
+  int relearns_ = 0;
 };
 
 }  // namespace oversub::pool
