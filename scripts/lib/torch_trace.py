@@ -23,7 +23,11 @@ How it records (Note [Recording on meta] in docs/traces.md):
     the second is the recorded iteration. Storages live when it starts are the
     long-lived buffers (parameters, gradients, optimizer state, BN statistics);
   - each launch's duration is modeled (Note [Modeled durations]): the larger of its
-    FLOPs over the device's FP32 rate and its bytes over the memory bandwidth.
+    FLOPs over the device's FP32 rate and its bytes over the memory bandwidth, divided
+    by the fraction of the device its thread blocks fill (Note [Wave efficiency] in
+    docs/traces.md), at least the device's launch latency;
+  - the allocations and frees of the whole run, in order, can be handed back as an
+    allocation trace (allocation_trace) for the caching allocator model.
 
 Needs torch (Debian's python3-torch 1.13); the rest of scripts/lib does not.
 """
@@ -65,11 +69,23 @@ class DeviceModel:
     memory_bandwidth: float     # bytes/s
     h2d_bytes_per_s: float      # pinned
     d2h_bytes_per_s: float
+    sm_count: int = 1
+    max_threads_per_sm: int = 2048
+    launch_latency_ns: float = 0.0
 
-    def kernel_ns(self, flops: float, bytes_moved: float) -> int:
-        """Note [Modeled durations]: a roofline at the device's peak figures."""
+    def slots(self, threads_per_block: int, per_sm_limit: int | None = None) -> int:
+        """Thread blocks of threads_per_block the whole device runs at once."""
+        per_sm = self.max_threads_per_sm // threads_per_block
+        if per_sm_limit is not None:
+            per_sm = min(per_sm, per_sm_limit)
+        return max(1, self.sm_count * per_sm)
+
+    def kernel_ns(self, flops: float, bytes_moved: float, efficiency: float = 1.0) -> int:
+        """Note [Modeled durations]: a roofline at the device's peak figures, divided by
+        the launch's wave efficiency, never under the launch latency."""
         seconds = max(flops / self.fp32_flops, bytes_moved / self.memory_bandwidth)
-        return max(1, int(seconds * 1e9 + 0.5))
+        ns = seconds * 1e9 / max(efficiency, 1e-9)
+        return max(1, int(max(ns, self.launch_latency_ns) + 0.5))
 
 
 _SIZE = re.compile(r"^([0-9.]+)\s*([KMGT]i?B)?$")
@@ -98,7 +114,9 @@ def load_device(key: str) -> DeviceModel:
         raise SystemExit(f"trace-torch: {path}: memory = {kv['memory']!r} is not a size")
     return DeviceModel(key, kv["name"], int(float(m.group(1)) * _UNITS[m.group(2)]),
                        float(kv["fp32_flops"]), float(kv["memory_bandwidth"]),
-                       float(kv["h2d_pinned_bandwidth"]), float(kv["d2h_pinned_bandwidth"]))
+                       float(kv["h2d_pinned_bandwidth"]), float(kv["d2h_pinned_bandwidth"]),
+                       int(kv["sm_count"]), int(kv["max_threads_per_sm"]),
+                       float(kv["launch_latency_ns"]))
 
 
 # ---- FLOPs of one operator ----------------------------------------------------------
@@ -131,6 +149,73 @@ def op_flops(name: str, args: tuple, out: Any) -> float:
         return 2.0 * _numel(out) * a.shape[-1]
     tensors = [t for t in tree_flatten((args, out))[0] if isinstance(t, torch.Tensor)]
     return float(max((t.numel() for t in tensors), default=0))
+
+
+# ---- how much of the device one launch fills (Note [Wave efficiency]) ----------------
+
+# Elementwise and every other non-GEMM kernel: PyTorch 1.13's elementwise loops run
+# blocks of num_threads() = 4 warps = 128 threads, each thread thread_work_size() = 4
+# elements (aten/src/ATen/native/cuda/thread_constants.h): 512 elements per block.
+ELEMENTWISE_THREADS = 128
+ELEMENTWISE_BLOCK_ELEMENTS = 512
+# Convolutions and matrix products: output tiles of CUTLASS's default FP32 (SIMT) GEMM,
+# DefaultGemmConfiguration<OpClassSimt>: ThreadblockShape 128x128x8, WarpShape 32x64x8,
+# so 8 warps = 256 threads per tile (cutlass/gemm/device/default_gemm_configuration.h).
+GEMM_TILE = 128
+GEMM_THREADS = 256
+# Tiles resident per SM: 64K 32-bit registers per SM on every device model here
+# (CUDA C Programming Guide, technical specifications per compute capability, 3.5 to
+# 9.0) over 256 threads of at least 96 registers each (64 accumulators: 128x128 / 256,
+# plus the double-buffered 8-element A and B fragments, 2 x 16): floor(65536 / 24576).
+GEMM_TILES_PER_SM = 2
+
+
+def _tiles(rows: int, cols: int) -> int:
+    return -(-rows // GEMM_TILE) * -(-cols // GEMM_TILE)
+
+
+def wave_efficiency(blocks: int, slots: int) -> float:
+    """The fraction of the device's block slots a launch of `blocks` blocks keeps busy:
+    it runs in ceil(blocks / slots) waves, the last one partly empty."""
+    if blocks <= 0:
+        return 1.0
+    waves = -(-blocks // slots)
+    return blocks / (waves * slots)
+
+
+def launch_ns(device: DeviceModel, name: str, args: tuple, kwargs: dict, out: Any) -> int:
+    """Note [Modeled durations]: the roofline of op_flops and the bytes moved, divided by
+    the launch's wave efficiency (Note [Wave efficiency]), at least the launch latency."""
+    tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+    moved = float(sum(t.numel() * t.element_size() for t in tensors))
+    gemm_slots = device.slots(GEMM_THREADS, GEMM_TILES_PER_SM)
+    if name == "aten.convolution.default":
+        # implicit GEMM: rows = N x H_out x W_out, columns = C_out
+        c_out = args[1].shape[0]
+        eff = wave_efficiency(_tiles(_numel(out) // max(c_out, 1), c_out), gemm_slots)
+        return device.kernel_ns(op_flops(name, args, out), moved, eff)
+    if name == "aten.convolution_backward.default":
+        grad_out, inp, w, mask = args[0], args[1], args[2], args[10]
+        one = 2.0 * _numel(grad_out) * _per_output(w) / device.fp32_flops
+        seconds = 0.0
+        if mask[0]:  # data gradient: implicit GEMM over the input, rows N x H x W, cols C_in
+            c_in = inp.shape[1]
+            seconds += one / wave_efficiency(_tiles(_numel(inp) // max(c_in, 1), c_in),
+                                             gemm_slots)
+        if mask[1]:  # weight gradient: split-K fills the device (Note [Wave efficiency])
+            seconds += one
+        seconds = max(seconds, moved / device.memory_bandwidth)
+        return max(1, int(max(seconds * 1e9, device.launch_latency_ns) + 0.5))
+    if name in ("aten.mm.default", "aten.addmm.default", "aten.bmm.default",
+                "aten.baddbmm.default"):
+        rows, cols = out.shape[-2], out.shape[-1]
+        batch = out.shape[0] if out.dim() == 3 else 1
+        eff = wave_efficiency(batch * _tiles(rows, cols), gemm_slots)
+        return device.kernel_ns(op_flops(name, args, out), moved, eff)
+    largest = max((t.numel() for t in tensors), default=0)
+    eff = wave_efficiency(-(-largest // ELEMENTWISE_BLOCK_ELEMENTS),
+                          device.slots(ELEMENTWISE_THREADS))
+    return device.kernel_ns(op_flops(name, args, out), moved, eff)
 
 
 # ---- the recorder -------------------------------------------------------------------
@@ -173,6 +258,10 @@ class Recorder(TorchDispatchMode):
         self.ordinals = 0
         self.warmup_launches = 0
         self.dead_before: set[int] = set()
+        # Every allocation and free in order, from the first parameter to the end of the
+        # recorded iteration: ("a", buffer, requested bytes), ("f", buffer), ("i", n) at
+        # the start of iteration n. What a caching allocator sees (allocation_trace()).
+        self.events: list[tuple] = []
 
     # -- buffers --
     def track(self, t: Any) -> int | None:
@@ -193,6 +282,8 @@ class Recorder(TorchDispatchMode):
                 self.ordinals += 1
             self.next_address += size
             self.buffers.append(buf)
+            if not self.closed:
+                self.events.append(("a", len(self.buffers) - 1, nbytes))
             entry = [len(self.buffers) - 1, 0]
             self.live[key] = entry
         entry[1] += 1
@@ -206,6 +297,8 @@ class Recorder(TorchDispatchMode):
         entry[1] -= 1
         if entry[1] == 0:
             del self.live[key]
+            if not self.closed:
+                self.events.append(("f", buffer_id))
             if self.recording and not self.closed:
                 self.buffers[buffer_id].free_at = len(self.launches)
 
@@ -240,10 +333,7 @@ class Recorder(TorchDispatchMode):
         if name in ALLOCATION_ONLY or not (allocated or _writes_an_argument(func)):
             return out
         ids = sorted({b for b in inputs + outputs if b is not None})
-        moved = sum(t.numel() * t.element_size()
-                    for t in tree_flatten((args, kwargs, out))[0]
-                    if isinstance(t, torch.Tensor))
-        ns = self.device.kernel_ns(op_flops(name, args, out), moved)
+        ns = launch_ns(self.device, name, args, kwargs, out)
         self.launches.append((name, ns, ids))
         return out
 
@@ -257,6 +347,7 @@ class Recorder(TorchDispatchMode):
         live = {entry[0] for entry in self.live.values()}
         self.dead_before = {i for i in range(len(self.buffers)) if i not in live}
         self.recording = True
+        self.events.append(("i", 1))
 
     def end(self) -> None:
         gc.collect()
@@ -314,7 +405,7 @@ class cuda_dropout:
 
 
 def record_iteration(model: Any, step: Callable[[Recorder], None], device: DeviceModel,
-                     program: str) -> Profile:
+                     program: str, allocation_trace_out: list[str] | None = None) -> Profile:
     """Runs step twice on meta tensors (warm-up, then the recorded iteration) and
     returns the recorded one as a profile. model's parameters and buffers must be on
     the meta device; step builds its batch (calling rec.copy_in on it), runs forward,
@@ -323,11 +414,32 @@ def record_iteration(model: Any, step: Callable[[Recorder], None], device: Devic
     for t in list(model.parameters()) + list(model.buffers()):
         rec.track(t)
     with cuda_dropout(), rec:
+        rec.events.append(("i", 0))
         step(rec)
         rec.begin()
         step(rec)
         rec.end()
+    if allocation_trace_out is not None:
+        allocation_trace_out.extend(allocation_trace(rec, program))
     return to_profile(rec, program)
+
+
+def allocation_trace(rec: Recorder, program: str) -> list[str]:
+    """The allocations and frees of setup, warm-up and the recorded iteration, in order, as
+    an allocation trace (docs/trace-format.md): what the CUDA caching allocator is asked
+    for. The fragmentation benchmark's caching allocator model replays it
+    (`oversub trace-torch --check`, Note [Comparing like with like] in docs/traces.md)."""
+    lines = ["# oversub allocation trace v1", f"# source: {program}",
+             "# what: every storage allocation and free of setup, the warm-up iteration (i 0) "
+             "and the recorded iteration (i 1), sizes as requested"]
+    for e in rec.events:
+        if e[0] == "a":
+            lines.append(f"a {e[1]} {e[2]}")
+        elif e[0] == "f":
+            lines.append(f"f {e[1]}")
+        else:
+            lines.append(f"i {e[1]}")
+    return lines
 
 
 def to_profile(rec: Recorder, program: str) -> Profile:

@@ -71,6 +71,14 @@ def trace(oversub: Path, model: str, batch: int, out: Path) -> Profile | None:
         return None
 
 
+def launch_latency_ns(device: str) -> int:
+    """launch_latency_ns of tests/simgpu/devices/<device>.model."""
+    text = (REPO / "tests" / "simgpu" / "devices" / f"{device}.model").read_text()
+    m = re.search(r"^launch_latency_ns\s*=\s*([0-9]+)", text, re.M)
+    assert m, f"{device}.model has no launch_latency_ns"
+    return int(m.group(1))
+
+
 def lifetimes(name: str, p: Profile) -> None:
     """Launch buffer sets and per-iteration lifetimes are consistent: every buffer a
     launch uses is live at it, every per-iteration buffer is freed in the iteration."""
@@ -105,6 +113,11 @@ def iteration_shape(name: str, p: Profile, params_bytes: int, state_copies: int)
           f"{name}: the batch's host-to-device copies are missing")
     check(p.iteration_kernel_ns == sum(l.duration_ns for l in p.launches),
           f"{name}: iteration_kernel_ns is not the sum of the launches' durations")
+    # Note [Modeled durations]: no launch is shorter than the device's launch latency
+    # (recorded on the default device, h100-pcie).
+    floor = launch_latency_ns("h100-pcie")
+    check(min(l.duration_ns for l in p.launches) >= floor,
+          f"{name}: a launch shorter than the launch latency {floor} ns")
     check(max(live_bytes(p)) > long_lived, f"{name}: no activation memory at the peak")
     return names
 
