@@ -5,8 +5,11 @@
 //   baseline a caching allocator of PyTorch's design (caching_allocator_model.cc);
 // and the planner's run time. Prints a markdown table.
 //
-//   fragmentation_bench [--check] [--synthetic N] TRACE_OR_FOLDER...
+//   fragmentation_bench [--check] [--synthetic N] [--caching-only] TRACE_OR_FOLDER...
 //
+// --caching-only: for each trace only the caching allocator model's peaks, one line
+// each, "<name> <lower bound> <baseline> <baseline emptied>" in bytes (what
+// `oversub trace-torch --check` reads for its reserved-bytes column).
 // --check: exit 1 unless every recorded trace's placement is valid and within
 // kPlannedGoal of the lower bound (deterministic numbers, not timings).
 // --synthetic N: also plan a random trace of N allocations (the planner's worst
@@ -105,17 +108,20 @@ std::vector<std::string> trace_files(const std::string& arg) {
 
 int main(int argc, char** argv) {
   bool check = false;
+  bool caching_only = false;
   std::size_t synthetic = 0;
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--check") {
       check = true;
+    } else if (arg == "--caching-only") {
+      caching_only = true;
     } else if (arg == "--synthetic" && i + 1 < argc) {
       synthetic = std::strtoul(argv[++i], nullptr, 10);
     } else if (arg.rfind("--", 0) == 0) {
       std::fprintf(stderr,
-                   "usage: %s [--check] [--synthetic N] TRACE_OR_FOLDER...\n",
+                   "usage: %s [--check] [--synthetic N] [--caching-only] TRACE_OR_FOLDER...\n",
                    argv[0]);
       return 2;
     } else {
@@ -131,8 +137,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fragmentation_bench: %s\n", error.c_str());
       return 2;
     }
+    if (caching_only) {
+      std::printf("%s %zu %zu %zu\n", t.name.c_str(), bench::max_live_bytes(t, kAlignment),
+                  bench::caching_allocator_peak(t), bench::caching_allocator_capacity(t));
+      continue;
+    }
     rows.push_back(measure(t));
   }
+  if (caching_only) return 0;
   if (synthetic != 0) {
     rows.push_back(measure(bench::random_trace(synthetic, 1)));
     rows.back().recorded = false;
