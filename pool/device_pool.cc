@@ -120,18 +120,21 @@ bool report_section(std::string& json, std::string& text) {
       const residency_stats& e = *maybe_e;
       json += fmt::format(R"(,"swap":{{"capacity_bytes":{},"pages":{},"resident_bytes":{},)"
                           R"("peak_resident_bytes":{},"host_bytes":{},"peak_host_bytes":{},)"
-                          R"("evictions":{},"clean_evictions":{},"fetches":{},)"
+                          R"("evictions":{},"clean_evictions":{},"dead_evictions":{},)"
+                          R"("fetches":{},"dead_fetches":{},)"
                           R"("bytes_to_host":{},"bytes_to_device":{},"waits":{},"failures":{}}})",
                           s->engine->capacity_bytes(), e.pages, e.resident_bytes,
                           e.peak_resident_bytes, e.host_bytes, e.peak_host_bytes, e.evictions,
-                          e.clean_evictions, e.fetches, e.bytes_to_host, e.bytes_to_device,
-                          e.waits, e.failures);
+                          e.clean_evictions, e.dead_evictions, e.fetches, e.dead_fetches,
+                          e.bytes_to_host, e.bytes_to_device, e.waits, e.failures);
       text += fmt::format(
           "oversub:   swap device {}: capacity {}  resident {} (peak {})  on host {} (peak {})  "
-          "evictions {} ({} clean)  fetches {}  to host {}  to device {}  waits {}  failures {}\n",
+          "evictions {} ({} clean, {} dead)  fetches {} ({} dead)  to host {}  to device {}  "
+          "waits {}  failures {}\n",
           d, format_bytes(s->engine->capacity_bytes()), format_bytes(e.resident_bytes),
           format_bytes(e.peak_resident_bytes), format_bytes(e.host_bytes),
-          format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.fetches,
+          format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.dead_evictions,
+          e.fetches, e.dead_fetches,
           format_bytes(e.bytes_to_host), format_bytes(e.bytes_to_device), e.waits, e.failures);
     }
     if (const std::optional<managed_stats> maybe_m =
@@ -185,7 +188,10 @@ allocation_result device_allocate(int device, std::size_t bytes, CUstream stream
   device_state* s = state(device);
   if (s == nullptr) return {nullptr, pool_errc::out_of_memory};
   if (s->managed) return s->managed->allocate(bytes);
-  return s->front().allocate(bytes, stream);
+  allocation_result r = s->front().allocate(bytes, stream);
+  // Note [Dead pages] in residency.h: every block users get passes here.
+  if (r && s->engine) s->engine->occupy(reinterpret_cast<std::uintptr_t>(r.ptr), bytes);
+  return r;
 }
 
 bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream) {
@@ -199,6 +205,7 @@ bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream
   } else if (!s->online.owns(ptr)) {
     return false;
   }
+  if (s->engine) s->engine->vacate(reinterpret_cast<std::uintptr_t>(ptr));
   s->front().deallocate(ptr, bytes, stream);
   return true;
 }

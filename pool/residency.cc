@@ -212,8 +212,9 @@ CUresult residency_engine::evict_begin_locked(std::uintptr_t va, page& p) {
     if (CUresult r = d.cuStreamWaitEvent(to_host_, p.copy_done, 0); r != CUDA_SUCCESS) return r;
   }
   if (CUresult r = order_after_users_locked(p, to_host_); r != CUDA_SUCCESS) return r;
+  const bool dead = content_dead(p, write_epoch_);
   const bool copy =
-      !cfg_.clean_evictions || !p.host_current || p.clean_epoch != write_epoch_;
+      !dead && (!cfg_.clean_evictions || !p.host_current || p.clean_epoch != write_epoch_);
   if (copy) {
     // The page's own address still maps its device memory: copy it to the host handle.
     if (CUresult r = d.cuMemcpyAsync(p.shadow, va, cfg_.page_bytes, to_host_); r != CUDA_SUCCESS) {
@@ -222,6 +223,7 @@ CUresult residency_engine::evict_begin_locked(std::uintptr_t va, page& p) {
     stats_.bytes_to_host += cfg_.page_bytes;
   } else {
     ++stats_.clean_evictions;
+    if (dead) ++stats_.dead_evictions;
   }
   if (CUresult r = d.cuEventRecord(p.copy_done, to_host_); r != CUDA_SUCCESS) return r;
   p.copy_pending = true;
@@ -270,13 +272,18 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait) {
       }
     }
     while (stats_.resident_bytes - leaving + bytes > capacity_bytes()) {
+      // Dead pages first (Note [Dead pages]: they leave without a copy), then the
+      // least recently used.
       std::uintptr_t victim = 0;
       page* vp = nullptr;
+      bool vdead = false;
       for (auto& [va, p] : pages_) {
         if (p.where != state::resident || p.pinned == epoch_) continue;
-        if (vp == nullptr || p.last_use < vp->last_use) {
+        const bool dead = content_dead(p, write_epoch_);
+        if (vp == nullptr || (dead && !vdead) || (dead == vdead && p.last_use < vp->last_use)) {
           victim = va;
           vp = &p;
+          vdead = dead;
         }
       }
       if (vp == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -289,17 +296,22 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait) {
   while (stats_.resident_bytes + bytes > capacity_bytes()) {
     // Note [Making room]: finish an eviction under way first, then evict the least
     // recently used page that is not pinned.
+    // Then dead pages before live ones (Note [Dead pages]).
     std::uintptr_t victim = 0;
     page* vp = nullptr;
     bool finishing = false;
+    bool vdead = false;
     for (auto& [va, p] : pages_) {
       if (p.where == state::on_host || p.pinned == epoch_) continue;
       const bool evicting = p.where == state::evicting;
+      const bool dead = !evicting && content_dead(p, write_epoch_);
       if (vp == nullptr || (evicting && !finishing) ||
-          (evicting == finishing && p.last_use < vp->last_use)) {
+          (evicting == finishing &&
+           ((dead && !vdead) || (dead == vdead && p.last_use < vp->last_use)))) {
         victim = va;
         vp = &p;
         finishing = evicting;
+        vdead = dead;
       }
     }
     if (vp == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -347,7 +359,8 @@ CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p, bool wait) {
     map_locked(va, p.host);
     return r;
   }
-  CUresult r = d.cuMemcpyAsync(va, p.shadow, cfg_.page_bytes, to_device_);
+  const bool dead = content_dead(p, fetch_epoch_);
+  CUresult r = dead ? CUDA_SUCCESS : d.cuMemcpyAsync(va, p.shadow, cfg_.page_bytes, to_device_);
   if (r == CUDA_SUCCESS) r = d.cuEventRecord(p.copy_done, to_device_);
   if (r != CUDA_SUCCESS) {
     // The copy never started (or cannot be waited for): put the host memory back at
@@ -366,7 +379,11 @@ CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p, bool wait) {
   p.host_current = true;
   p.clean_epoch = write_epoch_;
   ++stats_.fetches;
-  stats_.bytes_to_device += cfg_.page_bytes;
+  if (dead) {
+    ++stats_.dead_fetches;
+  } else {
+    stats_.bytes_to_device += cfg_.page_bytes;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -392,6 +409,7 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
                                          bool writes) {
   std::lock_guard<std::mutex> lock(mutex_);
   prepare_result result;
+  fetch_epoch_ = write_epoch_;  // this work's own writes come after its fetches
   if (writes) ++write_epoch_;
   if (!ready_ || pages_.empty()) return result;
   std::vector<std::uintptr_t> wanted = pages_of(ranges);
@@ -494,6 +512,7 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
                                       std::vector<byte_range>* later) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ready_) return false;
+  fetch_epoch_ = write_epoch_;
   const unpin_at_exit unpin{epoch_};
   const std::vector<std::uintptr_t> wanted = pages_of(ranges);
   for (std::uintptr_t va : wanted) pages_[va].pinned = epoch_;
@@ -526,6 +545,34 @@ bool residency_engine::reserve_foreign(std::int64_t bytes) {
   } while (!foreign_bytes_.compare_exchange_weak(have, have + static_cast<std::uint64_t>(bytes),
                                                   std::memory_order_relaxed));
   return true;
+}
+
+template <typename F>
+void residency_engine::for_pages_locked(std::uintptr_t addr, std::size_t bytes, F&& f) {
+  if (bytes == 0) return;
+  const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
+  for (std::uintptr_t a = addr & mask; a < addr + bytes; a += cfg_.page_bytes) {
+    if (page* p = find_locked(a)) f(*p);
+  }
+}
+
+void residency_engine::occupy(std::uintptr_t addr, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes == 0 || !occupied_.emplace(addr, bytes).second) return;
+  for_pages_locked(addr, bytes, [&](page& p) {
+    if (p.occupants++ == 0) p.fresh_epoch = write_epoch_;
+  });
+}
+
+void residency_engine::vacate(std::uintptr_t addr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = occupied_.find(addr);
+  if (it == occupied_.end()) return;
+  const std::size_t bytes = it->second;
+  occupied_.erase(it);
+  for_pages_locked(addr, bytes, [&](page& p) {
+    if (p.occupants > 0 && --p.occupants == 0) p.dead = true;
+  });
 }
 
 residency_stats residency_engine::stats() const {

@@ -50,6 +50,20 @@
 // the kernel still reaches it (Note [An unpredicted access is slow, not a crash]).
 // Only the required ranges can make prepare() fail with too_large.
 //
+// Note [Dead pages]: the pool tells the engine which bytes hold live allocations
+// (occupy() when it hands a block out, vacate() when the block comes back). A page no
+// live block overlaps holds nothing anyone may read, and neither does a page whose
+// blocks were all handed out after its last vacancy while no write-capable work was
+// prepared since (a new block's contents are undefined until written). Such a page's
+// content is dead: it is evicted without a copy (still ordered after its users, and
+// still remapped to its host handle, so a stray access stays harmless) and fetched
+// without one, and making room takes dead pages before live ones. This is what the
+// allocations' lifetimes are worth to swapping: an activation freed in the backward
+// pass is not copied out, and the page that holds the next iteration's activation is
+// not copied back in. Whether content is dead is decided from the allocation calls,
+// never from the schedule, so a wrong schedule cannot lose data; an address the engine
+// was never told about counts as live.
+//
 // Note [Making room]: pages being prepared for the current launch are pinned. To fit
 // a page the engine first finishes evictions already under way (oldest first), then
 // evicts the least recently used unpinned resident page. A launch whose own pages
@@ -93,6 +107,8 @@ struct residency_stats {
   std::uint64_t peak_host_bytes = 0;
   std::uint64_t evictions = 0;           // pages moved to the host
   std::uint64_t clean_evictions = 0;     // ... of which without a copy
+  std::uint64_t dead_evictions = 0;      // ... of which dead (Note [Dead pages])
+  std::uint64_t dead_fetches = 0;        // fetches without a copy: dead content
   std::uint64_t fetches = 0;             // pages brought back
   std::uint64_t bytes_to_host = 0;
   std::uint64_t bytes_to_device = 0;
@@ -180,6 +196,11 @@ class residency_engine {
   // new capacity are evicted by the next prepare().
   bool reserve_foreign(std::int64_t bytes);
 
+  // Note [Dead pages]: the pool handed out [addr, addr + bytes) / took back the block
+  // at addr (the bytes occupy() recorded; an address it never saw is ignored).
+  void occupy(std::uintptr_t addr, std::size_t bytes);
+  void vacate(std::uintptr_t addr);
+
  private:
   enum class state : std::uint8_t { resident, evicting, on_host };
   struct page {
@@ -194,7 +215,19 @@ class residency_engine {
     std::uint64_t last_use = 0;   // LRU tick
     std::uint64_t pinned = 0;     // == prepare epoch while pinned
     std::vector<CUstream> users;  // streams that used it since it became resident
+    // Note [Dead pages]: live blocks over the page; dead: none since the last vacancy
+    // (with occupants, only until write-capable work is prepared after fresh_epoch).
+    std::uint32_t occupants = 0;
+    bool dead = false;  // a page is live until a vacancy says otherwise
+    std::uint64_t fresh_epoch = 0;
   };
+  // Note [Dead pages], at write epoch `epoch`.
+  // The fresh-block half needs every write seen (Note [What counts as a write]).
+  bool content_dead(const page& p, std::uint64_t epoch) const {
+    return p.dead && (p.occupants == 0 || (cfg_.clean_evictions && p.fresh_epoch == epoch));
+  }
+  template <typename F>
+  void for_pages_locked(std::uintptr_t addr, std::size_t bytes, F&& f);
 
   bool ensure_ready_locked();
   page* find_locked(std::uintptr_t va);
@@ -225,6 +258,10 @@ class residency_engine {
   std::unordered_map<CUstream, CUevent> stream_events_;
   std::uint64_t tick_ = 0;
   std::uint64_t write_epoch_ = 1;  // Note [What counts as a write]
+  // Note [Dead pages]: the epoch a fetch compares with (prepare() fetches for work
+  // whose own write has already advanced write_epoch_).
+  std::uint64_t fetch_epoch_ = 1;
+  std::unordered_map<std::uintptr_t, std::size_t> occupied_;  // live blocks: addr -> bytes
   std::uint64_t epoch_ = 1;  // pages start unpinned (pinned == 0)
   residency_stats stats_;
 };

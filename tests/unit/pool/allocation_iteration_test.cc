@@ -46,6 +46,45 @@ TEST(AllocationIteration, FindsThePeriodAfterAPrologue) {
   EXPECT_EQ(it.buffers[3].free_time, 7u);
 }
 
+// The replay of a ResNet trace: inside the iteration, with activations live, a
+// temporary is allocated and freed twice in a row. That pair repeats and is closed,
+// but explains a few events of hundreds: not the iteration.
+void iteration_with_temporaries(allocation_iteration_learner& l, std::uint64_t& next_id) {
+  std::vector<std::uint64_t> acts;
+  for (int layer = 0; layer < 20; ++layer) {
+    acts.push_back(next_id);
+    l.on_alloc(next_id++, std::size_t{1} << 20);
+    for (int t = 0; t < 2; ++t) {
+      const std::uint64_t tmp = next_id++;
+      l.on_alloc(tmp, 512);
+      l.on_free(tmp);
+    }
+  }
+  for (auto it = acts.rbegin(); it != acts.rend(); ++it) l.on_free(*it);
+}
+
+TEST(AllocationIteration, ATemporaryPairIsNotTheIteration) {
+  allocation_iteration_learner l;
+  std::uint64_t id = 1;
+  for (int i = 0; i < 10; ++i) l.on_alloc(id++, 65536);
+  iteration_with_temporaries(l, id);
+  EXPECT_FALSE(l.learned().has_value());
+  iteration_with_temporaries(l, id);
+  ASSERT_TRUE(l.learned().has_value());
+  EXPECT_EQ(l.learned()->buffers.size(), 60u);  // 20 activations, 40 temporaries
+}
+
+// After a plan failed, the pool learns again past the failed period.
+TEST(AllocationIteration, AMinimumPeriodSkipsShorterOnes) {
+  allocation_iteration_learner l(8192, 9);
+  std::uint64_t id = 1;
+  for (int k = 0; k < 3; ++k) iteration(l, id);  // 8 events each: too short
+  EXPECT_FALSE(l.learned().has_value());
+  iteration(l, id);  // two copies of two iterations: 16 events
+  ASSERT_TRUE(l.learned().has_value());
+  EXPECT_EQ(l.learned()->events.size(), 16u);
+}
+
 TEST(AllocationIteration, RandomStreamTeachesNothing) {
   allocation_iteration_learner l(256);
   std::mt19937 rng(3);

@@ -137,6 +137,70 @@ TEST_F(Residency, ACleanPageIsEvictedWithoutACopy) {
   expect_bytes(0, 3);
 }
 
+// Note [Dead pages]: a page no live block overlaps leaves without a copy and comes
+// back without one; a block handed out on it is fresh only until write-capable work
+// is prepared; a page another live block shares keeps its bytes.
+TEST_F(Residency, DeadPagesMoveWithoutCopies) {
+  residency_engine e(config(1, 16));
+  ASSERT_TRUE(e.create_page(va(0)));
+  ASSERT_TRUE(e.create_page(va(1)));  // page 0 out: never vacated, so copied
+  residency_stats st = e.stats();
+  EXPECT_EQ(st.bytes_to_host, kPage);
+  EXPECT_EQ(st.dead_evictions, 0u);
+  // Page 1 held a block that was freed: dead from now on (it moves for nothing).
+  e.occupy(va(1), kPage);
+  e.vacate(va(1));
+  // Two blocks on page 0.
+  e.occupy(va(0), kPage / 2);
+  e.occupy(va(0) + kPage / 2, kPage / 2);
+  ASSERT_TRUE(use(e, 0));  // page 1 out: dead, no copy
+  ASSERT_EQ(cudaMemsetAsync(ptr(0), 7, kPage, s_), cudaSuccess);
+  st = e.stats();
+  EXPECT_EQ(st.bytes_to_host, kPage);
+  EXPECT_EQ(st.dead_evictions, 1u);
+  // One of them freed: the page still holds the other's bytes.
+  e.vacate(va(0));
+  ASSERT_TRUE(use(e, 1));  // page 0 out with a copy; page 1 back without one
+  st = e.stats();
+  EXPECT_EQ(st.bytes_to_host, 2 * kPage);
+  EXPECT_EQ(st.dead_evictions, 1u);
+  EXPECT_EQ(st.dead_fetches, 1u);
+  ASSERT_TRUE(use(e, 0, false));  // back with a copy
+  expect_bytes(0, 7);
+  const std::uint64_t in = e.stats().bytes_to_device;
+  // The last block freed: page 0's content is dead. Out with no copy.
+  e.vacate(va(0) + kPage / 2);
+  e.vacate(va(0) + kPage / 2);  // a second free of the same block is ignored
+  ASSERT_TRUE(use(e, 1));
+  st = e.stats();
+  EXPECT_EQ(st.bytes_to_host, 2 * kPage);
+  EXPECT_EQ(st.dead_evictions, 3u);
+  // A fresh block on it: undefined until written, so its fetch copies nothing.
+  e.occupy(va(0), kPage);
+  ASSERT_TRUE(use(e, 0));
+  st = e.stats();
+  EXPECT_EQ(st.bytes_to_device, in);
+  EXPECT_EQ(st.dead_fetches, 3u);
+  // Written by that work: from here on it is live and moves with its bytes.
+  ASSERT_EQ(cudaMemsetAsync(ptr(0), 9, kPage, s_), cudaSuccess);
+  ASSERT_TRUE(use(e, 1));
+  ASSERT_TRUE(use(e, 0, false));
+  expect_bytes(0, 9);
+  st = e.stats();
+  EXPECT_EQ(st.bytes_to_host, 3 * kPage);
+  EXPECT_EQ(st.bytes_to_device, in + kPage);
+  // A fresh block after other work that may have written (any write-capable
+  // prepare) is live: copied.
+  e.vacate(va(0));
+  ASSERT_TRUE(use(e, 1));  // page 0 out, dead
+  e.occupy(va(0), kPage);
+  const byte_range elsewhere{0x1000, 256};
+  ASSERT_TRUE(e.prepare({&elsewhere, 1}, cu(), true));
+  const std::uint64_t before = e.stats().bytes_to_device;
+  ASSERT_TRUE(use(e, 0));
+  EXPECT_EQ(e.stats().bytes_to_device, before + kPage);
+}
+
 TEST_F(Residency, ALaunchLargerThanTheCapacityIsRefusedAndMovesNothing) {
   residency_engine e(config(2, 16));
   for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(e.create_page(va(i)));
