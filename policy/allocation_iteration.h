@@ -49,7 +49,8 @@ struct learned_iteration {
 
 class allocation_iteration_learner {
  public:
-  explicit allocation_iteration_learner(std::size_t max_period_events = 8192,
+  static constexpr std::size_t default_max_period = 8192;
+  explicit allocation_iteration_learner(std::size_t max_period_events = default_max_period,
                                         std::size_t min_period_events = 1)
       : max_period_(max_period_events), min_period_(std::max<std::size_t>(1, min_period_events)) {}
 

@@ -116,8 +116,8 @@ void planned_region::retire_plan_locked() {
   stats_.planned = false;
   ++stats_.retired;
   ++relearns_;
-  learner_ = policy::allocation_iteration_learner(policy::allocation_iteration_learner{}.max_period(),
-                                                  failed_events + 1);
+  learner_ = policy::allocation_iteration_learner(
+      policy::allocation_iteration_learner::default_max_period, failed_events + 1);
 }
 
 allocation_result planned_region::allocate(std::size_t bytes, CUstream stream) {
