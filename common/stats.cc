@@ -67,10 +67,15 @@ std::uint64_t calls(std::size_t entry_point) noexcept {
 
 namespace {
 std::atomic<section_fn> g_pool_section{nullptr};
+std::atomic<section_fn> g_schedule_section{nullptr};
 }  // namespace
 
 void set_pool_section(section_fn fn) noexcept {
   g_pool_section.store(fn, std::memory_order_release);
+}
+
+void set_schedule_section(section_fn fn) noexcept {
+  g_schedule_section.store(fn, std::memory_order_release);
 }
 
 std::string format_json(const config& cfg, int pid) {
@@ -110,6 +115,12 @@ std::string format_json(const config& cfg, int pid) {
       fn != nullptr && fn(section_json, section_text)) {
     out += R"(,"pool":{)" + section_json + '}';
   }
+  section_json.clear();
+  section_text.clear();
+  if (section_fn fn = g_schedule_section.load(std::memory_order_acquire);
+      fn != nullptr && fn(section_json, section_text)) {
+    out += R"(,"schedule":{)" + section_json + '}';
+  }
   out += "}\n";
   return out;
 }
@@ -141,6 +152,12 @@ std::string format_text(const config& cfg) {
   std::string section_json;
   std::string section_text;
   if (section_fn fn = g_pool_section.load(std::memory_order_acquire);
+      fn != nullptr && fn(section_json, section_text)) {
+    out += section_text;
+  }
+  section_json.clear();
+  section_text.clear();
+  if (section_fn fn = g_schedule_section.load(std::memory_order_acquire);
       fn != nullptr && fn(section_json, section_text)) {
     out += section_text;
   }

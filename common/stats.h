@@ -11,7 +11,8 @@
 // OVERSUB_STATS_FILE. JSON shape, keys in this order:
 //   {"oversub_stats":1,"pid":N,"mode":"track","device_limit":"none"|"<option>",
 //    "counters":{"allocations":{"current":0,"peak":3,"total":10},"frees":{"total":10},...},
-//    "calls":{"cudaMalloc":10,...}}            (only entry points called at least once)
+//    "calls":{"cudaMalloc":10,...},            (only entry points called at least once)
+//    "pool":{...},"schedule":{...}}            (sections, when their layer registered one)
 #ifndef OVERSUB_COMMON_STATS_H
 #define OVERSUB_COMMON_STATS_H
 
@@ -100,6 +101,9 @@ void report(const config& cfg) noexcept;
 // not block (try a lock, give up if held) and returns false to print nothing.
 using section_fn = bool (*)(std::string& json, std::string& text);
 void set_pool_section(section_fn fn) noexcept;
+// The same for the swap and um learners' schedule (interpose/swap_schedule.h),
+// printed as "schedule":{...} after "pool".
+void set_schedule_section(section_fn fn) noexcept;
 
 // Zeroes every counter (tests only).
 void reset_all() noexcept;

@@ -2,15 +2,20 @@
 #include "interpose/swap_schedule.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "common/log.h"
 #include "common/options.h"
 #include "common/stats.h"
 #include "pool/device_pool.h"
 #include "policy/schedule.h"
+#include "profiler/launch_timing.h"
 #include "profiler/period.h"
 
 namespace oversub::interpose {
@@ -20,12 +25,20 @@ namespace {
 constexpr std::uintptr_t page_bytes = std::uintptr_t{2} << 20;  // the arena's granularity
 constexpr std::size_t max_trace = std::size_t{1} << 16;         // launches kept while learning
 constexpr std::size_t check_every = 16;                         // launches between searches
-// Note [Launch durations]: the page trace has no kernel times (those come from CUPTI
-// in the profiler); every launch counts the same, so the cost policy ranks by launch
-// distance, and the link figures are a PCIe 4/5 x16 link's pinned rate.
+// Note [Launch durations]: each launch of the learned iteration is given its kernel's
+// measured duration, the median over the iterations in the trace
+// (profiler/launch_timing.h, Note [Tagging launches]); the link figures are fitted
+// from the engine's own copies, per direction (Note [Link figures from the engine's
+// copies] there). Where CUPTI cannot be had (no libcupti, another tool holds it) or
+// gave no record, the constants below stand in: every launch counts the same, so the
+// cost policy ranks by launch distance, and the link is a PCIe 4/5 x16 link's pinned
+// rate. The verbose log says which once, and the stats' "schedule" section always.
+// The durations are learned at the launch hook, from CUPTI's forced flush: that is
+// once per learned schedule, not per launch.
 constexpr std::uint64_t launch_ns = 20'000;
 constexpr double link_bytes_per_s = 25e9;
 constexpr std::uint64_t copy_setup_ns = 10'000;
+constexpr std::size_t max_reported_durations = 4096;  // in the stats JSON
 
 // Note [What the learner moves]: in swap mode the unit is the arena's 2 MiB page
 // (what the engine moves); in um mode a whole managed buffer (what cuMemPrefetchAsync
@@ -43,6 +56,8 @@ struct learner {
   std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> tokens_by_hash;
   std::vector<std::vector<unit>> pages_of_token;
   std::vector<std::uint32_t> trace;
+  std::uint64_t trace_first = 0;  // launch number (tag) of trace[0]
+  std::uint64_t launches = 0;     // launches seen: the next launch's number
   // The schedule being followed.
   bool following = false;
   int device = 0;
@@ -53,6 +68,14 @@ struct learner {
   std::vector<pool::byte_range> later;  // fetches that found no room yet
   swap_schedule_stats stats;
   bool deviation_logged = false;
+  // What the current schedule was planned from (Note [Launch durations]).
+  bool durations_measured = false;
+  bool link_measured = false;
+  bool source_logged = false;
+  std::uint64_t period_first = 0;            // launch number of the period's first launch
+  std::uint64_t measured_launches = 0;       // positions with a measured duration
+  std::vector<std::uint64_t> durations_ns;   // per position of the period
+  policy::cost_model costs;
 };
 
 learner& state() {
@@ -80,6 +103,82 @@ policy::policy_kind kind_of(swap_policy p) {
   return p == swap_policy::vdnn_all ? policy::policy_kind::vdnn_all : policy::policy_kind::cost;
 }
 
+void clear_trace(learner& l) {
+  l.trace_first += l.trace.size();
+  l.trace.clear();
+}
+
+std::uint64_t median(std::vector<std::uint64_t>& v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// Note [Launch durations]: l.durations_ns and l.costs for the period ending the
+// trace, from what CUPTI measured over the stretch s, else the constants.
+void measure(learner& l, const profiler::periodic_stretch& s) {
+  const std::size_t n = s.end - s.begin;
+  std::vector<std::uint64_t> seen(n, profiler::timing::unknown);
+  profiler::timing::durations(l.trace_first + s.begin, n, seen.data());
+  l.durations_ns.assign(s.period, launch_ns);
+  l.measured_launches = 0;
+  std::vector<std::uint64_t> samples;
+  for (std::size_t p = 0; p < s.period; ++p) {
+    samples.clear();
+    // Position p of the period is trace position end - period + p, and every period
+    // before it in the stretch.
+    for (std::size_t i = n - s.period + p;; i -= s.period) {
+      if (seen[i] != profiler::timing::unknown) samples.push_back(seen[i]);
+      if (i < s.period) break;
+    }
+    if (samples.empty()) continue;
+    l.durations_ns[p] = median(samples);
+    ++l.measured_launches;
+  }
+  l.durations_measured = l.measured_launches != 0;
+
+  l.costs = policy::cost_model{};
+  l.costs.h2d_bytes_per_s = link_bytes_per_s;
+  l.costs.d2h_bytes_per_s = link_bytes_per_s;
+  l.costs.copy_setup_ns = copy_setup_ns;
+  const profiler::timing::link_estimate link = profiler::timing::link();
+  l.link_measured = link.h2d.bytes_per_s > 0 || link.d2h.bytes_per_s > 0;
+  if (l.link_measured) {
+    // A direction with no copy yet takes the other's figure.
+    const double h2d = link.h2d.bytes_per_s > 0 ? link.h2d.bytes_per_s : link.d2h.bytes_per_s;
+    const double d2h = link.d2h.bytes_per_s > 0 ? link.d2h.bytes_per_s : link.h2d.bytes_per_s;
+    l.costs.h2d_bytes_per_s = h2d;
+    l.costs.d2h_bytes_per_s = d2h;
+    // The fit's setup where there is one; an effective rate already holds it.
+    const int fitted = int{link.h2d.fitted} + int{link.d2h.fitted};
+    l.costs.copy_setup_ns =
+        fitted == 0 ? 0 : (link.h2d.setup_ns + link.d2h.setup_ns) / static_cast<std::uint64_t>(fitted);
+  }
+  if (!l.source_logged) {
+    // Once, in the OVERSUB_VERBOSE=1 output (and at OVERSUB_LOG=info).
+    l.source_logged = true;
+    std::string why;
+    const profiler::timing::source src = profiler::timing::start(&why);
+    std::string line;
+    if (l.durations_measured) {
+      line = fmt::format("swap: the schedule is planned from measured figures: kernel durations "
+                         "from CUPTI ({} of {} launches), link {:.1f} GB/s h2d, {:.1f} GB/s d2h "
+                         "({})",
+                         l.measured_launches, s.period, l.costs.h2d_bytes_per_s / 1e9,
+                         l.costs.d2h_bytes_per_s / 1e9,
+                         l.link_measured ? "from the engine's copies" : "constant");
+    } else {
+      line = fmt::format("swap: no kernel durations from CUPTI ({}); the schedule is planned "
+                         "with {} us per launch and a {:.0f} GB/s link",
+                         src == profiler::timing::source::cupti ? "no activity records"
+                         : src == profiler::timing::source::held ? "CUPTI is held by " + why
+                                                                 : why,
+                         launch_ns / 1000, link_bytes_per_s / 1e9);
+    }
+    if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
+    else log::info("{}", line);
+  }
+}
+
 // The last period of the trace as a model over its pages, planned.
 bool learn(learner& l, int device) {
   const std::optional<profiler::periodic_stretch> s = profiler::find_period(l.trace);
@@ -91,12 +190,15 @@ bool learn(learner& l, int device) {
     return false;
   }
   l.period.assign(l.trace.end() - static_cast<std::ptrdiff_t>(s->period), l.trace.end());
+  measure(l, *s);
   std::unordered_map<std::uintptr_t, policy::buffer_id> id_of_page;  // by address
   l.page_of_id.clear();
   policy::iteration_model model;
-  for (std::uint32_t token : l.period) {
+  for (std::size_t i = 0; i < l.period.size(); ++i) {
+    const std::uint32_t token = l.period[i];
     policy::model_launch launch;
-    launch.duration_ns = launch_ns;
+    // A kernel measured at 0 ns (simgpu's smallest) still takes its place in time.
+    launch.duration_ns = std::max<std::uint64_t>(l.durations_ns[i], 1);
     for (const unit& page : l.pages_of_token[token]) {
       auto [it, added] =
           id_of_page.emplace(page.addr, static_cast<policy::buffer_id>(l.page_of_id.size()));
@@ -108,26 +210,24 @@ bool learn(learner& l, int device) {
     }
     model.launches.push_back(std::move(launch));
   }
-  policy::cost_model costs;
-  costs.h2d_bytes_per_s = link_bytes_per_s;
-  costs.d2h_bytes_per_s = link_bytes_per_s;
-  costs.copy_setup_ns = copy_setup_ns;
   const config& cfg = current_config();
   const std::uint64_t capacity = pool::device_residency_capacity(device);
   policy::schedule_result r =
-      policy::plan_schedule(model, capacity, costs, kind_of(cfg.policy),
+      policy::plan_schedule(model, capacity, l.costs, kind_of(cfg.policy),
                             static_cast<std::uint32_t>(cfg.prefetch_launches));
   if (!r.ok()) {
     ++l.stats.plan_failures;
     log::info("swap: no schedule for the learned iteration ({}); on-demand residency goes on",
               r.error);
-    l.trace.clear();
+    clear_trace(l);
     return false;
   }
   l.plan = std::move(r.value);
   l.following = true;
   l.device = device;
   l.cursor = 0;
+  l.period_first = l.trace_first + l.trace.size() - l.period.size();
+  profiler::timing::forget_before(l.trace_first + l.trace.size());
   ++l.stats.learned;
   l.stats.period = l.period.size();
   l.stats.pages = l.page_of_id.size();
@@ -135,7 +235,7 @@ bool learn(learner& l, int device) {
             "{} schedule planned (planned peak {} of {} bytes)",
             l.period.size(), l.page_of_id.size(), l.trace.size(),
             policy::policy_name(l.plan.policy), l.plan.planned_peak_bytes, capacity);
-  l.trace.clear();
+  clear_trace(l);
   return true;
 }
 
@@ -170,6 +270,37 @@ void carry_out(learner& l, std::size_t i) {
   if (!fetch.empty()) pool::device_prefetch_now(l.device, fetch, l.later);
 }
 
+// The stats' "schedule" section: what the current schedule was planned from. At exit;
+// gives up when the learner is busy.
+bool report_section(std::string& json, std::string& text) {
+  learner& l = state();
+  std::unique_lock<std::mutex> lock(l.mutex, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  const profiler::timing::source src = profiler::timing::current();
+  const char* durations = l.stats.learned == 0 ? "none" : l.durations_measured ? "cupti" : "constant";
+  const char* link = l.stats.learned == 0 ? "none" : l.link_measured ? "cupti" : "constant";
+  json += fmt::format(R"("learned":{},"period":{},"pages":{},"followed":{},"deviations":{},)"
+                      R"("plan_failures":{},"cupti":"{}","durations_source":"{}",)"
+                      R"("measured_launches":{},"link_source":"{}","h2d_gbps":{:.3f},)"
+                      R"("d2h_gbps":{:.3f},"copy_setup_ns":{},"period_first_launch":{},)"
+                      R"("durations_ns":[)",
+                      l.stats.learned, l.stats.period, l.stats.pages, l.stats.followed,
+                      l.stats.deviations, l.stats.plan_failures, profiler::timing::to_string(src),
+                      durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
+                      l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns, l.period_first);
+  const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
+  for (std::size_t i = 0; i < n; ++i) json += fmt::format("{}{}", i == 0 ? "" : ",", l.durations_ns[i]);
+  json += ']';
+  text += fmt::format(
+      "oversub:   schedule: learned {}  period {} launches over {} pages  followed {}  "
+      "deviations {}  durations {} ({} measured)  link {} ({:.1f} GB/s h2d, {:.1f} GB/s d2h, "
+      "setup {} ns)\n",
+      l.stats.learned, l.stats.period, l.stats.pages, l.stats.followed, l.stats.deviations,
+      durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
+      l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns);
+  return true;
+}
+
 }  // namespace
 
 void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) noexcept {
@@ -193,11 +324,21 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
   std::sort(pages.begin(), pages.end());
   pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
 
+  // Note [Launch durations]: CUPTI is asked once, outside the learner's lock.
+  static std::atomic<bool> timing_asked{false};
+  if (!timing_asked.exchange(true, std::memory_order_acq_rel)) {
+    std::string ignored;
+    profiler::timing::start(&ignored);
+    stats::set_schedule_section(&report_section);
+  }
+
   learner& l = state();
   std::lock_guard<std::mutex> lock(l.mutex);
   const std::uint32_t token = intern(l, pages);
+  const std::uint64_t number = l.launches++;
   if (l.following) {
     if (device == l.device && token == l.period[l.cursor]) {
+      profiler::timing::tag_next_launch(profiler::timing::no_tag);
       carry_out(l, l.cursor);
       l.cursor = (l.cursor + 1) % l.period.size();
       ++l.stats.followed;
@@ -215,9 +356,13 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
     l.following = false;
     l.later.clear();
   }
+  if (l.trace.empty()) l.trace_first = number;
   l.trace.push_back(token);
+  profiler::timing::tag_next_launch(number);
   if (l.trace.size() > max_trace) {
     l.trace.erase(l.trace.begin(), l.trace.begin() + static_cast<std::ptrdiff_t>(max_trace / 2));
+    l.trace_first += max_trace / 2;
+    profiler::timing::forget_before(l.trace_first);
   }
   if (l.trace.size() % check_every == 0) learn(l, device);
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 namespace oversub::profiler::cupti {
 
@@ -23,9 +24,25 @@ struct api {
 };
 
 api g_api;
-sink* g_sink = nullptr;
 std::atomic<bool> g_subscribed{false};
 CUpti_SubscriberHandle g_handle = nullptr;
+
+// Note [More than one sink] (cupti_source.h): slots are filled once and never
+// emptied, so a callback reads them without a lock.
+std::atomic<sink*> g_sinks[max_sinks];
+std::atomic<std::size_t> g_sink_count{0};
+std::mutex g_subscribe_mutex;  // the first subscription and the slots
+bool g_tried = false;          // under g_subscribe_mutex, as the two below
+outcome g_outcome = outcome::unavailable;
+std::string g_detail;
+
+template <typename F>
+void each_sink(F&& f) {
+  const std::size_t n = g_sink_count.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (sink* s = g_sinks[i].load(std::memory_order_acquire)) f(*s);
+  }
+}
 
 constexpr std::size_t activity_buffer_bytes = std::size_t{1} << 20;
 
@@ -82,37 +99,37 @@ void on_runtime(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
       // __cudaLaunchKernel has no params struct of its own in CUPTI 13; its
       // arguments are cudaLaunchKernel's, in the same order.
       const auto* p = static_cast<const cudaLaunchKernel_v7000_params*>(d->functionParams);
-      if (p != nullptr) g_sink->runtime_launch(p->func, p->args, corr);
+      if (p != nullptr) each_sink([&](sink& k) { k.runtime_launch(p->func, p->args, corr); });
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: {
       const auto* p = static_cast<const cudaLaunchKernelExC_v11060_params*>(d->functionParams);
-      if (p != nullptr) g_sink->runtime_launch(p->func, p->args, corr);
+      if (p != nullptr) each_sink([&](sink& k) { k.runtime_launch(p->func, p->args, corr); });
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000: {
       const auto* p = static_cast<const cudaMemcpy_v3020_params*>(d->functionParams);
-      g_sink->copy(from_runtime_kind(p->kind), p->count, p->dst, p->src, corr);
+      each_sink([&](sink& k) { k.copy(from_runtime_kind(p->kind), p->count, p->dst, p->src, corr); });
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000: {
       const auto* p = static_cast<const cudaMemcpyAsync_v3020_params*>(d->functionParams);
-      g_sink->copy(from_runtime_kind(p->kind), p->count, p->dst, p->src, corr);
+      each_sink([&](sink& k) { k.copy(from_runtime_kind(p->kind), p->count, p->dst, p->src, corr); });
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemset_ptds_v7000: {
       const auto* p = static_cast<const cudaMemset_v3020_params*>(d->functionParams);
-      g_sink->copy(copy_kind::memset, p->count, p->devPtr, nullptr, corr);
+      each_sink([&](sink& k) { k.copy(copy_kind::memset, p->count, p->devPtr, nullptr, corr); });
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000: {
       const auto* p = static_cast<const cudaMemsetAsync_v3020_params*>(d->functionParams);
-      g_sink->copy(copy_kind::memset, p->count, p->devPtr, nullptr, corr);
+      each_sink([&](sink& k) { k.copy(copy_kind::memset, p->count, p->devPtr, nullptr, corr); });
       break;
     }
     default:
@@ -131,14 +148,18 @@ void on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
       const auto* p = static_cast<const cuLaunchKernel_params*>(d->functionParams);
       const bool coop = cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel ||
                         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz;
-      g_sink->driver_launch(p->f, p->kernelParams, coop ? nullptr : p->extra, d->symbolName,
-                            d->correlationId);
+      each_sink([&](sink& k) {
+        k.driver_launch(p->f, p->kernelParams, coop ? nullptr : p->extra, d->symbolName,
+                        d->correlationId);
+      });
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
       const auto* p = static_cast<const cuLaunchKernelEx_params*>(d->functionParams);
-      g_sink->driver_launch(p->f, p->kernelParams, p->extra, d->symbolName, d->correlationId);
+      each_sink([&](sink& k) {
+        k.driver_launch(p->f, p->kernelParams, p->extra, d->symbolName, d->correlationId);
+      });
       break;
     }
     default:
@@ -149,7 +170,7 @@ void on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void* data) {
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
-  if (d == nullptr || g_sink == nullptr) return;
+  if (d == nullptr) return;
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) on_runtime(cbid, d);
   else if (domain == CUPTI_CB_DOMAIN_DRIVER_API) on_driver(cbid, d);
 }
@@ -168,19 +189,24 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        g_sink->kernel_time(k->correlationId, k->end > k->start ? k->end - k->start : 0);
+        const std::uint64_t ns = k->end > k->start ? k->end - k->start : 0;
+        each_sink([&](sink& s) { s.kernel_time(k->correlationId, ns); });
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-        g_sink->copy_time(m->correlationId, from_activity_kind(m->copyKind), m->bytes,
-                          m->end > m->start ? m->end - m->start : 0);
+        const std::uint64_t ns = m->end > m->start ? m->end - m->start : 0;
+        const copy_kind kind = from_activity_kind(m->copyKind);
+        const std::uint8_t host = kind == copy_kind::d2h ? m->dstKind : m->srcKind;
+        const bool pageable = host == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
+        each_sink([&](sink& s) { s.copy_time(m->correlationId, kind, m->bytes, ns, pageable); });
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-        g_sink->copy_time(m->correlationId, copy_kind::memset, m->bytes,
-                          m->end > m->start ? m->end - m->start : 0);
+        const std::uint64_t ns = m->end > m->start ? m->end - m->start : 0;
+        each_sink([&](sink& s) { s.copy_time(m->correlationId, copy_kind::memset, m->bytes, ns,
+                                             false); });
         break;
       }
       default:
@@ -222,9 +248,8 @@ constexpr CUpti_CallbackId driver_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
 };
 
-}  // namespace
-
-outcome subscribe(sink* to, std::string* detail) noexcept {
+// The process's one subscription (g_subscribe_mutex held).
+outcome first_subscribe(std::string* detail) {
   void* lib = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* e = dlerror();
@@ -243,7 +268,6 @@ outcome subscribe(sink* to, std::string* detail) noexcept {
     return outcome::unavailable;
   }
   g_api = a;
-  g_sink = to;
   char holder[CUPTI_SUBSCRIBER_NAME_MAX_LEN + 1] = {};
   CUpti_SubscriberParams params{};
   params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
@@ -272,6 +296,34 @@ outcome subscribe(sink* to, std::string* detail) noexcept {
   }
   g_subscribed.store(true, std::memory_order_release);
   return outcome::subscribed;
+}
+
+}  // namespace
+
+outcome subscribe(sink* to, std::string* detail) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(g_subscribe_mutex);
+    if (!g_tried) {
+      g_tried = true;
+      g_outcome = first_subscribe(&g_detail);
+    }
+    *detail = g_detail;
+    if (g_outcome != outcome::subscribed) return g_outcome;
+    const std::size_t n = g_sink_count.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (g_sinks[i].load(std::memory_order_relaxed) == to) return outcome::subscribed;
+    }
+    if (n == max_sinks) {
+      *detail = "oversub's CUPTI subscription has no room for another sink";
+      return outcome::unavailable;
+    }
+    g_sinks[n].store(to, std::memory_order_release);
+    g_sink_count.store(n + 1, std::memory_order_release);
+    return outcome::subscribed;
+  } catch (...) {
+    *detail = "out of memory while subscribing";
+    return outcome::unavailable;
+  }
 }
 
 void flush() noexcept {

@@ -16,9 +16,17 @@
 // thread (cuBLAS, cuDNN and other driver-level callers). The same holds for copies
 // and memsets (runtime domain only: the driver-level ones of libraries are counted
 // by the activity records, not placed in the launch order).
+//
+// Note [More than one sink]: CUPTI allows one subscriber per process on older
+// drivers, and two parts of oversub want what it reports: the profiling session
+// (session.h) and the swap and um learners' launch timing (launch_timing.h). So
+// oversub subscribes once and hands every callback and record to each sink that
+// asked (at most max_sinks); the second subscribe() adds its sink and gets the first
+// one's outcome. A sink added later sees only what happens after it was added.
 #ifndef OVERSUB_PROFILER_CUPTI_SOURCE_H
 #define OVERSUB_PROFILER_CUPTI_SOURCE_H
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -36,8 +44,11 @@ class sink {
   virtual void copy(copy_kind kind, std::uint64_t bytes, const void* dst, const void* src,
                     std::uint32_t correlation_id) = 0;
   virtual void kernel_time(std::uint32_t correlation_id, std::uint64_t ns) = 0;
+  // host_pageable: the host side of an h2d or d2h copy is pageable memory, staged
+  // by the CPU (a program's plain copies); the residency engine's host copies are
+  // pinned or host-located VMM memory, and cross the link at its rate.
   virtual void copy_time(std::uint32_t correlation_id, copy_kind kind, std::uint64_t bytes,
-                         std::uint64_t ns) = 0;
+                         std::uint64_t ns, bool host_pageable) = 0;
 
  protected:
   ~sink() = default;
@@ -45,9 +56,13 @@ class sink {
 
 enum class outcome { subscribed, held, unavailable };
 
-// Subscribes (once per process) and enables the callbacks and activity kinds.
-// held: another subscriber has CUPTI, *detail names it; unavailable: no libcupti
-// or a CUPTI error, *detail says which.
+constexpr std::size_t max_sinks = 4;
+
+// Subscribes (once per process) and enables the callbacks and activity kinds, then
+// adds `to` to the sinks (Note [More than one sink]); a later call only adds its
+// sink and returns the first call's outcome and detail. held: another subscriber has
+// CUPTI, *detail names it; unavailable: no libcupti, a CUPTI error or no room for
+// another sink, *detail says which.
 outcome subscribe(sink* to, std::string* detail) noexcept;
 
 // Delivers every activity record still buffered (forced flush).

@@ -95,7 +95,7 @@ class Ctx:
 def read_log(path: Path) -> list[tuple[int, str, set[int]]]:
     rows = []
     for line in path.read_text().splitlines():
-        f = line.split()
+        f = [x for x in line.split() if not x.startswith("ns=")]  # the duration
         rows.append((int(f[0]), f[1], {int(x, 16) for x in f[2:]}))
     return rows
 

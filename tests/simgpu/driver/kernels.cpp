@@ -106,7 +106,10 @@ bool derive_footprint(const kernel_obj* k, const std::vector<uint8_t>& buf,
 // live device allocations (cuMemAlloc, managed) the kernel's footprint touches, in
 // footprint order. With a footprint function that is what the kernel's author says
 // it uses: the ground truth the profiler's argument scanning is tested against.
-void log_launch(const kernel_obj* k, const simgpuFootprint& fp) {
+// The line ends with "ns=<duration>": the kernel's virtual duration as its CUPTI
+// activity record gives it (end - start, each truncated to whole ns), the ground
+// truth for the durations oversub learns.
+void log_launch(const kernel_obj* k, const simgpuFootprint& fp, uint64_t duration_ns) {
   const std::string& path = get_config().launch_log;
   if (path.empty()) return;
   static FILE* out = std::fopen(path.c_str(), "a");
@@ -121,7 +124,7 @@ void log_launch(const kernel_obj* k, const simgpuFootprint& fp) {
     std::snprintf(hex, sizeof hex, " %" PRIxPTR, r->base);
     line += hex;
   }
-  line += "\n";
+  line += " ns=" + std::to_string(duration_ns) + "\n";
   std::fwrite(line.data(), 1, line.size(), out);
   std::fflush(out);
 }
@@ -175,7 +178,6 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
     }
   }
 
-  log_launch(k, fp);
   double start = op_begin(s, engine::compute, d.model.launch_latency_ns);
   device_window w;
   w.what = what.c_str();
@@ -188,6 +190,7 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   bool ok = run_in_window(w, &run_grid, &ra);
   double duration = kernel_duration_ns(fp) + w.fault_ns;
   double end = start + duration;
+  log_launch(k, fp, static_cast<uint64_t>(end) - static_cast<uint64_t>(start));
   op_end(s, engine::compute, end);
   ++d.st.kernels;
   // Note [Kernels on host-located mappings]: the footprint's bytes in host-located

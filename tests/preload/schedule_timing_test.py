@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The swap and um learners plan from measured figures (Note [Launch durations] in
+interpose/swap_schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
+
+  measured  (--mode swap|um) CUPTI is there: the stats' "schedule" section says the
+            durations and the link come from CUPTI, every launch of the learned
+            iteration has a measured duration, and each one is simgpu's own time for
+            that kernel: the launch log (SIMGPU_LAUNCH_LOG, one line per kernel with
+            ns=<duration>) at the same launch number, within 1 ns, and exactly one of
+            the values that launch position took in the iterations seen (the learner
+            takes their median). 1 ns: both sides are CUPTI's record of the same
+            kernel, end - start with each end truncated to whole ns, so the same
+            kernel in another iteration may differ by one. The link: simgpu's pinned
+            rate and copy latency of the device model, within 1% (the fit is exact up
+            to that truncation). Loss bits identical to a run with enough memory.
+  fallback  (--mode swap|um, --holder) another tool holds CUPTI (cupti_holder
+            preloaded first): the durations and the link are the constants (20 us, 25
+            GB/s), the stats say "constant" and "held", OVERSUB_VERBOSE=1 says so once,
+            and the run is still correct and follows its schedule.
+
+  schedule_timing_test.py --lib liboversub.so --simtrain simtrain --case measured --mode swap
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from swap_checks import fail, read_stats, run
+
+ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
+PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
+SIMTRAIN = ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "6"]
+CONSTANT_NS = 20_000
+CONSTANT_GBPS = 25.0
+FALLBACK_LINE = "no kernel durations from CUPTI (CUPTI is held by"
+
+
+def device_figure(key: str) -> float:
+    device = os.environ.get("SIMGPU_DEVICE", "h100-pcie")
+    text = (Path(os.environ["SIMGPU_DEVICE_DIR"]) / f"{device}.model").read_text()
+    m = re.search(rf"^{key}\s*=\s*([0-9.e+]+)", text, re.M)
+    if m is None:
+        fail(f"{key} missing from the {device} model")
+    return float(m.group(1))
+
+
+def read_log(path: Path) -> list[int]:
+    """Each kernel's duration (ns), in launch order."""
+    out = []
+    for line in path.read_text().splitlines():
+        ns = [f for f in line.split() if f.startswith("ns=")]
+        if len(ns) != 1:
+            fail(f"a launch log line without its duration: {line!r}")
+        out.append(int(ns[0][3:]))
+    return out
+
+
+def check_measured(sched: dict, durations: list[int]) -> str:
+    period, first, learned = sched["period"], sched["period_first_launch"], sched["durations_ns"]
+    if sched["cupti"] != "cupti" or sched["durations_source"] != "cupti":
+        fail(f"durations not from CUPTI: {sched}")
+    if sched["measured_launches"] != period or len(learned) != period:
+        fail(f"{sched['measured_launches']} of {period} launches measured: {sched}")
+    if first + period > len(durations):
+        fail(f"the learned period ends at launch {first + period}, the log has {len(durations)}")
+    for p in range(period):
+        at = first + p
+        seen = {durations[i] for i in range(at, -1, -period)}
+        if abs(learned[p] - durations[at]) > 1 or learned[p] not in seen:
+            fail(f"launch {p} of the period (launch {at}): learned {learned[p]} ns, simgpu "
+                 f"ran it in {durations[at]} ns (earlier iterations: {sorted(seen)})")
+    if len(set(learned)) < 3:
+        fail(f"the durations hardly differ; the test proves little: {learned}")
+    want_gbps = device_figure("h2d_pinned_bandwidth") / 1e9
+    want_setup = device_figure("copy_latency_ns")
+    if sched["link_source"] != "cupti":
+        fail(f"link not measured: {sched}")
+    for key in ("h2d_gbps", "d2h_gbps"):
+        if abs(sched[key] - want_gbps) > 0.01 * want_gbps:
+            fail(f"{key} {sched[key]}, the device model's pinned rate is {want_gbps} GB/s")
+    if abs(sched["copy_setup_ns"] - want_setup) > 0.01 * want_setup:
+        fail(f"copy setup {sched['copy_setup_ns']} ns, the model's latency is {want_setup} ns")
+    return (f"{period} launch durations equal simgpu's ({min(learned)}..{max(learned)} ns), "
+            f"link {sched['h2d_gbps']:.1f}/{sched['d2h_gbps']:.1f} GB/s, setup "
+            f"{sched['copy_setup_ns']} ns")
+
+
+def check_fallback(sched: dict, stderr: str) -> str:
+    if sched["cupti"] != "held" or sched["durations_source"] != "constant":
+        fail(f"with CUPTI held the durations should be the constants: {sched}")
+    if sched["measured_launches"] != 0 or set(sched["durations_ns"]) != {CONSTANT_NS}:
+        fail(f"with CUPTI held every launch should count {CONSTANT_NS} ns: {sched}")
+    if sched["link_source"] != "constant" or sched["h2d_gbps"] != CONSTANT_GBPS \
+            or sched["d2h_gbps"] != CONSTANT_GBPS:
+        fail(f"with CUPTI held the link should be the constant {CONSTANT_GBPS} GB/s: {sched}")
+    if stderr.count(FALLBACK_LINE) != 1:
+        fail(f"OVERSUB_VERBOSE=1 should say once that the constants are used:\n{stderr}")
+    return f"constants used ({sched['period']} launches of {CONSTANT_NS} ns), said once"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", type=Path, required=True)
+    ap.add_argument("--simtrain", type=Path, required=True)
+    ap.add_argument("--case", choices=["measured", "fallback"], required=True)
+    ap.add_argument("--mode", choices=["swap", "um"], default="swap")
+    ap.add_argument("--holder", type=Path, help="cupti_holder (fallback)")
+    args = ap.parse_args()
+
+    cmd = [str(args.simtrain), *SIMTRAIN]
+    base = run(cmd, {}, None)
+    if base.returncode != 0:
+        fail("simtrain fails with plenty of memory", base)
+    want = ITER_RE.findall(base.stdout)
+    device = int(int(PEAK_RE.search(base.stdout).group(1)) / 3)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stats_file, log = Path(tmp) / "stats.json", Path(tmp) / "launches"
+        settings = {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
+                    "SIMGPU_LAUNCH_LOG": str(log), "OVERSUB_MODE": args.mode,
+                    "OVERSUB_POLICY": "cost", "OVERSUB_VERBOSE": "1", "OVERSUB_STATS": "json",
+                    "OVERSUB_STATS_FILE": str(stats_file)}
+        if args.case == "fallback":
+            if args.holder is None:
+                fail("--holder is needed for the fallback case")
+            settings["LD_PRELOAD"] = f"{args.holder} {args.lib}"
+        proc = run(cmd, settings, args.lib)
+        if proc.returncode != 0:
+            fail(f"simtrain fails under OVERSUB_MODE={args.mode}", proc)
+        if ITER_RE.findall(proc.stdout) != want:
+            fail(f"loss bits differ under {args.mode}", proc)
+        stats = read_stats(stats_file, proc)
+        sched = stats.get("schedule")
+        if sched is None or sched["learned"] == 0 or sched["followed"] == 0:
+            fail(f"no schedule learned and followed: {sched}", proc)
+        if args.case == "measured":
+            what = check_measured(sched, read_log(log))
+        else:
+            what = check_fallback(sched, proc.stderr)
+    print(f"{args.mode} {args.case}: loss bits identical over {len(want)} iterations; {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
