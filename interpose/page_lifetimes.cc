@@ -8,7 +8,6 @@ namespace oversub::interpose {
 namespace {
 
 struct stretch {
-  std::size_t bytes = 0;
   std::uint32_t deaths = 0;
   std::uint32_t first = 0;  // launch positions
   std::uint32_t last = 0;
@@ -17,7 +16,8 @@ struct stretch {
 }  // namespace
 
 page_model model_page_lifetimes(std::span<const std::vector<page_use>> previous,
-                                std::span<const std::vector<page_use>> current) {
+                                std::span<const std::vector<page_use>> current,
+                                std::size_t page_bytes) {
   // The count at each page's last use in the period before.
   std::unordered_map<std::uintptr_t, std::uint32_t> before;
   for (const std::vector<page_use>& launch : previous) {
@@ -33,7 +33,7 @@ page_model model_page_lifetimes(std::span<const std::vector<page_use>> previous,
       if (added) order.push_back(u.page);
       std::vector<stretch>& s = it->second;
       if (s.empty() || s.back().deaths != u.deaths) {
-        s.push_back(stretch{u.bytes, u.deaths, pos, pos});
+        s.push_back(stretch{u.deaths, pos, pos});
       } else {
         s.back().last = pos;
       }
@@ -54,7 +54,7 @@ page_model model_page_lifetimes(std::span<const std::vector<page_use>> previous,
     const bool wraps = !died_across;  // the last stretch continues into the first
     const auto add = [&](bool long_lived, const stretch& st) {
       const auto id = static_cast<policy::buffer_id>(out.model.buffers.size());
-      out.model.buffers.push_back(policy::model_buffer{st.bytes, long_lived,
+      out.model.buffers.push_back(policy::model_buffer{page_bytes, long_lived,
                                                        long_lived ? 0 : st.first,
                                                        long_lived ? 0 : st.last});
       out.page_of_id.push_back(page);

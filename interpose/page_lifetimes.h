@@ -33,7 +33,6 @@ namespace oversub::interpose {
 
 struct page_use {
   std::uintptr_t page = 0;
-  std::size_t bytes = 0;     // the unit's size (a page; a whole buffer in um mode)
   std::uint32_t deaths = 0;  // the page's death count when the launch was seen
   bool operator==(const page_use&) const = default;
 };
@@ -49,7 +48,8 @@ struct page_model {
 // to die across the boundary); current: the period to model. Each launch lists its
 // pages, each once.
 page_model model_page_lifetimes(std::span<const std::vector<page_use>> previous,
-                                std::span<const std::vector<page_use>> current);
+                                std::span<const std::vector<page_use>> current,
+                                std::size_t page_bytes);
 
 }  // namespace oversub::interpose
 

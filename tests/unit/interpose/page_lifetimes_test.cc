@@ -14,9 +14,8 @@ constexpr std::size_t kPage = std::size_t{2} << 20;
 constexpr std::uintptr_t A = 0x200000, B = 0x400000, C = 0x600000;
 
 TEST(PageLifetimes, PagesThatNeverDieStayLongLived) {
-  const std::vector<std::vector<page_use>> period = {
-      {{A, kPage, 0}}, {{A, kPage, 0}, {B, kPage, 3}}, {{A, kPage, 0}}};
-  const page_model m = model_page_lifetimes(period, period);
+  const std::vector<std::vector<page_use>> period = {{{A, 0}}, {{A, 0}, {B, 3}}, {{A, 0}}};
+  const page_model m = model_page_lifetimes(period, period, kPage);
   ASSERT_EQ(m.model.buffers.size(), 2u);
   EXPECT_TRUE(m.model.buffers[0].long_lived);
   EXPECT_TRUE(m.model.buffers[1].long_lived);
@@ -30,12 +29,10 @@ TEST(PageLifetimes, EachStretchBetweenDeathsIsABuffer) {
   // C dies between 0 and 4 but not across the boundary: its last stretch runs into
   // the next iteration's first, one long-lived lifetime.
   const std::vector<std::vector<page_use>> previous = {
-      {{C, kPage, 1}}, {{B, kPage, 3}}, {},  {{B, kPage, 3}},
-      {{C, kPage, 2}}, {{B, kPage, 4}}, {{C, kPage, 2}}, {{B, kPage, 4}}};
+      {{C, 1}}, {{B, 3}}, {}, {{B, 3}}, {{C, 2}}, {{B, 4}}, {{C, 2}}, {{B, 4}}};
   const std::vector<std::vector<page_use>> current = {
-      {{C, kPage, 2}}, {{B, kPage, 5}}, {},  {{B, kPage, 5}},
-      {{C, kPage, 3}}, {{B, kPage, 6}}, {{C, kPage, 3}}, {{B, kPage, 6}}};
-  const page_model m = model_page_lifetimes(previous, current);
+      {{C, 2}}, {{B, 5}}, {}, {{B, 5}}, {{C, 3}}, {{B, 6}}, {{C, 3}}, {{B, 6}}};
+  const page_model m = model_page_lifetimes(previous, current, kPage);
   EXPECT_EQ(policy::validate_model(m.model), "");
   ASSERT_EQ(m.model.buffers.size(), 3u);
   // C first (used first): long-lived, both its stretches.
@@ -57,9 +54,8 @@ TEST(PageLifetimes, EachStretchBetweenDeathsIsABuffer) {
 }
 
 TEST(PageLifetimes, WithoutThePeriodBeforeNothingDiesAcrossTheBoundary) {
-  const std::vector<std::vector<page_use>> current = {
-      {{B, kPage, 1}}, {{B, kPage, 2}}, {{B, kPage, 3}}};
-  const page_model m = model_page_lifetimes({}, current);
+  const std::vector<std::vector<page_use>> current = {{{B, 1}}, {{B, 2}}, {{B, 3}}};
+  const page_model m = model_page_lifetimes({}, current, kPage);
   EXPECT_EQ(policy::validate_model(m.model), "");
   // First and last stretch one long-lived lifetime; the middle one its own.
   ASSERT_EQ(m.model.buffers.size(), 2u);
