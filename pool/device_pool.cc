@@ -288,15 +288,6 @@ std::uint64_t device_residency_capacity(int device) noexcept {
   return e == nullptr ? 0 : e->capacity_bytes();
 }
 
-void device_page_deaths(int device, std::span<const std::uintptr_t> pages,
-                        std::span<std::uint32_t> out) noexcept {
-  if (residency_engine* e = engine_of(device)) {
-    e->deaths(pages, out);
-    return;
-  }
-  std::fill(out.begin(), out.end(), 0u);
-}
-
 bool device_reserve_foreign(int device, std::int64_t bytes) noexcept {
   device_state* s = state(device);
   if (s == nullptr) return true;

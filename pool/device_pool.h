@@ -64,9 +64,6 @@ bool device_prefetch_now(int device, std::span<const byte_range> ranges,
 // Swap mode: the engine's figures and capacity (zeros otherwise).
 residency_stats device_residency(int device);
 std::uint64_t device_residency_capacity(int device) noexcept;
-// Swap mode: residency_engine::deaths (zeros otherwise).
-void device_page_deaths(int device, std::span<const std::uintptr_t> pages,
-                        std::span<std::uint32_t> out) noexcept;
 // Note [Memory that is not ours] (residency.h): bytes another library created on
 // device through the VMM API, counted against the swap/um capacity (bytes < 0 gives
 // them back). False when they would leave no room; true when no residency runs.

@@ -571,20 +571,8 @@ void residency_engine::vacate(std::uintptr_t addr) {
   const std::size_t bytes = it->second;
   occupied_.erase(it);
   for_pages_locked(addr, bytes, [&](page& p) {
-    if (p.occupants > 0 && --p.occupants == 0) {
-      p.dead = true;
-      ++p.deaths;
-    }
+    if (p.occupants > 0 && --p.occupants == 0) p.dead = true;
   });
-}
-
-void residency_engine::deaths(std::span<const std::uintptr_t> vas,
-                              std::span<std::uint32_t> out) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (std::size_t i = 0; i < vas.size() && i < out.size(); ++i) {
-    auto it = pages_.find(vas[i]);
-    out[i] = it == pages_.end() ? 0 : it->second.deaths;
-  }
 }
 
 residency_stats residency_engine::stats() const {

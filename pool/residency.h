@@ -200,10 +200,6 @@ class residency_engine {
   // at addr (the bytes occupy() recorded; an address it never saw is ignored).
   void occupy(std::uintptr_t addr, std::size_t bytes);
   void vacate(std::uintptr_t addr);
-  // How many times each page's content died so far (its last live block vacated); 0
-  // for an address that is not a page. The schedule learner splits a page's uses
-  // into lifetimes with it (Note [Pages that die] in interpose/swap_schedule.cc).
-  void deaths(std::span<const std::uintptr_t> vas, std::span<std::uint32_t> out) const;
 
  private:
   enum class state : std::uint8_t { resident, evicting, on_host };
@@ -222,7 +218,6 @@ class residency_engine {
     // Note [Dead pages]: live blocks over the page; dead: none since the last vacancy
     // (with occupants, only until write-capable work is prepared after fresh_epoch).
     std::uint32_t occupants = 0;
-    std::uint32_t deaths = 0;
     bool dead = false;  // a page is live until a vacancy says otherwise
     std::uint64_t fresh_epoch = 0;
   };
