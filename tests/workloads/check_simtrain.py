@@ -23,6 +23,7 @@ test: LD_LIBRARY_PATH at simgpu) and compares what it prints:
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -248,7 +249,47 @@ def case_trace(c: checker) -> None:
              "an unwritable trace path should exit 2 with a message", bad)
 
 
+def case_timeline(c: checker) -> None:
+    """SIMGPU_TIMELINE (Note [The timeline] in tests/simgpu/driver/timeline.h): the run's
+    kernels, copies and host waits as a Chrome trace whose kernel count is simgpu's own,
+    whose spans lie inside the run's virtual time, and which does not change results."""
+    base = c.run([])
+    if not c.completed(base):
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "timeline.json"
+        r = c.run(["--streams", "2"], {"SIMGPU_TIMELINE": str(path), "SIMGPU_REPORT": "1"})
+        two = c.run(["--streams", "2"])
+        c.same_losses(two, r, "--streams 2 with SIMGPU_TIMELINE")
+        if not c.expect(path.exists(), "no timeline written", r):
+            return
+        try:
+            events = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            c.expect(False, f"timeline is not JSON: {e}", r)
+            return
+        spans = [e for e in events if e.get("ph") == "X"]
+        kernels = sum(1 for e in spans if e["cat"].startswith("kernel"))
+        m = re.search(r"kernels (\d+), copies (\d+)", r.stderr)
+        if c.expect(m is not None, "no simgpu report", r):
+            c.expect(kernels == int(m.group(1)),
+                     f"{kernels} kernels in the timeline, the report says {m.group(1)}", r)
+            copies = sum(1 for e in spans if e["cat"] == "copy")
+            c.expect(copies == int(m.group(2)),
+                     f"{copies} copies in the timeline, the report says {m.group(2)}", r)
+        v = re.search(r"virtual time ([0-9.]+) ms", r.stderr)
+        end_us = max((e["ts"] + e["dur"] for e in spans), default=0.0)
+        if v is not None:
+            c.expect(end_us <= float(v.group(1)) * 1e3 + 1,
+                     f"a span ends at {end_us} us, after the run's {v.group(1)} ms", r)
+        c.expect(all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans), "a negative span", r)
+        streams = {e["tid"] for e in spans if e["cat"].startswith("kernel")}
+        c.expect(len(streams) >= 2, f"kernels on {len(streams)} streams with --streams 2", r)
+        c.expect(any(e["cat"] == "host wait" for e in spans), "no host wait recorded", r)
+
+
 CASES = {
+    "timeline": case_timeline,
     "cli": case_cli,
     "repeat": case_repeat,
     "modes": case_modes,

@@ -10,6 +10,7 @@
 #include "capture.h"
 #include "config.h"
 #include "device.h"
+#include "timeline.h"
 
 namespace simgpu {
 
@@ -126,13 +127,17 @@ void op_end(stream_obj* s, engine e, double end_ns) {
 }
 
 void host_wait_stream(stream_obj* s) {
+  timeline_host_wait("stream synchronize", g_host_ns, s->tail_ns);
   g_host_ns = std::max(g_host_ns, s->tail_ns);
   det().join(race_detector::kHost, s->timeline);
 }
 
 void host_wait_all() {
   for (stream_obj* s : g_streams) host_wait_stream(s);
-  for (double f : g_engine_free_ns) g_host_ns = std::max(g_host_ns, f);
+  for (double f : g_engine_free_ns) {
+    timeline_host_wait("device synchronize", g_host_ns, f);
+    g_host_ns = std::max(g_host_ns, f);
+  }
   for (auto it = g_streams.begin(); it != g_streams.end();) {
     if ((*it)->destroyed) {
       delete *it;
@@ -150,6 +155,7 @@ void host_wait_legacy() {
 
 void host_wait_event(event_obj* e) {
   if (!e->recorded) return;
+  timeline_host_wait("event synchronize", g_host_ns, e->time_ns);
   g_host_ns = std::max(g_host_ns, e->time_ns);
   det().join_clock(race_detector::kHost, e->vc);
 }

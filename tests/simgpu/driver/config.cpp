@@ -135,6 +135,7 @@ config load() {
     else config_error("SIMGPU_RACE='%s' is not valid: expected report, abort or off", v);
   }
   if (const char* v = env("SIMGPU_LAUNCH_LOG")) c.launch_log = v;
+  if (const char* v = env("SIMGPU_TIMELINE")) c.timeline = v;
   return c;
 }
 

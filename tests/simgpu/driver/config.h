@@ -30,6 +30,7 @@ struct config {
   bool report = false;
   race_mode race = race_mode::report;
   std::string launch_log;     // SIMGPU_LAUNCH_LOG: a path; empty: off
+  std::string timeline;       // SIMGPU_TIMELINE: a path; empty: off (Note [The timeline])
 };
 
 // Parsed on first call; exits 2 on a malformed value.

@@ -14,6 +14,7 @@
 #include "fault.h"
 #include "fault_injection.h"
 #include "managed.h"
+#include "timeline.h"
 
 namespace simgpu {
 
@@ -177,6 +178,11 @@ CUresult do_copy_2d(stream_obj* s, uintptr_t dst, uint64_t dpitch, uintptr_t src
   double end = start + m.copy_latency_ns + moved / rate * 1e9;
   op_end(s, e, end);
   ++d.st.copies;
+  timeline_op("copy",
+              e == engine::h2d   ? "copy to device"
+              : e == engine::d2h ? "copy to host"
+                                 : "copy on device",
+              s->id, start, end, bytes);
   auto desc = std::make_shared<const std::string>(what + " on " + stream_name(s));
   bool contiguous = height == 1 || (spitch == width && dpitch == width);
   for (uint64_t row = 0; row < (contiguous ? 1 : height); ++row) {
@@ -232,6 +238,7 @@ CUresult do_memset(stream_obj* s, uintptr_t dst, uint32_t value, unsigned elem_b
   double end = start + static_cast<double>(bytes) / d.model.mem_bytes_per_s * 1e9;
   op_end(s, engine::compute, end);
   ++d.st.memsets;
+  timeline_op("memset", "memset", s->id, start, end, bytes);
   auto desc = std::make_shared<const std::string>(std::string(what) + " on " + stream_name(s));
   race_access(s, dst, bytes, true, desc);
   if (sync) host_wait_stream(s);

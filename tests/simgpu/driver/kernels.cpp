@@ -19,6 +19,7 @@
 #include "fault.h"
 #include "fault_injection.h"
 #include "managed.h"
+#include "timeline.h"
 
 namespace simgpu {
 
@@ -192,6 +193,8 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   double end = start + duration;
   log_launch(k, fp, static_cast<uint64_t>(end) - static_cast<uint64_t>(start));
   op_end(s, engine::compute, end);
+  timeline_op(w.fault_ns > 0 ? "kernel (faulting)" : "kernel", k->name.c_str(), s->id, start,
+              end, 0);
   ++d.st.kernels;
   // Note [Kernels on host-located mappings]: the footprint's bytes in host-located
   // VMM mappings are counted (and paid at the link rate by kernel_duration_ns), so a
