@@ -215,8 +215,9 @@ class residency_engine {
     std::uint64_t last_use = 0;   // LRU tick
     std::uint64_t pinned = 0;     // == prepare epoch while pinned
     std::vector<CUstream> users;  // streams that used it since it became resident
-    // Note [Dead pages]: live blocks over the page; dead: none since the last vacancy
-    // (with occupants, only until write-capable work is prepared after fresh_epoch).
+    // Note [Dead pages]: live blocks over the page; dead: set once a vacancy left it
+    // without any (before that the engine knows nothing of it, so it counts as live);
+    // fresh_epoch: the write epoch when its first block after a vacancy came.
     std::uint32_t occupants = 0;
     bool dead = false;  // a page is live until a vacancy says otherwise
     std::uint64_t fresh_epoch = 0;

@@ -193,6 +193,18 @@ def decode(data: bytes) -> Profile:
     return p
 
 
+def scale_profile(p: Profile, scale: float) -> None:
+    """Every buffer's and copy's bytes times scale, rounded up to 4 bytes (at least 4;
+    0 stays 0): what oversub-replay --scale does, so that the simulator reading the
+    scaled file and the replay describe the same work."""
+    def s(b: int) -> int:
+        return 0 if b == 0 else max(4, -(-b * scale // 4) * 4)
+    for a in p.allocations:
+        a.bytes = int(s(a.bytes))
+    for c in p.copies:
+        c.bytes = int(s(c.bytes))
+
+
 def read_profile(path: str | Path) -> Profile:
     try:
         data = Path(path).read_bytes()
