@@ -25,15 +25,16 @@ residency_engine::~residency_engine() {
     p.users.clear();
   }
   for (auto& [va, p] : pages_) {
-    if (p.copy_pending) d.cuEventSynchronize(p.copy_done);
+    wait_copy_locked(p);
     d.cuMemUnmap(va, cfg_.page_bytes);
     if (p.device != 0) d.cuMemRelease(p.device);
     if (p.host != 0) {
       d.cuMemUnmap(p.shadow, cfg_.page_bytes);
       d.cuMemRelease(p.host);
     }
-    if (p.copy_done != nullptr) d.cuEventDestroy(p.copy_done);
   }
+  for (CUmemGenericAllocationHandle h : spare_) d.cuMemRelease(h);
+  for (copy_event& c : copies_) d.cuEventDestroy(c.event);
   for (auto& [s, e] : stream_events_) d.cuEventDestroy(e);
   if (shadow_base_ != 0) d.cuMemAddressFree(shadow_base_, shadow_bytes_);
   d.cuStreamDestroy(to_host_);
@@ -64,30 +65,157 @@ bool residency_engine::owns_page(std::uintptr_t va) const {
   return pages_.count(va) != 0;
 }
 
-CUresult residency_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
-  const driver_table& d = driver();
-  if (CUresult r = d.cuMemMap(va, cfg_.page_bytes, 0, h, 0); r != CUDA_SUCCESS) return r;
+namespace {
+
+// Calls f(first, count) for each run of adjacent pages in vas (sorted).
+template <typename F>
+void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f) {
+  for (std::size_t i = 0; i < vas.size();) {
+    std::size_t j = i + 1;
+    while (j < vas.size() && vas[j] == vas[j - 1] + page_bytes) ++j;
+    f(i, j - i);
+    i = j;
+  }
+}
+
+}  // namespace
+
+// ---- Driver calls (counted: residency_stats::mapping_calls) ----
+
+CUresult residency_engine::map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
+  ++stats_.mapping_calls;
+  return driver().cuMemMap(va, cfg_.page_bytes, 0, h, 0);
+}
+
+CUresult residency_engine::unmap_locked(std::uintptr_t va) {
+  ++stats_.mapping_calls;
+  return driver().cuMemUnmap(va, cfg_.page_bytes);
+}
+
+CUresult residency_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
+  ++stats_.mapping_calls;
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = cfg_.device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (CUresult r = d.cuMemSetAccess(va, cfg_.page_bytes, &access, 1); r != CUDA_SUCCESS) {
-    d.cuMemUnmap(va, cfg_.page_bytes);
+  return driver().cuMemSetAccess(va, pages * cfg_.page_bytes, &access, 1);
+}
+
+CUresult residency_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
+  if (CUresult r = map_only_locked(va, h); r != CUDA_SUCCESS) return r;
+  if (CUresult r = set_access_locked(va, 1); r != CUDA_SUCCESS) {
+    unmap_locked(va);
     return r;
   }
   return CUDA_SUCCESS;
 }
 
+// Note [Spare device memory]: a spare if there is one, else new device memory. The
+// caller has made room (resident + one page <= capacity).
+CUresult residency_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
+  if (!spare_.empty()) {
+    h = spare_.back();
+    spare_.pop_back();
+    stats_.spare_bytes -= cfg_.page_bytes;
+    ++stats_.spare_reuses;
+    return CUDA_SUCCESS;
+  }
+  ++stats_.mapping_calls;
+  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
+  return driver().cuMemCreate(&h, cfg_.page_bytes, &prop, 0);
+}
+
+void residency_engine::give_device_locked(CUmemGenericAllocationHandle h) {
+  spare_.push_back(h);
+  stats_.spare_bytes += cfg_.page_bytes;
+  trim_spares_locked();
+}
+
+// Spares never take the device past the capacity (which shrinks when other
+// libraries take device memory: Note [Memory that is not ours]).
+void residency_engine::trim_spares_locked() {
+  while (!spare_.empty() && stats_.resident_bytes + stats_.spare_bytes > capacity_bytes()) {
+    ++stats_.mapping_calls;
+    driver().cuMemRelease(spare_.back());
+    spare_.pop_back();
+    stats_.spare_bytes -= cfg_.page_bytes;
+  }
+}
+
+// A page whose device mapping failed part way goes back to its host handle, its device
+// memory to the spares. Best effort: the failure is reported by the caller.
+void residency_engine::back_to_host_locked(std::uintptr_t va, page& p) {
+  unmap_locked(va);
+  map_locked(va, p.host);
+  if (p.device != 0) give_device_locked(p.device);
+  p.device = 0;
+}
+
+// ---- Copy events (Note [Batched moves]) ----
+
+int residency_engine::new_copy_locked() {
+  int c = -1;
+  if (!free_copies_.empty()) {
+    c = free_copies_.back();
+    free_copies_.pop_back();
+  } else {
+    CUevent e = nullptr;
+    if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return -1;
+    copies_.push_back(copy_event{e});
+    c = static_cast<int>(copies_.size()) - 1;
+  }
+  copies_[c].refs = 0;
+  copies_[c].done = false;
+  return c;
+}
+
+void residency_engine::recycle_copy_locked(int c) {
+  if (copies_[c].refs == 0) free_copies_.push_back(c);
+}
+
+void residency_engine::hold_copy_locked(page& p, int c) {
+  release_copy_locked(p);
+  p.copy = c;
+  ++copies_[c].refs;
+}
+
+void residency_engine::release_copy_locked(page& p) {
+  if (p.copy < 0) return;
+  if (--copies_[p.copy].refs == 0) free_copies_.push_back(p.copy);
+  p.copy = -1;
+}
+
+// True when p has no copy under way (asking the driver at most once per event).
+bool residency_engine::copy_complete_locked(page& p) {
+  if (p.copy < 0) return true;
+  copy_event& c = copies_[p.copy];
+  if (!c.done && driver().cuEventQuery(c.event) == CUDA_SUCCESS) c.done = true;
+  if (!c.done) return false;
+  release_copy_locked(p);
+  return true;
+}
+
+CUresult residency_engine::wait_copy_locked(page& p) {
+  if (p.copy < 0) return CUDA_SUCCESS;
+  copy_event& c = copies_[p.copy];
+  if (!c.done) {
+    if (CUresult r = driver().cuEventSynchronize(c.event); r != CUDA_SUCCESS) return r;
+    c.done = true;
+  }
+  release_copy_locked(p);
+  return CUDA_SUCCESS;
+}
+
+// ---- Pages ----
+
 bool residency_engine::create_page(std::uintptr_t va) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ensure_ready_locked()) return false;
   if (make_room_locked(cfg_.page_bytes) != CUDA_SUCCESS) return false;
-  const driver_table& d = driver();
-  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
   page p;
-  if (d.cuMemCreate(&p.device, cfg_.page_bytes, &prop, 0) != CUDA_SUCCESS) return false;
+  if (take_device_locked(p.device) != CUDA_SUCCESS) return false;
   if (map_locked(va, p.device) != CUDA_SUCCESS) {
-    d.cuMemRelease(p.device);
+    give_device_locked(p.device);
     return false;
   }
   p.last_use = ++tick_;
@@ -103,9 +231,11 @@ void residency_engine::destroy_page(std::uintptr_t va) {
   page* p = find_locked(va);
   if (p == nullptr) return;
   const driver_table& d = driver();
-  if (p->copy_pending) d.cuEventSynchronize(p->copy_done);
-  d.cuMemUnmap(va, cfg_.page_bytes);
+  wait_copy_locked(*p);
+  unmap_locked(va);
   if (p->device != 0) {
+    // The arena gives memory back (its trim): release it, no spare.
+    ++stats_.mapping_calls;
     d.cuMemRelease(p->device);
     stats_.resident_bytes -= cfg_.page_bytes;
   }
@@ -115,7 +245,7 @@ void residency_engine::destroy_page(std::uintptr_t va) {
     free_shadow_.push_back(p->shadow);
     stats_.host_bytes -= cfg_.page_bytes;
   }
-  if (p->copy_done != nullptr) d.cuEventDestroy(p->copy_done);
+  release_copy_locked(*p);
   pages_.erase(va);
   --stats_.pages;
 }
@@ -146,10 +276,27 @@ CUevent residency_engine::stream_event_locked(CUstream s) {
   return e;
 }
 
-// The copy stream waits for everything the page's users enqueued so far.
-CUresult residency_engine::order_after_users_locked(page& p, CUstream copy_stream) {
+// The copy stream waits for everything the pages' users enqueued so far and for the
+// pages' copies under way: each stream and each copy once (Note [Batched moves]).
+CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstream copy_stream) {
   const driver_table& d = driver();
-  for (CUstream u : p.users) {
+  std::vector<CUstream> users;
+  std::vector<int> pending;
+  for (page* p : ps) {
+    for (CUstream u : p->users) {
+      if (std::find(users.begin(), users.end(), u) == users.end()) users.push_back(u);
+    }
+    if (p->copy >= 0 && !copies_[p->copy].done &&
+        std::find(pending.begin(), pending.end(), p->copy) == pending.end()) {
+      pending.push_back(p->copy);
+    }
+  }
+  for (int c : pending) {
+    if (CUresult r = d.cuStreamWaitEvent(copy_stream, copies_[c].event, 0); r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  for (CUstream u : users) {
     CUevent e = stream_event_locked(u);
     if (e == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     if (CUresult r = d.cuEventRecord(e, u); r != CUDA_SUCCESS) return r;
@@ -173,12 +320,16 @@ CUresult residency_engine::ensure_host_handle_locked(page& p) {
     }
     shadow_base_ = base;
   }
+  // Fresh slots first, in order: pages first evicted together get adjacent shadows
+  // and their copies merge (Note [Batched moves]).
   std::uintptr_t slot = 0;
-  if (!free_shadow_.empty()) {
+  if (shadow_next_ < shadow_bytes_ / cfg_.page_bytes) {
+    slot = shadow_base_ + shadow_next_++ * cfg_.page_bytes;
+  } else if (!free_shadow_.empty()) {
     slot = free_shadow_.back();
     free_shadow_.pop_back();
   } else {
-    slot = shadow_base_ + shadow_next_++ * cfg_.page_bytes;
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
   CUmemGenericAllocationHandle h = 0;
@@ -199,192 +350,372 @@ CUresult residency_engine::ensure_host_handle_locked(page& p) {
   return CUDA_SUCCESS;
 }
 
-CUresult residency_engine::evict_begin_locked(std::uintptr_t va, page& p) {
+// Begins evicting vas (sorted resident pages): ordered after their users, copied to
+// their host handles unless their content is dead or clean, one event for all. Stops
+// at the first error; the pages before it are evicting, the rest stay resident.
+CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
+  if (vas.empty()) return CUDA_SUCCESS;
   const driver_table& d = driver();
-  if (CUresult r = ensure_host_handle_locked(p); r != CUDA_SUCCESS) return r;
-  if (p.copy_done == nullptr) {
-    if (CUresult r = d.cuEventCreate(&p.copy_done, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) {
+  CUresult first_error = CUDA_SUCCESS;
+  std::vector<page*> ps;
+  ps.reserve(vas.size());
+  for (std::uintptr_t va : vas) {
+    page& p = pages_[va];
+    if (CUresult r = ensure_host_handle_locked(p); r != CUDA_SUCCESS) {
+      first_error = r;
+      break;
+    }
+    ps.push_back(&p);
+  }
+  const std::size_t n = ps.size();
+  if (n == 0) return first_error;
+  if (CUresult r = order_after_locked(ps, to_host_); r != CUDA_SUCCESS) return r;
+  std::vector<char> dead(n), copy(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const page& p = *ps[i];
+    dead[i] = content_dead(p, write_epoch_);
+    copy[i] = !dead[i] && (!cfg_.clean_evictions || !p.host_current ||
+                           p.clean_epoch != write_epoch_);
+  }
+  const int c = new_copy_locked();
+  if (c < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  // One copy per run of pages adjacent at both ends (the page's own address still
+  // maps its device memory).
+  std::size_t began = n;
+  for (std::size_t i = 0; i < n;) {
+    if (!copy[i]) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i + 1;
+    while (j < n && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
+           ps[j]->shadow == ps[j - 1]->shadow + cfg_.page_bytes) {
+      ++j;
+    }
+    ++stats_.copies;
+    if (CUresult r = d.cuMemcpyAsync(ps[i]->shadow, vas[i], (j - i) * cfg_.page_bytes, to_host_);
+        r != CUDA_SUCCESS) {
+      began = i;
+      first_error = r;
+      break;
+    }
+    stats_.bytes_to_host += (j - i) * cfg_.page_bytes;
+    i = j;
+  }
+  if (began != 0) {
+    if (CUresult r = d.cuEventRecord(copies_[c].event, to_host_); r != CUDA_SUCCESS) {
+      recycle_copy_locked(c);
       return r;
     }
   }
-  if (p.copy_pending) {
-    // A fetch still under way: the eviction comes after it.
-    if (CUresult r = d.cuStreamWaitEvent(to_host_, p.copy_done, 0); r != CUDA_SUCCESS) return r;
-  }
-  if (CUresult r = order_after_users_locked(p, to_host_); r != CUDA_SUCCESS) return r;
-  const bool dead = content_dead(p, write_epoch_);
-  const bool copy =
-      !dead && (!cfg_.clean_evictions || !p.host_current || p.clean_epoch != write_epoch_);
-  if (copy) {
-    // The page's own address still maps its device memory: copy it to the host handle.
-    if (CUresult r = d.cuMemcpyAsync(p.shadow, va, cfg_.page_bytes, to_host_); r != CUDA_SUCCESS) {
-      return r;
+  const std::uint64_t seq = ++evict_seq_;
+  for (std::size_t i = 0; i < began; ++i) {
+    page& p = *ps[i];
+    hold_copy_locked(p, c);
+    p.where = state::evicting;
+    p.evict_seq = seq;
+    ++stats_.evictions;
+    if (!copy[i]) {
+      ++stats_.clean_evictions;
+      if (dead[i]) ++stats_.dead_evictions;
     }
-    stats_.bytes_to_host += cfg_.page_bytes;
-  } else {
-    ++stats_.clean_evictions;
-    if (dead) ++stats_.dead_evictions;
   }
-  if (CUresult r = d.cuEventRecord(p.copy_done, to_host_); r != CUDA_SUCCESS) return r;
-  p.copy_pending = true;
-  p.where = state::evicting;
-  ++stats_.evictions;
-  return CUDA_SUCCESS;
+  recycle_copy_locked(c);
+  return first_error;
 }
 
-// Waits for the eviction's event, then maps the host handle where the device memory
-// was and releases the device memory.
-CUresult residency_engine::evict_finish_locked(std::uintptr_t va, page& p) {
-  const driver_table& d = driver();
-  if (p.copy_pending) {
-    if (CUresult r = d.cuEventSynchronize(p.copy_done); r != CUDA_SUCCESS) return r;
-    p.copy_pending = false;
+// vas: sorted evicting pages whose copies are complete. Maps each one's host handle
+// where its device memory was and keeps the device memory as a spare.
+CUresult residency_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
+  CUresult first_error = CUDA_SUCCESS;
+  std::vector<std::uintptr_t> mapped;
+  mapped.reserve(vas.size());
+  for (std::uintptr_t va : vas) {
+    page& p = pages_[va];
+    release_copy_locked(p);
+    if (CUresult r = unmap_locked(va); r != CUDA_SUCCESS) {
+      first_error = r;
+      break;
+    }
+    if (CUresult r = map_only_locked(va, p.host); r != CUDA_SUCCESS) {
+      // Put the device memory back: the bytes must stay reachable.
+      map_locked(va, p.device);
+      first_error = r;
+      break;
+    }
+    mapped.push_back(va);
   }
-  if (CUresult r = d.cuMemUnmap(va, cfg_.page_bytes); r != CUDA_SUCCESS) return r;
-  if (CUresult r = map_locked(va, p.host); r != CUDA_SUCCESS) {
-    // Put the device memory back: the bytes must stay reachable.
-    map_locked(va, p.device);
-    return r;
+  std::vector<char> ok(mapped.size(), 1);
+  for_runs(mapped, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
+    if (CUresult r = set_access_locked(mapped[first], count); r != CUDA_SUCCESS) {
+      for (std::size_t k = first; k < first + count; ++k) {
+        unmap_locked(mapped[k]);
+        map_locked(mapped[k], pages_[mapped[k]].device);
+        ok[k] = 0;
+      }
+      if (first_error == CUDA_SUCCESS) first_error = r;
+    }
+  });
+  for (std::size_t k = 0; k < mapped.size(); ++k) {
+    if (!ok[k]) continue;
+    page& p = pages_[mapped[k]];
+    stats_.resident_bytes -= cfg_.page_bytes;
+    give_device_locked(p.device);
+    p.device = 0;
+    p.where = state::on_host;
+    p.host_current = true;
+    p.clean_epoch = write_epoch_;
+    p.users.clear();  // the copy's completion ordered the host after all of them
   }
-  d.cuMemRelease(p.device);
-  p.device = 0;
-  p.where = state::on_host;
-  p.host_current = true;
-  p.clean_epoch = write_epoch_;
-  p.users.clear();  // the wait above ordered the host after all of them
-  stats_.resident_bytes -= cfg_.page_bytes;
-  return CUDA_SUCCESS;
+  return first_error;
 }
 
-// Without wait: evictions whose copies are known complete are finished, then new
-// ones begun; CUDA_ERROR_NOT_READY when the room is not there yet.
+// Finishes every eviction whose copy is known complete (each event asked once).
+CUresult residency_engine::finish_completed_locked() {
+  std::vector<std::uintptr_t> done;
+  for (auto& [va, p] : pages_) {
+    if (p.where == state::evicting && (p.copy < 0 || copies_[p.copy].done)) done.push_back(va);
+  }
+  std::vector<int> asked;
+  for (auto& [va, p] : pages_) {
+    if (p.where != state::evicting || p.copy < 0 || copies_[p.copy].done) continue;
+    if (std::find(asked.begin(), asked.end(), p.copy) != asked.end()) continue;
+    asked.push_back(p.copy);
+    copy_event& c = copies_[p.copy];
+    if (driver().cuEventQuery(c.event) == CUDA_SUCCESS) c.done = true;
+  }
+  for (auto& [va, p] : pages_) {
+    if (p.where == state::evicting && p.copy >= 0 && copies_[p.copy].done &&
+        std::find(asked.begin(), asked.end(), p.copy) != asked.end()) {
+      done.push_back(va);
+    }
+  }
+  if (done.empty()) return CUDA_SUCCESS;
+  std::sort(done.begin(), done.end());
+  done.erase(std::unique(done.begin(), done.end()), done.end());
+  return evict_finish_locked(done);
+}
+
+// Up to n resident pages not pinned, sorted by address: dead ones first (Note [Dead
+// pages]: they leave without a copy), then the least recently used.
+std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n) {
+  struct candidate {
+    bool live;
+    std::uint64_t last_use;
+    std::uintptr_t va;
+  };
+  std::vector<candidate> all;
+  for (auto& [va, p] : pages_) {
+    if (p.where != state::resident || p.pinned == epoch_) continue;
+    all.push_back(candidate{!content_dead(p, write_epoch_), p.last_use, va});
+  }
+  const auto before = [](const candidate& a, const candidate& b) {
+    return a.live != b.live ? !a.live : a.last_use < b.last_use;
+  };
+  n = std::min(n, all.size());
+  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(), before);
+  std::vector<std::uintptr_t> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) out.push_back(all[i].va);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Note [Making room]: room for bytes more of resident pages. Without wait: evictions
+// known complete are finished, new ones begun, and CUDA_ERROR_NOT_READY when the room
+// is not there yet.
 CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait) {
-  if (!wait) {
-    const driver_table& d = driver();
+  trim_spares_locked();
+  if (stats_.resident_bytes + bytes <= capacity_bytes()) return CUDA_SUCCESS;
+  if (CUresult r = finish_completed_locked(); r != CUDA_SUCCESS) return r;
+  const auto pages_short = [&](std::uint64_t leaving) -> std::size_t {
+    const std::uint64_t cap = capacity_bytes();
+    const std::uint64_t have = stats_.resident_bytes - leaving;
+    return have + bytes <= cap ? 0 : (have + bytes - cap + cfg_.page_bytes - 1) / cfg_.page_bytes;
+  };
+  const auto leaving_bytes = [&] {
     std::uint64_t leaving = 0;
     for (auto& [va, p] : pages_) {
-      if (p.where != state::evicting) continue;
-      if (d.cuEventQuery(p.copy_done) == CUDA_SUCCESS) {
-        p.copy_pending = false;
-        if (CUresult r = evict_finish_locked(va, p); r != CUDA_SUCCESS) return r;
-      } else {
-        leaving += cfg_.page_bytes;
-      }
+      if (p.where == state::evicting) leaving += cfg_.page_bytes;
     }
-    while (stats_.resident_bytes - leaving + bytes > capacity_bytes()) {
-      // Dead pages first (Note [Dead pages]: they leave without a copy), then the
-      // least recently used.
-      std::uintptr_t victim = 0;
-      page* vp = nullptr;
-      bool vdead = false;
-      for (auto& [va, p] : pages_) {
-        if (p.where != state::resident || p.pinned == epoch_) continue;
-        const bool dead = content_dead(p, write_epoch_);
-        if (vp == nullptr || (dead && !vdead) || (dead == vdead && p.last_use < vp->last_use)) {
-          victim = va;
-          vp = &p;
-          vdead = dead;
-        }
-      }
-      if (vp == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-      if (CUresult r = evict_begin_locked(victim, *vp); r != CUDA_SUCCESS) return r;
-      leaving += cfg_.page_bytes;
+    return leaving;
+  };
+  if (!wait) {
+    if (const std::size_t n = pages_short(leaving_bytes()); n != 0) {
+      const std::vector<std::uintptr_t> victims = victims_locked(n);
+      if (CUresult r = evict_begin_locked(victims); r != CUDA_SUCCESS) return r;
     }
     return stats_.resident_bytes + bytes > capacity_bytes() ? CUDA_ERROR_NOT_READY
                                                                : CUDA_SUCCESS;
   }
   while (stats_.resident_bytes + bytes > capacity_bytes()) {
-    // Note [Making room]: finish an eviction under way first, then evict the least
-    // recently used page that is not pinned.
-    // Then dead pages before live ones (Note [Dead pages]).
-    std::uintptr_t victim = 0;
-    page* vp = nullptr;
-    bool finishing = false;
-    bool vdead = false;
+    // Enough evictions under way: wait for the oldest, then finish all that are done.
+    if (const std::size_t n = pages_short(leaving_bytes()); n != 0) {
+      const std::vector<std::uintptr_t> victims = victims_locked(n);
+      if (victims.empty() && leaving_bytes() == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+      if (CUresult r = evict_begin_locked(victims); r != CUDA_SUCCESS) return r;
+    }
+    page* oldest = nullptr;
     for (auto& [va, p] : pages_) {
-      if (p.where == state::on_host || p.pinned == epoch_) continue;
-      const bool evicting = p.where == state::evicting;
-      const bool dead = !evicting && content_dead(p, write_epoch_);
-      if (vp == nullptr || (evicting && !finishing) ||
-          (evicting == finishing &&
-           ((dead && !vdead) || (dead == vdead && p.last_use < vp->last_use)))) {
-        victim = va;
-        vp = &p;
-        finishing = evicting;
-        vdead = dead;
+      if (p.where == state::evicting && (oldest == nullptr || p.evict_seq < oldest->evict_seq)) {
+        oldest = &p;
       }
     }
-    if (vp == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (!finishing) {
-      if (CUresult r = evict_begin_locked(victim, *vp); r != CUDA_SUCCESS) return r;
+    if (oldest == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (oldest->copy >= 0 && !copies_[oldest->copy].done) {
+      ++stats_.waits;
+      copy_event& c = copies_[oldest->copy];
+      if (CUresult r = driver().cuEventSynchronize(c.event); r != CUDA_SUCCESS) return r;
+      c.done = true;
     }
-    ++stats_.waits;
-    if (CUresult r = evict_finish_locked(victim, *vp); r != CUDA_SUCCESS) return r;
+    if (CUresult r = finish_completed_locked(); r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
 }
 
-CUresult residency_engine::fetch_locked(std::uintptr_t va, page& p, bool wait) {
+// Makes vas (sorted, not resident) resident (Note [Batched moves]). A page still
+// being evicted keeps its device memory. Without wait, pages that find no room yet go
+// to deferred.
+CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
+                                        std::vector<std::uintptr_t>* deferred) {
   const driver_table& d = driver();
-  if (p.where == state::evicting) {
-    // Not released yet: the device memory still holds the bytes. Keep it.
-    if (p.copy_pending) {
-      if (CUresult r = d.cuEventSynchronize(p.copy_done); r != CUDA_SUCCESS) return r;
-      p.copy_pending = false;
-    }
+  std::erase_if(vas, [&](std::uintptr_t va) {
+    page& p = pages_[va];
+    if (p.where != state::evicting) return false;
+    // Not released yet: the device memory still holds the bytes. Keep it; its users
+    // wait on the eviction's copy (p.copy), which came after its earlier users.
     p.where = state::resident;
-    return CUDA_SUCCESS;  // the host copy is as current as the eviction made it
+    return true;
+  });
+  if (vas.empty()) return CUDA_SUCCESS;
+  if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, wait);
+      r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
+    return r;
   }
-  if (CUresult r = make_room_locked(cfg_.page_bytes, wait); r != CUDA_SUCCESS) return r;
+  const std::uint64_t cap = capacity_bytes();
+  const std::size_t fit =
+      stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes;
+  if (fit < vas.size()) {
+    if (deferred == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+    deferred->insert(deferred->end(), vas.begin() + static_cast<std::ptrdiff_t>(fit), vas.end());
+    vas.resize(fit);
+  }
+  if (vas.empty()) return CUDA_SUCCESS;
+  std::vector<page*> ps;
+  ps.reserve(vas.size());
+  for (std::uintptr_t va : vas) ps.push_back(&pages_[va]);
   // Unpredicted users of the host mapping (work we did not see use it) must be done
   // before the address changes backing.
-  if (!p.users.empty()) {
-    if (CUresult r = order_after_users_locked(p, to_device_); r != CUDA_SUCCESS) return r;
+  std::vector<page*> used;
+  for (page* p : ps) {
+    if (!p->users.empty()) used.push_back(p);
+  }
+  if (!used.empty()) {
+    if (CUresult r = order_after_locked(used, to_device_); r != CUDA_SUCCESS) return r;
     if (CUresult r = d.cuStreamSynchronize(to_device_); r != CUDA_SUCCESS) return r;
-    p.users.clear();
+    for (page* p : used) p->users.clear();
   }
-  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
-  if (CUresult r = d.cuMemCreate(&p.device, cfg_.page_bytes, &prop, 0); r != CUDA_SUCCESS) {
-    p.device = 0;
-    return r;
+  // Device memory mapped at each address; access granted per run.
+  CUresult first_error = CUDA_SUCCESS;
+  std::size_t mapped = 0;
+  for (; mapped < vas.size(); ++mapped) {
+    page& p = *ps[mapped];
+    if (CUresult r = take_device_locked(p.device); r != CUDA_SUCCESS) {
+      p.device = 0;
+      first_error = r;
+      break;
+    }
+    if (CUresult r = unmap_locked(vas[mapped]); r != CUDA_SUCCESS) {
+      give_device_locked(p.device);
+      p.device = 0;
+      first_error = r;
+      break;
+    }
+    if (CUresult r = map_only_locked(vas[mapped], p.device); r != CUDA_SUCCESS) {
+      map_locked(vas[mapped], p.host);
+      give_device_locked(p.device);
+      p.device = 0;
+      first_error = r;
+      break;
+    }
   }
-  if (CUresult r = d.cuMemUnmap(va, cfg_.page_bytes); r != CUDA_SUCCESS) {
-    d.cuMemRelease(p.device);
-    p.device = 0;
-    return r;
+  vas.resize(mapped);
+  ps.resize(mapped);
+  std::vector<char> ok(vas.size(), 1);
+  for_runs(vas, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
+    if (CUresult r = set_access_locked(vas[first], count); r != CUDA_SUCCESS) {
+      for (std::size_t k = first; k < first + count; ++k) {
+        back_to_host_locked(vas[k], *ps[k]);
+        ok[k] = 0;
+      }
+      if (first_error == CUDA_SUCCESS) first_error = r;
+    }
+  });
+  // Copies in, one per run adjacent at both ends; dead content needs none.
+  const std::size_t n = vas.size();
+  std::vector<char> copy(n);
+  for (std::size_t i = 0; i < n; ++i) copy[i] = ok[i] && !content_dead(*ps[i], fetch_epoch_);
+  bool copied = false;
+  std::size_t done = n;
+  for (std::size_t i = 0; i < n;) {
+    if (!copy[i]) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i + 1;
+    while (j < n && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
+           ps[j]->shadow == ps[j - 1]->shadow + cfg_.page_bytes) {
+      ++j;
+    }
+    ++stats_.copies;
+    if (CUresult r = d.cuMemcpyAsync(vas[i], ps[i]->shadow, (j - i) * cfg_.page_bytes, to_device_);
+        r != CUDA_SUCCESS) {
+      done = i;
+      first_error = r;
+      break;
+    }
+    copied = true;
+    i = j;
   }
-  if (CUresult r = map_locked(va, p.device); r != CUDA_SUCCESS) {
-    d.cuMemRelease(p.device);
-    p.device = 0;
-    map_locked(va, p.host);
-    return r;
+  int c = -1;
+  if (copied) {
+    c = new_copy_locked();
+    if (c < 0 || d.cuEventRecord(copies_[c].event, to_device_) != CUDA_SUCCESS) {
+      if (c >= 0) recycle_copy_locked(c);
+      c = -1;
+      done = 0;  // the copies cannot be waited for: put every page back
+      if (first_error == CUDA_SUCCESS) first_error = CUDA_ERROR_UNKNOWN;
+    }
   }
-  const bool dead = content_dead(p, fetch_epoch_);
-  CUresult r = dead ? CUDA_SUCCESS : d.cuMemcpyAsync(va, p.shadow, cfg_.page_bytes, to_device_);
-  if (r == CUDA_SUCCESS) r = d.cuEventRecord(p.copy_done, to_device_);
-  if (r != CUDA_SUCCESS) {
-    // The copy never started (or cannot be waited for): put the host memory back at
-    // the address, so the page's bytes stay where its state says they are.
+  if (done < n) {
+    // The copies of pages from done on never started (or cannot be waited for): put
+    // the host memory back at their addresses, so their bytes stay where their state
+    // says they are.
     d.cuStreamSynchronize(to_device_);
-    d.cuMemUnmap(va, cfg_.page_bytes);
-    d.cuMemRelease(p.device);
-    p.device = 0;
-    map_locked(va, p.host);
-    return r;
+    for (std::size_t k = done; k < n; ++k) {
+      if (!ok[k]) continue;
+      back_to_host_locked(vas[k], *ps[k]);
+      ok[k] = 0;
+    }
   }
-  stats_.resident_bytes += cfg_.page_bytes;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!ok[k]) continue;
+    page& p = *ps[k];
+    stats_.resident_bytes += cfg_.page_bytes;
+    if (copy[k]) hold_copy_locked(p, c);
+    p.where = state::resident;
+    p.host_current = true;
+    p.clean_epoch = write_epoch_;
+    ++stats_.fetches;
+    if (copy[k]) {
+      stats_.bytes_to_device += cfg_.page_bytes;
+    } else {
+      ++stats_.dead_fetches;
+    }
+  }
+  if (c >= 0) recycle_copy_locked(c);
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
-  p.copy_pending = true;
-  p.where = state::resident;
-  p.host_current = true;
-  p.clean_epoch = write_epoch_;
-  ++stats_.fetches;
-  if (dead) {
-    ++stats_.dead_fetches;
-  } else {
-    stats_.bytes_to_device += cfg_.page_bytes;
-  }
-  return CUDA_SUCCESS;
+  return first_error;
 }
 
 namespace {
@@ -434,35 +765,47 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
   if (capturing(stream)) return result;  // nothing may be enqueued for us now
   const driver_table& d = driver();
   const unpin_at_exit unpin{epoch_};
-  for (std::uintptr_t va : wanted) pages_[va].pinned = epoch_;
+  std::vector<std::uintptr_t> missing;
   for (std::uintptr_t va : wanted) {
     page& p = pages_[va];
+    p.pinned = epoch_;
     p.last_use = ++tick_;
-    if (p.where != state::resident) {
-      if (CUresult r = fetch_locked(va, p); r != CUDA_SUCCESS) {
-        ++stats_.failures;
-        result.driver = r;
-        result.code = r == CUDA_ERROR_OUT_OF_MEMORY ? residency_errc::no_room
-                                                    : residency_errc::driver_error;
-        return result;
-      }
+    if (p.where != state::resident) missing.push_back(va);
+  }
+  if (!missing.empty()) {
+    std::sort(missing.begin(), missing.end());
+    if (CUresult r = fetch_locked(std::move(missing), true, nullptr); r != CUDA_SUCCESS) {
+      ++stats_.failures;
+      result.driver = r;
+      result.code = r == CUDA_ERROR_OUT_OF_MEMORY ? residency_errc::no_room
+                                                  : residency_errc::driver_error;
+      return result;
     }
-    if (p.copy_pending) {
-      // Its fetch may still be under way: the work waits for it.
-      if (d.cuEventQuery(p.copy_done) == CUDA_SUCCESS) {
-        p.copy_pending = false;
-      } else if (CUresult r = d.cuStreamWaitEvent(stream, p.copy_done, 0); r != CUDA_SUCCESS) {
-        result.driver = r;
-        result.code = residency_errc::driver_error;
-        return result;
+  }
+  // The work waits for the copies its pages may still be under (each event once).
+  std::vector<int> waited;
+  const auto order_and_use = [&](page& p) -> CUresult {
+    if (p.copy >= 0 && std::find(waited.begin(), waited.end(), p.copy) == waited.end() &&
+        !copy_complete_locked(p)) {
+      if (CUresult r = d.cuStreamWaitEvent(stream, copies_[p.copy].event, 0); r != CUDA_SUCCESS) {
+        return r;
       }
+      waited.push_back(p.copy);
     }
     if (std::find(p.users.begin(), p.users.end(), stream) == p.users.end()) {
       p.users.push_back(stream);
     }
+    return CUDA_SUCCESS;
+  };
+  for (std::uintptr_t va : wanted) {
+    if (CUresult r = order_and_use(pages_[va]); r != CUDA_SUCCESS) {
+      result.driver = r;
+      result.code = residency_errc::driver_error;
+      return result;
+    }
   }
-  // Reachable pages: users only. One whose eviction copy is in flight is finished
-  // first (its users were ordered before the copy; the new one comes after the remap).
+  // Reachable pages: users only. One whose eviction is under way stays resident (it
+  // still has its device memory) and the work waits for the eviction's copy.
   const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
   for (const byte_range& r : ranges) {
     if (!r.reach || r.bytes == 0) continue;
@@ -470,16 +813,11 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
       auto it = pages_.find(a);
       if (it == pages_.end()) continue;
       page& p = it->second;
-      if (p.where == state::evicting) {
-        if (CUresult rc = evict_finish_locked(a, p); rc != CUDA_SUCCESS) {
-          ++stats_.failures;
-          result.driver = rc;
-          result.code = residency_errc::driver_error;
-          return result;
-        }
-      }
-      if (std::find(p.users.begin(), p.users.end(), stream) == p.users.end()) {
-        p.users.push_back(stream);
+      if (p.where == state::evicting) p.where = state::resident;
+      if (CUresult rc = order_and_use(p); rc != CUDA_SUCCESS) {
+        result.driver = rc;
+        result.code = residency_errc::driver_error;
+        return result;
       }
     }
   }
@@ -489,12 +827,9 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
 bool residency_engine::evict(std::span<const byte_range> ranges) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ready_) return false;
-  for (std::uintptr_t va : pages_of(ranges)) {
-    page& p = pages_[va];
-    if (p.where != state::resident) continue;
-    if (evict_begin_locked(va, p) != CUDA_SUCCESS) return false;
-  }
-  return true;
+  std::vector<std::uintptr_t> vas = pages_of(ranges);
+  std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where != state::resident; });
+  return evict_begin_locked(vas) == CUDA_SUCCESS;
 }
 
 bool residency_engine::prefetch(std::span<const byte_range> ranges) {
@@ -507,31 +842,26 @@ bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
 }
 
 // later null: fetch, waiting for room as needed; otherwise Note [Prefetch without
-// waiting]: pages that find no room (or are still on their way out) go to later.
+// waiting]: pages that find no room yet go to later.
 bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
                                       std::vector<byte_range>* later) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ready_) return false;
   fetch_epoch_ = write_epoch_;
   const unpin_at_exit unpin{epoch_};
-  const std::vector<std::uintptr_t> wanted = pages_of(ranges);
-  for (std::uintptr_t va : wanted) pages_[va].pinned = epoch_;
-  for (std::uintptr_t va : wanted) {
+  std::vector<std::uintptr_t> missing;
+  for (std::uintptr_t va : pages_of(ranges)) {
     page& p = pages_[va];
+    p.pinned = epoch_;
     p.last_use = ++tick_;
-    if (p.where == state::resident) continue;
-    if (later != nullptr && p.where == state::evicting) {
-      later->push_back(byte_range{va, cfg_.page_bytes});  // its copy out is under way
-      continue;
-    }
-    const CUresult r = fetch_locked(va, p, later == nullptr);
-    if (r == CUDA_ERROR_NOT_READY && later != nullptr) {
-      later->push_back(byte_range{va, cfg_.page_bytes});
-    } else if (r != CUDA_SUCCESS) {
-      return false;
-    }
+    if (p.where != state::resident) missing.push_back(va);
   }
-  return true;
+  if (missing.empty()) return true;
+  std::vector<std::uintptr_t> deferred;
+  const CUresult r =
+      fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr);
+  for (std::uintptr_t va : deferred) later->push_back(byte_range{va, cfg_.page_bytes});
+  return r == CUDA_SUCCESS;
 }
 
 bool residency_engine::reserve_foreign(std::int64_t bytes) {

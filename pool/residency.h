@@ -65,9 +65,34 @@
 // was never told about counts as live.
 //
 // Note [Making room]: pages being prepared for the current launch are pinned. To fit
-// a page the engine first finishes evictions already under way (oldest first), then
-// evicts the least recently used unpinned resident page. A launch whose own pages
-// exceed the capacity cannot run: prepare() says so and nothing is moved.
+// pages the engine first finishes evictions whose copies are known complete, then, if
+// it may wait, waits for the oldest eviction under way; otherwise it evicts unpinned
+// resident pages, dead ones first (Note [Dead pages]), then the least recently used.
+// A launch whose own pages exceed the capacity cannot run: prepare() says so and
+// nothing is moved.
+//
+// Note [Batched moves]: every page moved costs host time in driver calls, and the
+// host's time is the launches' time once the queue runs dry (on simgpu's H100-PCIe
+// model each call is 2 us; real mapping calls cost more). So the engine moves the
+// pages of one request (a schedule's evictions before a launch, a launch's fetches)
+// together:
+//   - one ordering per request: an event recorded once on each user stream of any of
+//     the pages, and one wait on each copy under way, instead of one per page;
+//   - one copy per run of pages adjacent both at their addresses and at their shadow
+//     addresses (a page's first eviction takes the next shadow slot, so pages first
+//     evicted together stay adjacent there), instead of one per page;
+//   - one copy event per request, shared by its pages (copy_event, counted);
+//   - one cuMemSetAccess per run of adjacent pages remapped together (PyTorch's
+//     expandable segments grant access the same way, over several mappings); each
+//     page is still mapped and unmapped on its own, as cuMemUnmap must cover whole
+//     mappings;
+//   - Note [Spare device memory]: an evicted page's device memory is kept, not
+//     released, and the next fetch or new page maps it instead of creating new memory.
+//     Spares count against the capacity (resident + spare <= capacity, trimmed when the
+//     capacity shrinks), so the device never holds more than before.
+// A page whose eviction is still under way when it is wanted again is made resident
+// with no host wait: it keeps its device memory, and the work that uses it waits on
+// the eviction's copy event, which is ordered after the page's earlier users.
 //
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
 // call could have its page evicted in between; training loops launch from one thread
@@ -114,6 +139,11 @@ struct residency_stats {
   std::uint64_t bytes_to_device = 0;
   std::uint64_t waits = 0;               // host waits on an eviction to make room
   std::uint64_t failures = 0;            // pages that could not be made resident
+  // Note [Batched moves]: driver calls the moves cost.
+  std::uint64_t copies = 0;              // cuMemcpyAsync calls (both directions)
+  std::uint64_t mapping_calls = 0;       // cuMemCreate/Release/Map/Unmap/SetAccess
+  std::uint64_t spare_reuses = 0;        // device memory reused instead of created
+  std::uint64_t spare_bytes = 0;         // device memory held spare now
 };
 
 struct byte_range {
@@ -210,8 +240,8 @@ class residency_engine {
     CUmemGenericAllocationHandle device = 0;
     CUmemGenericAllocationHandle host = 0;
     std::uintptr_t shadow = 0;  // where the host handle is mapped for copies
-    CUevent copy_done = nullptr;  // the last copy's event (eviction or fetch)
-    bool copy_pending = false;    // copy_done not known complete
+    int copy = -1;                // the last copy's event (copies_), while not known complete
+    std::uint64_t evict_seq = 0;  // order its eviction began (oldest finishes first)
     std::uint64_t last_use = 0;   // LRU tick
     std::uint64_t pinned = 0;     // == prepare epoch while pinned
     std::vector<CUstream> users;  // streams that used it since it became resident
@@ -230,19 +260,44 @@ class residency_engine {
   template <typename F>
   void for_pages_locked(std::uintptr_t addr, std::size_t bytes, F&& f);
 
+  // Note [Batched moves]: a copy event shared by the pages of one request.
+  struct copy_event {
+    CUevent event = nullptr;
+    std::uint32_t refs = 0;  // pages whose copy field names it
+    bool done = false;       // known complete
+  };
+
   bool ensure_ready_locked();
   page* find_locked(std::uintptr_t va);
   std::vector<std::uintptr_t> pages_of(std::span<const byte_range> ranges,
                                        bool optional = false) const;
   CUresult make_room_locked(std::uint64_t bytes, bool wait = true);
-  CUresult evict_begin_locked(std::uintptr_t va, page& p);
-  CUresult evict_finish_locked(std::uintptr_t va, page& p);
-  CUresult fetch_locked(std::uintptr_t va, page& p, bool wait = true);
+  CUresult finish_completed_locked();
+  std::vector<std::uintptr_t> victims_locked(std::size_t n);
+  CUresult evict_begin_locked(std::span<const std::uintptr_t> vas);
+  CUresult evict_finish_locked(std::span<const std::uintptr_t> vas);
+  CUresult fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
+                        std::vector<std::uintptr_t>* deferred);
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later);
-  CUresult map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);
   CUresult ensure_host_handle_locked(page& p);
-  CUresult order_after_users_locked(page& p, CUstream copy_stream);
+  CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
   CUevent stream_event_locked(CUstream s);
+  // Driver calls, counted (residency_stats::mapping_calls).
+  CUresult map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);  // map + access
+  CUresult map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);
+  CUresult unmap_locked(std::uintptr_t va);
+  CUresult set_access_locked(std::uintptr_t va, std::size_t pages);
+  CUresult take_device_locked(CUmemGenericAllocationHandle& h);
+  void give_device_locked(CUmemGenericAllocationHandle h);
+  void trim_spares_locked();
+  void back_to_host_locked(std::uintptr_t va, page& p);
+  // Copy events.
+  int new_copy_locked();
+  void hold_copy_locked(page& p, int c);
+  void release_copy_locked(page& p);
+  void recycle_copy_locked(int c);
+  bool copy_complete_locked(page& p);
+  CUresult wait_copy_locked(page& p);
 
   residency_config cfg_;
   std::atomic<std::uint64_t> foreign_bytes_{0};
@@ -257,6 +312,10 @@ class residency_engine {
   std::size_t shadow_next_ = 0;              // slots handed out so far
   std::unordered_map<std::uintptr_t, page> pages_;  // by address
   std::unordered_map<CUstream, CUevent> stream_events_;
+  std::vector<copy_event> copies_;  // Note [Batched moves]
+  std::vector<int> free_copies_;
+  std::vector<CUmemGenericAllocationHandle> spare_;  // Note [Spare device memory]
+  std::uint64_t evict_seq_ = 0;
   std::uint64_t tick_ = 0;
   std::uint64_t write_epoch_ = 1;  // Note [What counts as a write]
   // Note [Dead pages]: the epoch a fetch compares with (prepare() fetches for work
