@@ -211,7 +211,9 @@ bool learn(learner& l, int device) {
     model.launches.push_back(std::move(launch));
   }
   const config& cfg = current_config();
-  const std::uint64_t capacity = pool::device_residency_capacity(device);
+  // Note [Headroom] in policy/schedule.h.
+  const std::uint64_t capacity =
+      policy::planning_capacity(pool::device_residency_capacity(device), page_bytes);
   policy::schedule_result r =
       policy::plan_schedule(model, capacity, l.costs, kind_of(cfg.policy),
                             static_cast<std::uint32_t>(cfg.prefetch_launches));

@@ -628,6 +628,11 @@ void hoist_fetches(const iteration_model& model, schedule& plan, std::uint32_t d
 
 }  // namespace
 
+std::size_t planning_capacity(std::size_t capacity_bytes, std::size_t page_bytes) {
+  if (page_bytes == 0) return capacity_bytes;
+  return capacity_bytes - capacity_bytes / 32 / page_bytes * page_bytes;
+}
+
 schedule_result plan_schedule(const iteration_model& model, std::size_t capacity_bytes,
                               const cost_model& costs, policy_kind kind,
                               std::uint32_t prefetch_distance_launches) {

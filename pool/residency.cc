@@ -80,6 +80,19 @@ void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f
 
 }  // namespace
 
+// The end of the run of pages to copy from i: adjacent at their addresses and at
+// their shadow addresses, so that one copy moves them all (Note [Batched moves]).
+std::size_t residency_engine::copy_run_end(std::span<const std::uintptr_t> vas,
+                                           std::span<page* const> ps, std::span<const char> copy,
+                                           std::size_t i) const {
+  std::size_t j = i + 1;
+  while (j < vas.size() && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
+         ps[j]->shadow == ps[j - 1]->shadow + cfg_.page_bytes) {
+    ++j;
+  }
+  return j;
+}
+
 // ---- Driver calls (counted: residency_stats::mapping_calls) ----
 
 CUresult residency_engine::map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
@@ -166,11 +179,24 @@ int residency_engine::new_copy_locked() {
   }
   copies_[c].refs = 0;
   copies_[c].done = false;
+  copies_[c].seq = ++copy_seq_;
   return c;
 }
 
 void residency_engine::recycle_copy_locked(int c) {
   if (copies_[c].refs == 0) free_copies_.push_back(c);
+}
+
+// A new copy event recorded on s (its refs are 0 until pages hold it).
+CUresult residency_engine::record_copy_locked(CUstream s, int& c) {
+  c = new_copy_locked();
+  if (c < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (CUresult r = driver().cuEventRecord(copies_[c].event, s); r != CUDA_SUCCESS) {
+    recycle_copy_locked(c);
+    c = -1;
+    return r;
+  }
+  return CUDA_SUCCESS;
 }
 
 void residency_engine::hold_copy_locked(page& p, int c) {
@@ -377,50 +403,52 @@ CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> va
     copy[i] = !dead[i] && (!cfg_.clean_evictions || !p.host_current ||
                            p.clean_epoch != write_epoch_);
   }
-  const int c = new_copy_locked();
-  if (c < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  // One copy per run of pages adjacent at both ends (the page's own address still
-  // maps its device memory).
-  std::size_t began = n;
+  // Pages that leave without a copy are out once their users are done: one event now.
+  // Then one copy per run of pages adjacent at both ends (the page's own address still
+  // maps its device memory), each with its own event, so that waiting for one page
+  // never waits for the copies queued after it.
+  std::vector<int> ev(n, -1);
+  if (std::find(copy.begin(), copy.end(), 0) != copy.end()) {
+    int c0 = -1;
+    if (CUresult r = record_copy_locked(to_host_, c0); r != CUDA_SUCCESS) return r;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!copy[i]) ev[i] = c0;
+    }
+  }
   for (std::size_t i = 0; i < n;) {
     if (!copy[i]) {
       ++i;
       continue;
     }
-    std::size_t j = i + 1;
-    while (j < n && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
-           ps[j]->shadow == ps[j - 1]->shadow + cfg_.page_bytes) {
-      ++j;
-    }
+    const std::size_t j = copy_run_end(vas, ps, copy, i);
     ++stats_.copies;
-    if (CUresult r = d.cuMemcpyAsync(ps[i]->shadow, vas[i], (j - i) * cfg_.page_bytes, to_host_);
-        r != CUDA_SUCCESS) {
-      began = i;
-      first_error = r;
+    int c = -1;
+    CUresult r = d.cuMemcpyAsync(ps[i]->shadow, vas[i], (j - i) * cfg_.page_bytes, to_host_);
+    if (r == CUDA_SUCCESS) r = record_copy_locked(to_host_, c);
+    if (r != CUDA_SUCCESS) {
+      first_error = r;  // this run and the ones after stay resident
       break;
     }
     stats_.bytes_to_host += (j - i) * cfg_.page_bytes;
+    for (std::size_t k = i; k < j; ++k) ev[k] = c;
     i = j;
   }
-  if (began != 0) {
-    if (CUresult r = d.cuEventRecord(copies_[c].event, to_host_); r != CUDA_SUCCESS) {
-      recycle_copy_locked(c);
-      return r;
-    }
-  }
-  const std::uint64_t seq = ++evict_seq_;
-  for (std::size_t i = 0; i < began; ++i) {
+  std::vector<int> recorded;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ev[i] < 0) continue;
     page& p = *ps[i];
-    hold_copy_locked(p, c);
+    hold_copy_locked(p, ev[i]);
+    if (std::find(recorded.begin(), recorded.end(), ev[i]) == recorded.end()) {
+      recorded.push_back(ev[i]);
+    }
     p.where = state::evicting;
-    p.evict_seq = seq;
     ++stats_.evictions;
     if (!copy[i]) {
       ++stats_.clean_evictions;
       if (dead[i]) ++stats_.dead_evictions;
     }
   }
-  recycle_copy_locked(c);
+  for (int c : recorded) recycle_copy_locked(c);
   return first_error;
 }
 
@@ -555,30 +583,43 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait) {
       if (victims.empty() && leaving_bytes() == 0) return CUDA_ERROR_OUT_OF_MEMORY;
       if (CUresult r = evict_begin_locked(victims); r != CUDA_SUCCESS) return r;
     }
-    page* oldest = nullptr;
-    for (auto& [va, p] : pages_) {
-      if (p.where == state::evicting && (oldest == nullptr || p.evict_seq < oldest->evict_seq)) {
-        oldest = &p;
-      }
-    }
-    if (oldest == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (oldest->copy >= 0 && !copies_[oldest->copy].done) {
-      ++stats_.waits;
-      copy_event& c = copies_[oldest->copy];
-      if (CUresult r = driver().cuEventSynchronize(c.event); r != CUDA_SUCCESS) return r;
-      c.done = true;
-    }
-    if (CUresult r = finish_completed_locked(); r != CUDA_SUCCESS) return r;
+    if (CUresult r = wait_oldest_eviction_locked(); r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
 }
 
+// Waits for the oldest eviction under way, then finishes every one that is done.
+// CUDA_ERROR_OUT_OF_MEMORY when none is under way.
+CUresult residency_engine::wait_oldest_eviction_locked() {
+  // Copies run in the order their events were taken: the smallest seq is the first
+  // to complete. An evicting page without a copy under way is done already.
+  int oldest = -1;
+  bool any = false;
+  for (auto& [va, p] : pages_) {
+    if (p.where != state::evicting) continue;
+    any = true;
+    if (p.copy >= 0 && !copies_[p.copy].done &&
+        (oldest < 0 || copies_[p.copy].seq < copies_[oldest].seq)) {
+      oldest = p.copy;
+    }
+  }
+  if (!any) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (oldest >= 0) {
+    ++stats_.waits;
+    if (CUresult r = driver().cuEventSynchronize(copies_[oldest].event); r != CUDA_SUCCESS) {
+      return r;
+    }
+    copies_[oldest].done = true;
+  }
+  return finish_completed_locked();
+}
+
 // Makes vas (sorted, not resident) resident (Note [Batched moves]). A page still
-// being evicted keeps its device memory. Without wait, pages that find no room yet go
-// to deferred.
+// being evicted keeps its device memory. The others are fetched as room appears, so
+// the first copies in overlap the evictions still going out. Without wait, pages that
+// find no room yet go to deferred.
 CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                                         std::vector<std::uintptr_t>* deferred) {
-  const driver_table& d = driver();
   std::erase_if(vas, [&](std::uintptr_t va) {
     page& p = pages_[va];
     if (p.where != state::evicting) return false;
@@ -587,20 +628,34 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
     p.where = state::resident;
     return true;
   });
-  if (vas.empty()) return CUDA_SUCCESS;
-  if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, wait);
-      r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
-    return r;
+  while (!vas.empty()) {
+    // Evictions for all of them begin now; the pages that fit already are fetched.
+    if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false);
+        r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
+      return r;
+    }
+    const std::uint64_t cap = capacity_bytes();
+    const std::size_t fit = std::min(
+        vas.size(),
+        stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes);
+    if (fit == 0) {
+      if (!wait) {
+        deferred->insert(deferred->end(), vas.begin(), vas.end());
+        return CUDA_SUCCESS;
+      }
+      if (CUresult r = wait_oldest_eviction_locked(); r != CUDA_SUCCESS) return r;
+      continue;
+    }
+    std::vector<std::uintptr_t> now(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(fit));
+    vas.erase(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(fit));
+    if (CUresult r = fetch_batch_locked(std::move(now)); r != CUDA_SUCCESS) return r;
   }
-  const std::uint64_t cap = capacity_bytes();
-  const std::size_t fit =
-      stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes;
-  if (fit < vas.size()) {
-    if (deferred == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-    deferred->insert(deferred->end(), vas.begin() + static_cast<std::ptrdiff_t>(fit), vas.end());
-    vas.resize(fit);
-  }
-  if (vas.empty()) return CUDA_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+// Fetches vas (sorted pages on the host, room made for all of them).
+CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas) {
+  const driver_table& d = driver();
   std::vector<page*> ps;
   ps.reserve(vas.size());
   for (std::uintptr_t va : vas) ps.push_back(&pages_[va]);
@@ -655,37 +710,25 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
   const std::size_t n = vas.size();
   std::vector<char> copy(n);
   for (std::size_t i = 0; i < n; ++i) copy[i] = ok[i] && !content_dead(*ps[i], fetch_epoch_);
-  bool copied = false;
+  std::vector<int> ev(n, -1);
   std::size_t done = n;
   for (std::size_t i = 0; i < n;) {
     if (!copy[i]) {
       ++i;
       continue;
     }
-    std::size_t j = i + 1;
-    while (j < n && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
-           ps[j]->shadow == ps[j - 1]->shadow + cfg_.page_bytes) {
-      ++j;
-    }
+    const std::size_t j = copy_run_end(vas, ps, copy, i);
     ++stats_.copies;
-    if (CUresult r = d.cuMemcpyAsync(vas[i], ps[i]->shadow, (j - i) * cfg_.page_bytes, to_device_);
-        r != CUDA_SUCCESS) {
+    int c = -1;
+    CUresult r = d.cuMemcpyAsync(vas[i], ps[i]->shadow, (j - i) * cfg_.page_bytes, to_device_);
+    if (r == CUDA_SUCCESS) r = record_copy_locked(to_device_, c);
+    if (r != CUDA_SUCCESS) {
       done = i;
       first_error = r;
       break;
     }
-    copied = true;
+    for (std::size_t k = i; k < j; ++k) ev[k] = c;
     i = j;
-  }
-  int c = -1;
-  if (copied) {
-    c = new_copy_locked();
-    if (c < 0 || d.cuEventRecord(copies_[c].event, to_device_) != CUDA_SUCCESS) {
-      if (c >= 0) recycle_copy_locked(c);
-      c = -1;
-      done = 0;  // the copies cannot be waited for: put every page back
-      if (first_error == CUDA_SUCCESS) first_error = CUDA_ERROR_UNKNOWN;
-    }
   }
   if (done < n) {
     // The copies of pages from done on never started (or cannot be waited for): put
@@ -698,11 +741,13 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
       ok[k] = 0;
     }
   }
+  std::vector<int> recorded;
   for (std::size_t k = 0; k < n; ++k) {
+    if (ev[k] >= 0 && (recorded.empty() || recorded.back() != ev[k])) recorded.push_back(ev[k]);
     if (!ok[k]) continue;
     page& p = *ps[k];
     stats_.resident_bytes += cfg_.page_bytes;
-    if (copy[k]) hold_copy_locked(p, c);
+    if (copy[k]) hold_copy_locked(p, ev[k]);
     p.where = state::resident;
     p.host_current = true;
     p.clean_epoch = write_epoch_;
@@ -713,7 +758,7 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
       ++stats_.dead_fetches;
     }
   }
-  if (c >= 0) recycle_copy_locked(c);
+  for (int c : recorded) recycle_copy_locked(c);
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
   return first_error;
 }

@@ -81,7 +81,8 @@
 //   - one copy per run of pages adjacent both at their addresses and at their shadow
 //     addresses (a page's first eviction takes the next shadow slot, so pages first
 //     evicted together stay adjacent there), instead of one per page;
-//   - one copy event per request, shared by its pages (copy_event, counted);
+//   - one copy event per run, shared by its pages (copy_event, counted), so that work
+//     waiting for one page never waits for the copies queued after it;
 //   - one cuMemSetAccess per run of adjacent pages remapped together (PyTorch's
 //     expandable segments grant access the same way, over several mappings); each
 //     page is still mapped and unmapped on its own, as cuMemUnmap must cover whole
@@ -241,7 +242,6 @@ class residency_engine {
     CUmemGenericAllocationHandle host = 0;
     std::uintptr_t shadow = 0;  // where the host handle is mapped for copies
     int copy = -1;                // the last copy's event (copies_), while not known complete
-    std::uint64_t evict_seq = 0;  // order its eviction began (oldest finishes first)
     std::uint64_t last_use = 0;   // LRU tick
     std::uint64_t pinned = 0;     // == prepare epoch while pinned
     std::vector<CUstream> users;  // streams that used it since it became resident
@@ -265,6 +265,7 @@ class residency_engine {
     CUevent event = nullptr;
     std::uint32_t refs = 0;  // pages whose copy field names it
     bool done = false;       // known complete
+    std::uint64_t seq = 0;   // the order events were taken (each copy stream is in order)
   };
 
   bool ensure_ready_locked();
@@ -278,6 +279,10 @@ class residency_engine {
   CUresult evict_finish_locked(std::span<const std::uintptr_t> vas);
   CUresult fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                         std::vector<std::uintptr_t>* deferred);
+  CUresult fetch_batch_locked(std::vector<std::uintptr_t> vas);
+  std::size_t copy_run_end(std::span<const std::uintptr_t> vas, std::span<page* const> ps,
+                           std::span<const char> copy, std::size_t i) const;
+  CUresult wait_oldest_eviction_locked();
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later);
   CUresult ensure_host_handle_locked(page& p);
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
@@ -293,6 +298,7 @@ class residency_engine {
   void back_to_host_locked(std::uintptr_t va, page& p);
   // Copy events.
   int new_copy_locked();
+  CUresult record_copy_locked(CUstream s, int& c);
   void hold_copy_locked(page& p, int c);
   void release_copy_locked(page& p);
   void recycle_copy_locked(int c);
@@ -315,7 +321,7 @@ class residency_engine {
   std::vector<copy_event> copies_;  // Note [Batched moves]
   std::vector<int> free_copies_;
   std::vector<CUmemGenericAllocationHandle> spare_;  // Note [Spare device memory]
-  std::uint64_t evict_seq_ = 0;
+  std::uint64_t copy_seq_ = 0;
   std::uint64_t tick_ = 0;
   std::uint64_t write_epoch_ = 1;  // Note [What counts as a write]
   // Note [Dead pages]: the epoch a fetch compares with (prepare() fetches for work

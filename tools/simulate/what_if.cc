@@ -23,7 +23,9 @@ what_if_point run_point(const policy::iteration_model& model, std::size_t capaci
   p.unlimited_ns = policy::unlimited_iteration_ns(model, costs);
   p.transfer_bound_ns = policy::transfer_bound_ns(model, capacity_bytes, costs);
   p.fits = policy::peak_live_bytes(model) <= capacity_bytes;
-  policy::schedule_result plan = policy::plan_schedule(model, capacity_bytes, costs, kind);
+  // As the library plans (Note [Headroom] in policy/schedule.h, its 2 MiB pages).
+  policy::schedule_result plan = policy::plan_schedule(
+      model, policy::planning_capacity(capacity_bytes, std::size_t{2} << 20), costs, kind);
   if (!plan.ok()) {
     p.error = plan.error;
     return p;
