@@ -31,6 +31,23 @@ struct placement {
   std::size_t region_bytes = 0;      // the region needed: max over k of offsets[k] + aligned size
   std::size_t lower_bound_bytes = 0; // the most (aligned) bytes live at any one time
   std::string heuristic;             // which heuristic produced it (for the log and the bench)
+  // With placement_options::page_bytes: the region the plan without page grouping
+  // needed (region_bytes is that rounded up to whole pages), and whether the grouped
+  // plan was kept (false: it did not fit in those pages, and the offsets are the
+  // ungrouped plan's). 0 and false without a page size.
+  std::size_t ungrouped_region_bytes = 0;
+  bool page_grouped = false;
+};
+
+struct placement_options {
+  std::size_t alignment_bytes = 256;  // a power of two (256, like cudaMalloc)
+  // The size of the pages the region's memory moves in (the swap engine's 2 MiB
+  // chunks), a power of two and a multiple of alignment_bytes; 0: no pages. With a
+  // page size, buffers of different lifetime classes are kept off each other's pages
+  // where that takes no more pages (Note [Grouping by lifetime into pages] in
+  // placement.cpp), the region is a whole number of pages and is meant to start on a
+  // page boundary. Not used by the pool yet (measured: docs/pool.md).
+  std::size_t page_bytes = 0;
 };
 
 // Runs several heuristics (greedy by size, greedy by breadth, best-fit in lifetime
@@ -40,6 +57,9 @@ struct placement {
 // empty placement).
 placement plan_placement(std::span<const buffer_lifetime> lifetimes,
                          std::size_t alignment_bytes = 256);
+// The same with options; options.page_bytes = 0 gives exactly the placement above.
+placement plan_placement(std::span<const buffer_lifetime> lifetimes,
+                         const placement_options& options);
 
 // True when no two buffers whose lifetimes overlap overlap in memory and every
 // offset is aligned and inside region_bytes. For tests and as a guard before use.

@@ -1,6 +1,8 @@
 // Tests of the lifetime-planned placement: validity and the lower bound on random
 // lifetimes, hand cases whose optimum is known, edge cases, determinism, and the
-// validity check itself (it must reject what is wrong, or the rest proves nothing).
+// validity check itself (it must reject what is wrong, or the rest proves nothing);
+// with a page size (placement_options), validity in whole pages and hand cases where
+// long-lived buffers keep off the temporaries' pages.
 #include "policy/placement.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace oversub::policy {
@@ -238,6 +241,143 @@ TEST(PlacementIsValid, RejectsWhatIsWrong) {
   touching.offsets = {0, 512, 512};
   touching.region_bytes = 1024;
   EXPECT_TRUE(placement_is_valid(bs, touching));
+}
+
+
+// Placement with a page size (Note [Grouping by lifetime into pages]).
+
+// The pages [first, last] that bytes [offset, offset + size) touch.
+std::pair<std::size_t, std::size_t> pages_of(std::size_t offset, std::size_t size,
+                                             std::size_t page) {
+  return {offset / page, (offset + size - 1) / page};
+}
+
+bool share_a_page(std::size_t off_a, std::size_t size_a, std::size_t off_b, std::size_t size_b,
+                  std::size_t page) {
+  const auto a = pages_of(off_a, size_a, page);
+  const auto b = pages_of(off_b, size_b, page);
+  return a.first <= b.second && b.first <= a.second;
+}
+
+TEST(PlacementPages, RandomLifetimesAreValidInWholePages) {
+  int grouped = 0, ungrouped = 0;
+  for (std::size_t page : {std::size_t{64} << 10, std::size_t{2} << 20}) {
+    for (std::uint32_t seed = 1; seed <= 20; ++seed) {
+      const auto bs = random_iteration(seed * 15, seed);
+      placement_options o;
+      o.page_bytes = page;
+      const placement p = plan_placement(bs, o);
+      ASSERT_TRUE(placement_is_valid(bs, p)) << "page " << page << " seed " << seed;
+      EXPECT_EQ(p.lower_bound_bytes, brute_lower_bound(bs, 256));
+      // Never more pages than the ungrouped plan.
+      const std::size_t plain = (p.ungrouped_region_bytes + page - 1) / page * page;
+      EXPECT_EQ(p.region_bytes, plain) << "page " << page << " seed " << seed;
+      EXPECT_EQ(p.ungrouped_region_bytes, plan_placement(bs).region_bytes);
+      if (!p.page_grouped) {
+        EXPECT_EQ(p.offsets, plan_placement(bs).offsets);
+      }
+      (p.page_grouped ? grouped : ungrouped) += 1;
+    }
+  }
+  // Both outcomes occur, so both paths were checked.
+  EXPECT_GT(grouped, 0);
+  EXPECT_GT(ungrouped, 0);
+}
+
+TEST(PlacementPages, WithoutAPageSizeTheOffsetsAreUnchanged) {
+  const auto bs = random_iteration(200, 3);
+  const placement a = plan_placement(bs);
+  const placement b = plan_placement(bs, placement_options{});
+  EXPECT_EQ(a.offsets, b.offsets);
+  EXPECT_EQ(a.region_bytes, b.region_bytes);
+  EXPECT_FALSE(b.page_grouped);
+}
+
+TEST(PlacementPages, ALongLivedBufferSharesNoPageWithTemporaries) {
+  // Forward: four activations of 512 KiB, saved for the backward pass; between
+  // them and in the backward pass, temporaries of 256 KiB that live one step. The
+  // ungrouped plan fits all of it in 2.5 MiB and puts temporaries on the
+  // activations' pages; with 2 MiB pages the activations get pages of their own.
+  const std::size_t KiB = 1024, page = 2048 * KiB;
+  lifetimes bs;
+  std::uint32_t t = 0;
+  std::vector<std::size_t> acts, temps;
+  for (int i = 0; i < 4; ++i) {
+    acts.push_back(bs.size());
+    bs.push_back({512 * KiB, t++, 0});
+    temps.push_back(bs.size());
+    bs.push_back({256 * KiB, t, t + 1});
+    t += 2;
+  }
+  for (int i = 3; i >= 0; --i) {
+    temps.push_back(bs.size());
+    bs.push_back({256 * KiB, t, t + 1});
+    t += 2;
+    bs[acts[static_cast<std::size_t>(i)]].free_time = t++;
+  }
+  const placement plain = plan_placement(bs);
+  ASSERT_TRUE(placement_is_valid(bs, plain));
+  bool plain_shares = false;
+  for (std::size_t a : acts) {
+    for (std::size_t x : temps) {
+      plain_shares = plain_shares || share_a_page(plain.offsets[a], bs[a].size_bytes,
+                                                  plain.offsets[x], bs[x].size_bytes, page);
+    }
+  }
+  EXPECT_TRUE(plain_shares) << "the case no longer shows the problem";
+
+  placement_options o;
+  o.page_bytes = page;
+  const placement p = plan_placement(bs, o);
+  ASSERT_TRUE(placement_is_valid(bs, p));
+  EXPECT_TRUE(p.page_grouped) << p.heuristic;
+  EXPECT_EQ(p.region_bytes, 2 * page);  // activations in one page, temporaries in the other
+  for (std::size_t a : acts) {
+    for (std::size_t x : temps) {
+      EXPECT_FALSE(share_a_page(p.offsets[a], bs[a].size_bytes, p.offsets[x],
+                                bs[x].size_bytes, page))
+          << "activation " << a << " at " << p.offsets[a] << ", temporary " << x << " at "
+          << p.offsets[x];
+    }
+  }
+}
+
+TEST(PlacementPages, ALargeLongLivedBufferIsAlignedAndAlone) {
+  // A 3.5 MiB buffer live throughout, and small long-lived (1.9 MiB) and short-lived
+  // (1.5 MiB) buffers around it: 4 pages with or without grouping. The large one
+  // starts on a page and no other buffer touches its 2 pages.
+  const std::size_t KiB = 1024, page = 2048 * KiB;
+  lifetimes bs = {{100 * KiB, 0, 40}, {3584 * KiB, 1, 39}};
+  for (std::uint32_t t = 2; t < 38; t += 2) bs.push_back({1500 * KiB, t, t + 1});
+  bs.push_back({1800 * KiB, 2, 30});
+  const placement_options o{256, page};
+  const placement p = plan_placement(bs, o);
+  ASSERT_TRUE(placement_is_valid(bs, p));
+  ASSERT_TRUE(p.page_grouped) << p.heuristic;
+  EXPECT_EQ(p.offsets[1] % page, 0u);
+  for (std::size_t k = 0; k < bs.size(); ++k) {
+    if (k == 1) continue;
+    EXPECT_FALSE(share_a_page(p.offsets[1], bs[1].size_bytes, p.offsets[k], bs[k].size_bytes,
+                              page))
+        << "buffer " << k << " at " << p.offsets[k];
+  }
+}
+
+TEST(PlacementPages, TemporariesReuseTheBytesOfDeadLongLivedBuffers) {
+  // Long-lived buffers in the first half and temporaries of the same total size in
+  // the second: stacking the classes in zones would need 2 MiB; the temporaries
+  // are placed from the top of the ungrouped plan's 1 MiB instead, into bytes the
+  // long-lived buffers no longer use.
+  const std::size_t KiB = 1024, page = 64 * KiB;
+  lifetimes bs;
+  for (std::uint32_t i = 0; i < 16; ++i) bs.push_back({64 * KiB, i, 100 + i});
+  for (std::uint32_t i = 0; i < 16; ++i) bs.push_back({1024 * KiB, 120 + 2 * i, 121 + 2 * i});
+  placement_options o;
+  o.page_bytes = page;
+  const placement p = plan_placement(bs, o);
+  ASSERT_TRUE(placement_is_valid(bs, p));
+  EXPECT_TRUE(p.page_grouped) << p.heuristic;
+  EXPECT_EQ(p.region_bytes, 1024 * KiB);
 }
 
 }  // namespace
