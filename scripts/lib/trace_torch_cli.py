@@ -134,13 +134,35 @@ def write(model: str, batch: int, device: str, out: Path) -> int:
     return 0
 
 
+def pooling_indices(p: Profile) -> set[int]:
+    """The int64 index tensors PyTorch's max pooling saves for its backward: of the two
+    buffers a `max_pool2d_with_indices` launch allocates, the one of twice the other's
+    bytes (8-byte indices beside 4-byte values)."""
+    out = set()
+    for i, launch in enumerate(p.launches):
+        name = p.strings[launch.name]
+        if "max_pool2d_with_indices" not in name or "backward" in name:
+            continue
+        made = [b for b in launch.buffers if p.allocations[b].alloc_at == i]
+        if len(made) == 2:
+            small, large = sorted(made, key=lambda b: p.allocations[b].bytes)
+            if p.allocations[large].bytes == 2 * p.allocations[small].bytes:
+                out.add(large)
+    return out
+
+
 def network_wide(p: Profile) -> int:
     """vDNN's baseline (network-wide allocation, no reuse): the long-lived buffers plus
     every buffer the forward pass allocates (up to the loss) counted twice, once for the
-    output and once for its gradient, all held for the whole iteration."""
+    output and once for its gradient, all held for the whole iteration. vDNN ran on
+    cuDNN, whose pooling backward takes the layer's input, output and output gradient
+    and keeps no index tensor (cudnnPoolingBackward), so PyTorch's max-pooling indices
+    are left out (Note [Comparing like with like] in docs/traces.md)."""
     names = [p.strings[launch.name] for launch in p.launches]
     loss = max(i for i, n in enumerate(names) if "loss_forward" in n)
-    forward = sum(a.bytes for a in p.allocations if not a.long_lived and a.alloc_at <= loss)
+    indices = pooling_indices(p)
+    forward = sum(a.bytes for k, a in enumerate(p.allocations)
+                  if not a.long_lived and a.alloc_at <= loss and k not in indices)
     return sum(a.bytes for a in p.allocations if a.long_lived) + 2 * forward
 
 

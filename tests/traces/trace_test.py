@@ -14,7 +14,9 @@
             a flipped payload byte is refused by all three readers
   shipped   every trace under traces/ is accepted by both readers, which agree, and
             has consistent lifetimes (each buffer live at every launch that uses it,
-            every per-iteration buffer freed in the iteration)
+            every per-iteration buffer freed in the iteration); the max-pooling index
+            tensors that the network-wide model of vDNN's baseline leaves out are
+            found, one per max-pooling layer (VGG-16 five, ResNet one)
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO / "scripts" / "lib"))
 from oprof import Profile, ProfileError, read_profile  # noqa: E402
 from oversub_profile import live_bytes  # noqa: E402
+from trace_torch_cli import pooling_indices  # noqa: E402
 
 FAILURES: list[str] = []
 
@@ -190,6 +193,11 @@ def case_shipped(reader: Path, traces: Path) -> None:
         agree(reader, path, p)
         lifetimes(path.name, p)
         check(p.copies and p.iteration_kernel_ns > 0, f"{path.name}: no copies or durations")
+        pools = {"vgg16": 5, "resnet": 1}
+        want = next((n for prefix, n in pools.items() if path.name.startswith(prefix)), 0)
+        found = pooling_indices(p)
+        check(len(found) == want, f"{path.name}: {len(found)} max-pooling index tensors, "
+              f"not {want}")
         print(f"{path.name}: {len(p.launches)} launches, peak {max(live_bytes(p))} B")
 
 
