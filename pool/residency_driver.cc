@@ -1,0 +1,148 @@
+// The residency engine's driver calls: the counted mapping calls, device memory
+// taken from and given back to the spares (Note [Spare device memory]), and the copy
+// events that pages hold while their copies are under way (Note [Batched moves]).
+// Split from residency.cc, which moves the pages.
+#include "pool/driver_api.h"
+#include "pool/residency.h"
+
+namespace oversub::pool {
+// ---- Driver calls (counted: residency_stats::mapping_calls) ----
+
+CUresult residency_engine::map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
+  ++stats_.mapping_calls;
+  return driver().cuMemMap(va, cfg_.page_bytes, 0, h, 0);
+}
+
+CUresult residency_engine::unmap_locked(std::uintptr_t va) {
+  ++stats_.mapping_calls;
+  return driver().cuMemUnmap(va, cfg_.page_bytes);
+}
+
+CUresult residency_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
+  ++stats_.mapping_calls;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = cfg_.device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return driver().cuMemSetAccess(va, pages * cfg_.page_bytes, &access, 1);
+}
+
+CUresult residency_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
+  if (CUresult r = map_only_locked(va, h); r != CUDA_SUCCESS) return r;
+  if (CUresult r = set_access_locked(va, 1); r != CUDA_SUCCESS) {
+    unmap_locked(va);
+    return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Note [Spare device memory]: a spare if there is one, else new device memory. The
+// caller has made room (resident + one page <= capacity).
+CUresult residency_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
+  if (!spare_.empty()) {
+    h = spare_.back();
+    spare_.pop_back();
+    stats_.spare_bytes -= cfg_.page_bytes;
+    ++stats_.spare_reuses;
+    return CUDA_SUCCESS;
+  }
+  ++stats_.mapping_calls;
+  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
+  return driver().cuMemCreate(&h, cfg_.page_bytes, &prop, 0);
+}
+
+void residency_engine::give_device_locked(CUmemGenericAllocationHandle h) {
+  spare_.push_back(h);
+  stats_.spare_bytes += cfg_.page_bytes;
+  trim_spares_locked();
+}
+
+// Spares never take the device past the capacity (which shrinks when other
+// libraries take device memory: Note [Memory that is not ours]).
+void residency_engine::trim_spares_locked() {
+  while (!spare_.empty() && stats_.resident_bytes + stats_.spare_bytes > capacity_bytes()) {
+    ++stats_.mapping_calls;
+    driver().cuMemRelease(spare_.back());
+    spare_.pop_back();
+    stats_.spare_bytes -= cfg_.page_bytes;
+  }
+}
+
+// A page whose device mapping failed part way goes back to its host handle, its device
+// memory to the spares. Best effort: the failure is reported by the caller.
+void residency_engine::back_to_host_locked(std::uintptr_t va, page& p) {
+  unmap_locked(va);
+  map_locked(va, p.host);
+  if (p.device != 0) give_device_locked(p.device);
+  p.device = 0;
+}
+
+// ---- Copy events (Note [Batched moves]) ----
+
+int residency_engine::new_copy_locked() {
+  int c = -1;
+  if (!free_copies_.empty()) {
+    c = free_copies_.back();
+    free_copies_.pop_back();
+  } else {
+    CUevent e = nullptr;
+    if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return -1;
+    copies_.push_back(copy_event{e});
+    c = static_cast<int>(copies_.size()) - 1;
+  }
+  copies_[c].refs = 0;
+  copies_[c].done = false;
+  copies_[c].seq = ++copy_seq_;
+  return c;
+}
+
+void residency_engine::recycle_copy_locked(int c) {
+  if (copies_[c].refs == 0) free_copies_.push_back(c);
+}
+
+// A new copy event recorded on s (its refs are 0 until pages hold it).
+CUresult residency_engine::record_copy_locked(CUstream s, int& c) {
+  c = new_copy_locked();
+  if (c < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (CUresult r = driver().cuEventRecord(copies_[c].event, s); r != CUDA_SUCCESS) {
+    recycle_copy_locked(c);
+    c = -1;
+    return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+void residency_engine::hold_copy_locked(page& p, int c) {
+  release_copy_locked(p);
+  p.copy = c;
+  ++copies_[c].refs;
+}
+
+void residency_engine::release_copy_locked(page& p) {
+  if (p.copy < 0) return;
+  if (--copies_[p.copy].refs == 0) free_copies_.push_back(p.copy);
+  p.copy = -1;
+}
+
+// True when p has no copy under way (asking the driver at most once per event).
+bool residency_engine::copy_complete_locked(page& p) {
+  if (p.copy < 0) return true;
+  copy_event& c = copies_[p.copy];
+  if (!c.done && driver().cuEventQuery(c.event) == CUDA_SUCCESS) c.done = true;
+  if (!c.done) return false;
+  release_copy_locked(p);
+  return true;
+}
+
+CUresult residency_engine::wait_copy_locked(page& p) {
+  if (p.copy < 0) return CUDA_SUCCESS;
+  copy_event& c = copies_[p.copy];
+  if (!c.done) {
+    if (CUresult r = driver().cuEventSynchronize(c.event); r != CUDA_SUCCESS) return r;
+    c.done = true;
+  }
+  release_copy_locked(p);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace oversub::pool
