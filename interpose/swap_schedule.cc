@@ -15,6 +15,7 @@
 #include "common/stats.h"
 #include "pool/device_pool.h"
 #include "policy/schedule.h"
+#include "policy/simulate.h"
 #include "profiler/launch_timing.h"
 #include "profiler/period.h"
 
@@ -225,6 +226,8 @@ bool learn(learner& l, int device) {
     return false;
   }
   l.plan = std::move(r.value);
+  l.stats.predicted_ns = policy::simulate(model, l.plan, l.costs).iteration_ns;
+  l.stats.predicted_unlimited_ns = policy::unlimited_iteration_ns(model, l.costs);
   l.following = true;
   l.device = device;
   l.cursor = 0;
@@ -285,21 +288,24 @@ bool report_section(std::string& json, std::string& text) {
                       R"("plan_failures":{},"cupti":"{}","durations_source":"{}",)"
                       R"("measured_launches":{},"link_source":"{}","h2d_gbps":{:.3f},)"
                       R"("d2h_gbps":{:.3f},"copy_setup_ns":{},"period_first_launch":{},)"
-                      R"("durations_ns":[)",
+                      R"("predicted_ns":{},"predicted_unlimited_ns":{},"durations_ns":[)",
                       l.stats.learned, l.stats.period, l.stats.pages, l.stats.followed,
                       l.stats.deviations, l.stats.plan_failures, profiler::timing::to_string(src),
                       durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
-                      l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns, l.period_first);
+                      l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns, l.period_first,
+                      l.stats.predicted_ns, l.stats.predicted_unlimited_ns);
   const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
   for (std::size_t i = 0; i < n; ++i) json += fmt::format("{}{}", i == 0 ? "" : ",", l.durations_ns[i]);
   json += ']';
   text += fmt::format(
       "oversub:   schedule: learned {}  period {} launches over {} pages  followed {}  "
       "deviations {}  durations {} ({} measured)  link {} ({:.1f} GB/s h2d, {:.1f} GB/s d2h, "
-      "setup {} ns)\n",
+      "setup {} ns)  predicted iteration {:.3f} ms ({:.3f} ms with enough memory)\n",
       l.stats.learned, l.stats.period, l.stats.pages, l.stats.followed, l.stats.deviations,
       durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
-      l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns);
+      l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns,
+      static_cast<double>(l.stats.predicted_ns) / 1e6,
+      static_cast<double>(l.stats.predicted_unlimited_ns) / 1e6);
   return true;
 }
 

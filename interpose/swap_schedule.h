@@ -39,6 +39,10 @@ struct swap_schedule_stats {
   std::uint64_t followed = 0;     // launches that matched the schedule
   std::uint64_t deviations = 0;   // launches that did not (schedule dropped)
   std::uint64_t plan_failures = 0;
+  // The current schedule's iteration as policy::simulate predicts it (the learner's
+  // cost model, its pages as buffers), and the same iteration with enough memory, ns.
+  std::uint64_t predicted_ns = 0;
+  std::uint64_t predicted_unlimited_ns = 0;
 };
 
 // Before a launch on device whose ranges are about to be prepared: learn, and

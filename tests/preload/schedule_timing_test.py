@@ -84,9 +84,23 @@ def check_measured(sched: dict, durations: list[int]) -> str:
             fail(f"{key} {sched[key]}, the device model's pinned rate is {want_gbps} GB/s")
     if abs(sched["copy_setup_ns"] - want_setup) > 0.01 * want_setup:
         fail(f"copy setup {sched['copy_setup_ns']} ns, the model's latency is {want_setup} ns")
+    check_prediction(sched)
     return (f"{period} launch durations equal simgpu's ({min(learned)}..{max(learned)} ns), "
             f"link {sched['h2d_gbps']:.1f}/{sched['d2h_gbps']:.1f} GB/s, setup "
             f"{sched['copy_setup_ns']} ns")
+
+
+def check_prediction(sched: dict) -> None:
+    """The schedule's predicted iteration (policy::simulate on the learned pages) starts
+    from the learned durations: with enough memory it is their sum, and the schedule
+    cannot be faster than that."""
+    want = sum(max(d, 1) for d in sched["durations_ns"])
+    if len(sched["durations_ns"]) == sched["period"] and sched["predicted_unlimited_ns"] != want:
+        fail(f"predicted unlimited iteration {sched['predicted_unlimited_ns']} ns, the learned "
+             f"durations sum to {want} ns")
+    if sched["predicted_ns"] < sched["predicted_unlimited_ns"]:
+        fail(f"predicted iteration {sched['predicted_ns']} ns under the unlimited "
+             f"{sched['predicted_unlimited_ns']} ns")
 
 
 def check_fallback(sched: dict, stderr: str) -> str:
@@ -99,6 +113,7 @@ def check_fallback(sched: dict, stderr: str) -> str:
         fail(f"with CUPTI held the link should be the constant {CONSTANT_GBPS} GB/s: {sched}")
     if stderr.count(FALLBACK_LINE) != 1:
         fail(f"OVERSUB_VERBOSE=1 should say once that the constants are used:\n{stderr}")
+    check_prediction(sched)
     return f"constants used ({sched['period']} launches of {CONSTANT_NS} ns), said once"
 
 
