@@ -80,19 +80,6 @@ void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f
 
 }  // namespace
 
-// The end of the run of pages to copy from i: adjacent at their addresses and at
-// their shadow addresses, so that one copy moves them all (Note [Batched moves]).
-std::size_t residency_engine::copy_run_end(std::span<const std::uintptr_t> vas,
-                                           std::span<page* const> ps, std::span<const char> copy,
-                                           std::size_t i) const {
-  std::size_t j = i + 1;
-  while (j < vas.size() && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
-         ps[j]->shadow == ps[j - 1]->shadow + cfg_.page_bytes) {
-    ++j;
-  }
-  return j;
-}
-
 // ---- Pages ----
 
 bool residency_engine::create_page(std::uintptr_t va) {
@@ -242,7 +229,6 @@ CUresult residency_engine::ensure_host_handle_locked(page& p) {
 // at the first error; the pages before it are evicting, the rest stay resident.
 CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
   if (vas.empty()) return CUDA_SUCCESS;
-  const driver_table& d = driver();
   CUresult first_error = CUDA_SUCCESS;
   std::vector<page*> ps;
   ps.reserve(vas.size());
@@ -276,24 +262,8 @@ CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> va
       if (!copy[i]) ev[i] = c0;
     }
   }
-  for (std::size_t i = 0; i < n;) {
-    if (!copy[i]) {
-      ++i;
-      continue;
-    }
-    const std::size_t j = copy_run_end(vas, ps, copy, i);
-    ++stats_.copies;
-    int c = -1;
-    CUresult r = d.cuMemcpyAsync(ps[i]->shadow, vas[i], (j - i) * cfg_.page_bytes, to_host_);
-    if (r == CUDA_SUCCESS) r = record_copy_locked(to_host_, c);
-    if (r != CUDA_SUCCESS) {
-      first_error = r;  // this run and the ones after stay resident
-      break;
-    }
-    stats_.bytes_to_host += (j - i) * cfg_.page_bytes;
-    for (std::size_t k = i; k < j; ++k) ev[k] = c;
-    i = j;
-  }
+  // On an error the run that failed and the ones after it stay resident (no event).
+  copy_runs_locked(vas, ps, copy, to_host_, ev, first_error);
   std::vector<int> recorded;
   for (std::size_t i = 0; i < n; ++i) {
     if (ev[i] < 0) continue;
@@ -572,25 +542,7 @@ CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas) {
   std::vector<char> copy(n);
   for (std::size_t i = 0; i < n; ++i) copy[i] = ok[i] && !content_dead(*ps[i], fetch_epoch_);
   std::vector<int> ev(n, -1);
-  std::size_t done = n;
-  for (std::size_t i = 0; i < n;) {
-    if (!copy[i]) {
-      ++i;
-      continue;
-    }
-    const std::size_t j = copy_run_end(vas, ps, copy, i);
-    ++stats_.copies;
-    int c = -1;
-    CUresult r = d.cuMemcpyAsync(vas[i], ps[i]->shadow, (j - i) * cfg_.page_bytes, to_device_);
-    if (r == CUDA_SUCCESS) r = record_copy_locked(to_device_, c);
-    if (r != CUDA_SUCCESS) {
-      done = i;
-      first_error = r;
-      break;
-    }
-    for (std::size_t k = i; k < j; ++k) ev[k] = c;
-    i = j;
-  }
+  const std::size_t done = copy_runs_locked(vas, ps, copy, to_device_, ev, first_error);
   if (done < n) {
     // The copies of pages from done on never started (or cannot be waited for): put
     // the host memory back at their addresses, so their bytes stay where their state

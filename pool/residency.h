@@ -280,8 +280,9 @@ class residency_engine {
   CUresult fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                         std::vector<std::uintptr_t>* deferred);
   CUresult fetch_batch_locked(std::vector<std::uintptr_t> vas);
-  std::size_t copy_run_end(std::span<const std::uintptr_t> vas, std::span<page* const> ps,
-                           std::span<const char> copy, std::size_t i) const;
+  std::size_t copy_runs_locked(std::span<const std::uintptr_t> vas, std::span<page* const> ps,
+                               std::span<const char> copy, CUstream s, std::vector<int>& ev,
+                               CUresult& error);
   CUresult wait_oldest_eviction_locked();
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later);
   CUresult ensure_host_handle_locked(page& p);

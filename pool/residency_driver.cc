@@ -1,6 +1,7 @@
 // The residency engine's driver calls: the counted mapping calls, device memory
 // taken from and given back to the spares (Note [Spare device memory]), and the copy
-// events that pages hold while their copies are under way (Note [Batched moves]).
+// events that pages hold while their copies are under way, and the batched copies
+// themselves (Note [Batched moves]).
 // Split from residency.cc, which moves the pages.
 #include "pool/driver_api.h"
 #include "pool/residency.h"
@@ -143,6 +144,44 @@ CUresult residency_engine::wait_copy_locked(page& p) {
   }
   release_copy_locked(p);
   return CUDA_SUCCESS;
+}
+
+// Note [Batched moves]: one copy on s (to_host_ or to_device_) per run of the pages
+// ps[i] with copy[i] set that are adjacent both at their addresses (vas[i]) and at
+// their shadow addresses, each run with its own event, written to ev. Returns the index
+// of the first page whose copy did not start (ps.size() when all did), with the
+// driver's error in `error`.
+std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> vas,
+                                               std::span<page* const> ps,
+                                               std::span<const char> copy, CUstream s,
+                                               std::vector<int>& ev, CUresult& error) {
+  const bool out = s == to_host_;
+  const std::size_t n = ps.size();
+  for (std::size_t i = 0; i < n;) {
+    if (!copy[i]) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i + 1;
+    while (j < n && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
+           ps[j]->shadow == ps[j - 1]->shadow + cfg_.page_bytes) {
+      ++j;
+    }
+    const std::size_t bytes = (j - i) * cfg_.page_bytes;
+    ++stats_.copies;
+    int c = -1;
+    CUresult r = out ? driver().cuMemcpyAsync(ps[i]->shadow, vas[i], bytes, s)
+                     : driver().cuMemcpyAsync(vas[i], ps[i]->shadow, bytes, s);
+    if (r == CUDA_SUCCESS) r = record_copy_locked(s, c);
+    if (r != CUDA_SUCCESS) {
+      error = r;
+      return i;
+    }
+    if (out) stats_.bytes_to_host += bytes;
+    for (std::size_t k = i; k < j; ++k) ev[k] = c;
+    i = j;
+  }
+  return n;
 }
 
 }  // namespace oversub::pool
