@@ -67,6 +67,10 @@ struct learner {
   policy::schedule plan;
   std::size_t cursor = 0;
   std::vector<pool::byte_range> later;  // fetches that found no room yet
+  // Note [Prefetch keeps what is needed sooner]: each page's positions of use in the
+  // period (sorted), by model id, and the ids by address.
+  std::vector<std::vector<std::uint32_t>> uses_of_id;
+  std::unordered_map<std::uintptr_t, policy::buffer_id> id_of_page;
   swap_schedule_stats stats;
   bool deviation_logged = false;
   // What the current schedule was planned from (Note [Launch durations]).
@@ -192,8 +196,10 @@ bool learn(learner& l, int device) {
   }
   l.period.assign(l.trace.end() - static_cast<std::ptrdiff_t>(s->period), l.trace.end());
   measure(l, *s);
-  std::unordered_map<std::uintptr_t, policy::buffer_id> id_of_page;  // by address
+  std::unordered_map<std::uintptr_t, policy::buffer_id>& id_of_page = l.id_of_page;
+  id_of_page.clear();
   l.page_of_id.clear();
+  l.uses_of_id.clear();
   policy::iteration_model model;
   for (std::size_t i = 0; i < l.period.size(); ++i) {
     const std::uint32_t token = l.period[i];
@@ -205,9 +211,11 @@ bool learn(learner& l, int device) {
           id_of_page.emplace(page.addr, static_cast<policy::buffer_id>(l.page_of_id.size()));
       if (added) {
         l.page_of_id.push_back(page);
+        l.uses_of_id.emplace_back();
         model.buffers.push_back(policy::model_buffer{page.bytes, true, 0, 0});
       }
       launch.uses.push_back(it->second);
+      l.uses_of_id[it->second].push_back(static_cast<std::uint32_t>(i));
     }
     model.launches.push_back(std::move(launch));
   }
@@ -252,6 +260,34 @@ void add_ranges(const learner& l, const std::vector<Action>& actions,
   }
 }
 
+// Note [Prefetch keeps what is needed sooner]: a scheduled prefetch that finds no room
+// begins evictions of its own (the least recently used pages). It must not take a page
+// the schedule needs before the first of the pages it fetches: that page would leave
+// and be wanted back at once. The pages used from launch i up to that first use
+// (sorted addresses).
+std::vector<std::uintptr_t> needed_before_fetches(const learner& l, std::size_t i,
+                                                  std::span<const pool::byte_range> fetch) {
+  const std::size_t n = l.period.size();
+  std::size_t first = 2 * n;  // launches from i to the soonest use of a fetched page
+  for (const pool::byte_range& r : fetch) {
+    auto it = l.id_of_page.find(r.addr);
+    if (it == l.id_of_page.end()) continue;
+    const std::vector<std::uint32_t>& uses = l.uses_of_id[it->second];
+    if (uses.empty()) continue;
+    auto next = std::lower_bound(uses.begin(), uses.end(), static_cast<std::uint32_t>(i));
+    const std::size_t d = next != uses.end() ? *next - i : uses.front() + n - i;
+    first = std::min(first, d);
+  }
+  std::vector<std::uintptr_t> keep;
+  if (first >= 2 * n) return keep;
+  for (std::size_t k = 0; k <= std::min(first, n - 1); ++k) {
+    for (const unit& page : l.pages_of_token[l.period[(i + k) % n]]) keep.push_back(page.addr);
+  }
+  std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  return keep;
+}
+
 // The schedule's moves before launch i of the iteration.
 void carry_out(learner& l, std::size_t i) {
   std::vector<pool::byte_range> evict;
@@ -272,7 +308,10 @@ void carry_out(learner& l, std::size_t i) {
   // on-demand step still waits when a launch's own pages are not there in time.
   fetch.insert(fetch.begin(), l.later.begin(), l.later.end());
   l.later.clear();
-  if (!fetch.empty()) pool::device_prefetch_now(l.device, fetch, l.later);
+  if (!fetch.empty()) {
+    const std::vector<std::uintptr_t> keep = needed_before_fetches(l, i, fetch);
+    pool::device_prefetch_now(l.device, fetch, l.later, keep);
+  }
 }
 
 // The stats' "schedule" section: what the current schedule was planned from. At exit;

@@ -60,7 +60,8 @@ prepare_result device_prepare(int device, std::span<const byte_range> ranges, CU
 // yet are appended to later; residency_engine::prefetch_now).
 bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
-                         std::vector<byte_range>& later) noexcept;
+                         std::vector<byte_range>& later,
+                         std::span<const std::uintptr_t> keep = {}) noexcept;
 // Swap mode: the engine's figures and capacity (zeros otherwise).
 residency_stats device_residency(int device);
 std::uint64_t device_residency_capacity(int device) noexcept;

@@ -357,7 +357,8 @@ CUresult residency_engine::finish_completed_locked() {
 
 // Up to n resident pages not pinned, sorted by address: dead ones first (Note [Dead
 // pages]: they leave without a copy), then the least recently used.
-std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n) {
+std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
+                                                             std::span<const std::uintptr_t> keep) {
   struct candidate {
     bool live;
     std::uint64_t last_use;
@@ -366,6 +367,7 @@ std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n) {
   std::vector<candidate> all;
   for (auto& [va, p] : pages_) {
     if (p.where != state::resident || p.pinned == epoch_) continue;
+    if (std::binary_search(keep.begin(), keep.end(), va)) continue;
     all.push_back(candidate{!content_dead(p, write_epoch_), p.last_use, va});
   }
   const auto before = [](const candidate& a, const candidate& b) {
@@ -383,7 +385,8 @@ std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n) {
 // Note [Making room]: room for bytes more of resident pages. Without wait: evictions
 // known complete are finished, new ones begun, and CUDA_ERROR_NOT_READY when the room
 // is not there yet.
-CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait) {
+CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait,
+                                            std::span<const std::uintptr_t> keep) {
   trim_spares_locked();
   if (stats_.resident_bytes + bytes <= capacity_bytes()) return CUDA_SUCCESS;
   if (CUresult r = finish_completed_locked(); r != CUDA_SUCCESS) return r;
@@ -401,7 +404,7 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait) {
   };
   if (!wait) {
     if (const std::size_t n = pages_short(leaving_bytes()); n != 0) {
-      const std::vector<std::uintptr_t> victims = victims_locked(n);
+      const std::vector<std::uintptr_t> victims = victims_locked(n, keep);
       if (CUresult r = evict_begin_locked(victims); r != CUDA_SUCCESS) return r;
     }
     return stats_.resident_bytes + bytes > capacity_bytes() ? CUDA_ERROR_NOT_READY
@@ -450,7 +453,8 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
 // the first copies in overlap the evictions still going out. Without wait, pages that
 // find no room yet go to deferred.
 CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
-                                        std::vector<std::uintptr_t>* deferred) {
+                                        std::vector<std::uintptr_t>* deferred,
+                                        std::span<const std::uintptr_t> keep) {
   std::erase_if(vas, [&](std::uintptr_t va) {
     page& p = pages_[va];
     if (p.where != state::evicting) return false;
@@ -461,7 +465,7 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
   });
   while (!vas.empty()) {
     // Evictions for all of them begin now; the pages that fit already are fetched.
-    if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false);
+    if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false, keep);
         r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
       return r;
     }
@@ -691,18 +695,20 @@ bool residency_engine::evict(std::span<const byte_range> ranges) {
 }
 
 bool residency_engine::prefetch(std::span<const byte_range> ranges) {
-  return prefetch_pages(ranges, nullptr);
+  return prefetch_pages(ranges, nullptr, {});
 }
 
 bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
-                                    std::vector<byte_range>& later) {
-  return prefetch_pages(ranges, &later);
+                                    std::vector<byte_range>& later,
+                                    std::span<const std::uintptr_t> keep) {
+  return prefetch_pages(ranges, &later, keep);
 }
 
 // later null: fetch, waiting for room as needed; otherwise Note [Prefetch without
 // waiting]: pages that find no room yet go to later.
 bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
-                                      std::vector<byte_range>* later) {
+                                      std::vector<byte_range>* later,
+                                      std::span<const std::uintptr_t> keep) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ready_) return false;
   fetch_epoch_ = write_epoch_;
@@ -717,7 +723,8 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
   if (missing.empty()) return true;
   std::vector<std::uintptr_t> deferred;
   const CUresult r =
-      fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr);
+      fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr,
+                   keep);
   for (std::uintptr_t va : deferred) later->push_back(byte_range{va, cfg_.page_bytes});
   return r == CUDA_SUCCESS;
 }

@@ -209,7 +209,10 @@ class residency_engine {
   // an eviction's copy: room comes only from evictions already finished or from new
   // ones begun now. Pages that cannot be fetched yet are appended to later (to try
   // again at a later launch). False on a driver error.
-  bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later);
+  // keep (sorted page addresses): pages this prefetch must not evict to make room
+  // (the schedule needs them before the pages fetched).
+  bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
+                    std::span<const std::uintptr_t> keep = {});
 
   residency_stats stats() const;
   // stats() unless the engine is locked (the exit report never blocks).
@@ -272,19 +275,23 @@ class residency_engine {
   page* find_locked(std::uintptr_t va);
   std::vector<std::uintptr_t> pages_of(std::span<const byte_range> ranges,
                                        bool optional = false) const;
-  CUresult make_room_locked(std::uint64_t bytes, bool wait = true);
+  CUresult make_room_locked(std::uint64_t bytes, bool wait = true,
+                            std::span<const std::uintptr_t> keep = {});
   CUresult finish_completed_locked();
-  std::vector<std::uintptr_t> victims_locked(std::size_t n);
+  std::vector<std::uintptr_t> victims_locked(std::size_t n,
+                                             std::span<const std::uintptr_t> keep = {});
   CUresult evict_begin_locked(std::span<const std::uintptr_t> vas);
   CUresult evict_finish_locked(std::span<const std::uintptr_t> vas);
   CUresult fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
-                        std::vector<std::uintptr_t>* deferred);
+                        std::vector<std::uintptr_t>* deferred,
+                        std::span<const std::uintptr_t> keep = {});
   CUresult fetch_batch_locked(std::vector<std::uintptr_t> vas);
   std::size_t copy_runs_locked(std::span<const std::uintptr_t> vas, std::span<page* const> ps,
                                std::span<const char> copy, CUstream s, std::vector<int>& ev,
                                CUresult& error);
   CUresult wait_oldest_eviction_locked();
-  bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later);
+  bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later,
+                      std::span<const std::uintptr_t> keep);
   CUresult ensure_host_handle_locked(page& p);
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
   CUevent stream_event_locked(CUstream s);

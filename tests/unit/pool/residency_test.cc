@@ -238,6 +238,40 @@ TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
   EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
 }
 
+// Note [Prefetch keeps what is needed sooner] (interpose/swap_schedule.cc): a
+// scheduled prefetch that finds no room evicts only pages outside `keep`, whatever
+// their last use; with every resident page kept it evicts nothing and defers.
+TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
+  residency_engine e(config(4, 16));
+  for (std::size_t i = 0; i < 5; ++i) {  // page 0 leaves to make room for page 4
+    ASSERT_TRUE(e.create_page(va(i)));
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x20 + static_cast<int>(i), kPage, s_), cudaSuccess);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  const std::uint64_t evictions = e.stats().evictions;
+  const byte_range zero{va(0), kPage};
+  std::vector<byte_range> later;
+  const std::vector<std::uintptr_t> all{va(1), va(2), va(3), va(4)};
+  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, all));
+  EXPECT_EQ(e.stats().evictions, evictions);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].addr, va(0));
+  // Page 1 is the least recently used, but kept: page 3 leaves.
+  later.clear();
+  const std::vector<std::uintptr_t> keep{va(1), va(2), va(4)};
+  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, keep));
+  EXPECT_EQ(e.stats().evictions, evictions + 1);
+  ASSERT_TRUE(e.prefetch({&zero, 1}));  // waits for page 3's copy, then fetches page 0
+  const std::uint64_t fetches = e.stats().fetches;
+  for (std::size_t i : {1, 2, 4}) ASSERT_TRUE(use(e, i, false));
+  EXPECT_EQ(e.stats().fetches, fetches);  // still resident
+  ASSERT_TRUE(use(e, 3, false));
+  EXPECT_EQ(e.stats().fetches, fetches + 1);
+  for (std::size_t i = 0; i < 5; ++i) expect_bytes(i, static_cast<unsigned char>(0x20 + i));
+  EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+}
+
 TEST_F(Residency, TheArenaOverTheEngineHoldsMoreThanTheCapacity) {
   residency_engine e(config(4, 32));
   vmm_arena_config ac;
