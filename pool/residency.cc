@@ -358,7 +358,7 @@ CUresult residency_engine::finish_completed_locked() {
 // Up to n resident pages not pinned, sorted by address: dead ones first (Note [Dead
 // pages]: they leave without a copy), then the least recently used.
 std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
-                                                             std::span<const std::uintptr_t> keep) {
+                                                             const keep_page& keep) {
   struct candidate {
     bool live;
     std::uint64_t last_use;
@@ -367,7 +367,7 @@ std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
   std::vector<candidate> all;
   for (auto& [va, p] : pages_) {
     if (p.where != state::resident || p.pinned == epoch_) continue;
-    if (std::binary_search(keep.begin(), keep.end(), va)) continue;
+    if (keep && keep(va)) continue;
     all.push_back(candidate{!content_dead(p, write_epoch_), p.last_use, va});
   }
   const auto before = [](const candidate& a, const candidate& b) {
@@ -386,7 +386,7 @@ std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
 // known complete are finished, new ones begun, and CUDA_ERROR_NOT_READY when the room
 // is not there yet.
 CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait,
-                                            std::span<const std::uintptr_t> keep) {
+                                            const keep_page& keep) {
   trim_spares_locked();
   if (stats_.resident_bytes + bytes <= capacity_bytes()) return CUDA_SUCCESS;
   if (CUresult r = finish_completed_locked(); r != CUDA_SUCCESS) return r;
@@ -454,7 +454,7 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
 // find no room yet go to deferred.
 CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                                         std::vector<std::uintptr_t>* deferred,
-                                        std::span<const std::uintptr_t> keep) {
+                                        const keep_page& keep) {
   std::erase_if(vas, [&](std::uintptr_t va) {
     page& p = pages_[va];
     if (p.where != state::evicting) return false;
@@ -700,7 +700,7 @@ bool residency_engine::prefetch(std::span<const byte_range> ranges) {
 
 bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
                                     std::vector<byte_range>& later,
-                                    std::span<const std::uintptr_t> keep) {
+                                    const keep_page& keep) {
   return prefetch_pages(ranges, &later, keep);
 }
 
@@ -708,7 +708,7 @@ bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
 // waiting]: pages that find no room yet go to later.
 bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
                                       std::vector<byte_range>* later,
-                                      std::span<const std::uintptr_t> keep) {
+                                      const keep_page& keep) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ready_) return false;
   fetch_epoch_ = write_epoch_;

@@ -105,6 +105,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -112,6 +113,9 @@
 #include <vector>
 
 namespace oversub::pool {
+
+// Whether a page (by address) must stay resident (residency_engine::prefetch_now).
+using keep_page = std::function<bool(std::uintptr_t)>;
 
 struct residency_config {
   int device = 0;
@@ -209,10 +213,10 @@ class residency_engine {
   // an eviction's copy: room comes only from evictions already finished or from new
   // ones begun now. Pages that cannot be fetched yet are appended to later (to try
   // again at a later launch). False on a driver error.
-  // keep (sorted page addresses): pages this prefetch must not evict to make room
-  // (the schedule needs them before the pages fetched).
+  // keep: the pages this prefetch must not evict to make room (the schedule needs them
+  // before the pages fetched); asked only of eviction candidates, when room is short.
   bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
-                    std::span<const std::uintptr_t> keep = {});
+                    const keep_page& keep = {});
 
   residency_stats stats() const;
   // stats() unless the engine is locked (the exit report never blocks).
@@ -276,22 +280,22 @@ class residency_engine {
   std::vector<std::uintptr_t> pages_of(std::span<const byte_range> ranges,
                                        bool optional = false) const;
   CUresult make_room_locked(std::uint64_t bytes, bool wait = true,
-                            std::span<const std::uintptr_t> keep = {});
+                            const keep_page& keep = {});
   CUresult finish_completed_locked();
   std::vector<std::uintptr_t> victims_locked(std::size_t n,
-                                             std::span<const std::uintptr_t> keep = {});
+                                             const keep_page& keep = {});
   CUresult evict_begin_locked(std::span<const std::uintptr_t> vas);
   CUresult evict_finish_locked(std::span<const std::uintptr_t> vas);
   CUresult fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                         std::vector<std::uintptr_t>* deferred,
-                        std::span<const std::uintptr_t> keep = {});
+                        const keep_page& keep = {});
   CUresult fetch_batch_locked(std::vector<std::uintptr_t> vas);
   std::size_t copy_runs_locked(std::span<const std::uintptr_t> vas, std::span<page* const> ps,
                                std::span<const char> copy, CUstream s, std::vector<int>& ev,
                                CUresult& error);
   CUresult wait_oldest_eviction_locked();
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later,
-                      std::span<const std::uintptr_t> keep);
+                      const keep_page& keep);
   CUresult ensure_host_handle_locked(page& p);
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
   CUevent stream_event_locked(CUstream s);

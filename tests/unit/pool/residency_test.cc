@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -239,7 +240,7 @@ TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
 }
 
 // Note [Prefetch keeps what is needed sooner] (interpose/swap_schedule.cc): a
-// scheduled prefetch that finds no room evicts only pages outside `keep`, whatever
+// scheduled prefetch that finds no room evicts only pages `keep` lets go, whatever
 // their last use; with every resident page kept it evicts nothing and defers.
 TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   residency_engine e(config(4, 16));
@@ -253,14 +254,19 @@ TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   const byte_range zero{va(0), kPage};
   std::vector<byte_range> later;
   const std::vector<std::uintptr_t> all{va(1), va(2), va(3), va(4)};
-  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, all));
+  const auto in = [](const std::vector<std::uintptr_t>& pages) {
+    return keep_page([&pages](std::uintptr_t a) {
+      return std::find(pages.begin(), pages.end(), a) != pages.end();
+    });
+  };
+  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, in(all)));
   EXPECT_EQ(e.stats().evictions, evictions);
   ASSERT_EQ(later.size(), 1u);
   EXPECT_EQ(later[0].addr, va(0));
   // Page 1 is the least recently used, but kept: page 3 leaves.
   later.clear();
   const std::vector<std::uintptr_t> keep{va(1), va(2), va(4)};
-  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, keep));
+  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, in(keep)));
   EXPECT_EQ(e.stats().evictions, evictions + 1);
   ASSERT_TRUE(e.prefetch({&zero, 1}));  // waits for page 3's copy, then fetches page 0
   const std::uint64_t fetches = e.stats().fetches;
