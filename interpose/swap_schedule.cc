@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -303,16 +304,30 @@ void carry_out(learner& l, std::size_t i) {
   fetch.insert(fetch.begin(), l.later.begin(), l.later.end());
   l.later.clear();
   if (!fetch.empty()) {
-    // Note [Prefetch keeps what is needed sooner].
-    std::optional<std::size_t> last;
-    for (const pool::byte_range& r : fetch) {
-      if (const std::optional<std::size_t> d = next_use(l, i, r.addr)) last = std::max(last.value_or(0), *d);
-    }
-    const pool::keep_page keep = [&l, i, last](std::uintptr_t va) {
-      const std::optional<std::size_t> d = next_use(l, i, va);
-      return last && d && *d <= *last;
-    };
-    pool::device_prefetch_now(l.device, fetch, l.later, keep);
+    // Note [Prefetch keeps what is needed sooner]. The window is found at the engine's
+    // first question (most prefetches find room and ask none), and the predicate holds
+    // one reference, so building it allocates nothing on the launch path.
+    struct window {
+      const learner& l;
+      std::size_t i;
+      std::span<const pool::byte_range> fetch;
+      bool found = false;
+      std::optional<std::size_t> last;  // the latest next use among the fetched pages
+      bool keeps(std::uintptr_t va) {
+        if (!found) {
+          found = true;
+          for (const pool::byte_range& r : fetch) {
+            if (const std::optional<std::size_t> d = next_use(l, i, r.addr)) {
+              last = std::max(last.value_or(0), *d);
+            }
+          }
+        }
+        const std::optional<std::size_t> d = next_use(l, i, va);
+        return last && d && *d <= *last;
+      }
+    } w{l, i, fetch, false, std::nullopt};
+    pool::device_prefetch_now(l.device, fetch, l.later,
+                              [&w](std::uintptr_t va) { return w.keeps(va); });
   }
 }
 
