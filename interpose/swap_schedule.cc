@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -270,8 +271,13 @@ void add_ranges(const learner& l, const std::vector<Action>& actions,
 // those up to the soonest such use (7d3e7d4) was as fast or slower at every simtrain
 // point and trace measured: Titan X activation-heavy 3x 8.84 -> 8.48 ms per
 // iteration, weight-heavy 3x 14.41 -> 14.22 (H100-PCIe 10x 6.92 -> 6.88), GPT-2 at
-// 1/8 and 3x 2450 -> 2430 MiB in per iteration, the rest unchanged. The engine asks
-// only when room is short, and only of its eviction candidates: a binary search each.
+// 1/8 and 3x 2450 -> 2430 MiB in per iteration, the rest unchanged. Of the pages it
+// may take, those used furthest off leave first (Belady), not the least recently used:
+// H100-PCIe activation-heavy 3x 2.301 -> 2.143 ms per iteration (Titan X 8.480 ->
+// 7.922), weight-heavy 3x 4.116 -> 3.969, 10x 6.884 -> 6.778; Titan X weight-heavy 3x
+// 14.219 -> 14.237; the 1.5x points, the traces at 1/8 and full-size ResNet-50's
+// steady iteration unchanged. The engine asks only when room is short, and only of its
+// eviction candidates: a binary search each.
 
 // Launches from i to the next use of the page at va in the period (wrapping), or none.
 std::optional<std::size_t> next_use(const learner& l, std::size_t i, std::uintptr_t va) {
@@ -313,7 +319,7 @@ void carry_out(learner& l, std::size_t i) {
       std::span<const pool::byte_range> fetch;
       bool found = false;
       std::optional<std::size_t> last;  // the latest next use among the fetched pages
-      bool keeps(std::uintptr_t va) {
+      std::uint64_t rank(std::uintptr_t va) {
         if (!found) {
           found = true;
           for (const pool::byte_range& r : fetch) {
@@ -323,11 +329,13 @@ void carry_out(learner& l, std::size_t i) {
           }
         }
         const std::optional<std::size_t> d = next_use(l, i, va);
-        return last && d && *d <= *last;
+        if (!d) return std::numeric_limits<std::uint64_t>::max();
+        if (last && *d <= *last) return 0;
+        return *d;
       }
     } w{l, i, fetch, false, std::nullopt};
     pool::device_prefetch_now(l.device, fetch, l.later,
-                              [&w](std::uintptr_t va) { return w.keeps(va); });
+                              [&w](std::uintptr_t va) { return w.rank(va); });
   }
 }
 

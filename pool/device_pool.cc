@@ -272,10 +272,10 @@ bool device_evict(int device, std::span<const byte_range> ranges) noexcept {
 
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          std::vector<byte_range>& later,
-                         const keep_page& keep) noexcept {
+                         const victim_rank& rank) noexcept {
   if (managed_residency* m = managed_of(device)) return m->prefetch_now(ranges, later);
   residency_engine* e = engine_of(device);
-  return e == nullptr || e->prefetch_now(ranges, later, keep);
+  return e == nullptr || e->prefetch_now(ranges, later, rank);
 }
 
 residency_stats device_residency(int device) {

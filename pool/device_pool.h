@@ -61,7 +61,7 @@ prepare_result device_prepare(int device, std::span<const byte_range> ranges, CU
 bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          std::vector<byte_range>& later,
-                         const keep_page& keep = {}) noexcept;
+                         const victim_rank& rank = {}) noexcept;
 // Swap mode: the engine's figures and capacity (zeros otherwise).
 residency_stats device_residency(int device);
 std::uint64_t device_residency_capacity(int device) noexcept;

@@ -358,20 +358,25 @@ CUresult residency_engine::finish_completed_locked() {
 // Up to n resident pages not pinned, sorted by address: dead ones first (Note [Dead
 // pages]: they leave without a copy), then the least recently used.
 std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
-                                                             const keep_page& keep) {
+                                                             const victim_rank& rank) {
   struct candidate {
     bool live;
+    std::uint64_t rank;
     std::uint64_t last_use;
     std::uintptr_t va;
   };
   std::vector<candidate> all;
   for (auto& [va, p] : pages_) {
     if (p.where != state::resident || p.pinned == epoch_) continue;
-    if (keep && keep(va)) continue;
-    all.push_back(candidate{!content_dead(p, write_epoch_), p.last_use, va});
+    const std::uint64_t r = rank ? rank(va) : 1;
+    if (r == 0) continue;
+    all.push_back(candidate{!content_dead(p, write_epoch_), r, p.last_use, va});
   }
+  // Dead pages first, then by rank (highest first), then the least recently used.
   const auto before = [](const candidate& a, const candidate& b) {
-    return a.live != b.live ? !a.live : a.last_use < b.last_use;
+    if (a.live != b.live) return !a.live;
+    if (a.rank != b.rank) return a.rank > b.rank;
+    return a.last_use < b.last_use;
   };
   n = std::min(n, all.size());
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(), before);
@@ -386,7 +391,7 @@ std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
 // known complete are finished, new ones begun, and CUDA_ERROR_NOT_READY when the room
 // is not there yet.
 CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait,
-                                            const keep_page& keep) {
+                                            const victim_rank& rank) {
   trim_spares_locked();
   if (stats_.resident_bytes + bytes <= capacity_bytes()) return CUDA_SUCCESS;
   if (CUresult r = finish_completed_locked(); r != CUDA_SUCCESS) return r;
@@ -404,7 +409,7 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait,
   };
   if (!wait) {
     if (const std::size_t n = pages_short(leaving_bytes()); n != 0) {
-      const std::vector<std::uintptr_t> victims = victims_locked(n, keep);
+      const std::vector<std::uintptr_t> victims = victims_locked(n, rank);
       if (CUresult r = evict_begin_locked(victims); r != CUDA_SUCCESS) return r;
     }
     return stats_.resident_bytes + bytes > capacity_bytes() ? CUDA_ERROR_NOT_READY
@@ -454,7 +459,7 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
 // find no room yet go to deferred.
 CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                                         std::vector<std::uintptr_t>* deferred,
-                                        const keep_page& keep) {
+                                        const victim_rank& rank) {
   std::erase_if(vas, [&](std::uintptr_t va) {
     page& p = pages_[va];
     if (p.where != state::evicting) return false;
@@ -465,7 +470,7 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
   });
   while (!vas.empty()) {
     // Evictions for all of them begin now; the pages that fit already are fetched.
-    if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false, keep);
+    if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false, rank);
         r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
       return r;
     }
@@ -700,15 +705,15 @@ bool residency_engine::prefetch(std::span<const byte_range> ranges) {
 
 bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
                                     std::vector<byte_range>& later,
-                                    const keep_page& keep) {
-  return prefetch_pages(ranges, &later, keep);
+                                    const victim_rank& rank) {
+  return prefetch_pages(ranges, &later, rank);
 }
 
 // later null: fetch, waiting for room as needed; otherwise Note [Prefetch without
 // waiting]: pages that find no room yet go to later.
 bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
                                       std::vector<byte_range>* later,
-                                      const keep_page& keep) {
+                                      const victim_rank& rank) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ready_) return false;
   fetch_epoch_ = write_epoch_;
@@ -724,7 +729,7 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
   std::vector<std::uintptr_t> deferred;
   const CUresult r =
       fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr,
-                   keep);
+                   rank);
   for (std::uintptr_t va : deferred) later->push_back(byte_range{va, cfg_.page_bytes});
   return r == CUDA_SUCCESS;
 }

@@ -114,8 +114,12 @@
 
 namespace oversub::pool {
 
-// Whether a page (by address) must stay resident (residency_engine::prefetch_now).
-using keep_page = std::function<bool(std::uintptr_t)>;
+// Which pages a prefetch's own evictions may take, and in what order
+// (residency_engine::prefetch_now): for a page by address, 0 when it must stay
+// resident, otherwise its rank: pages of higher rank leave first (Note [Prefetch
+// keeps what is needed sooner] in interpose/swap_schedule.cc gives the distance to the
+// page's next use).
+using victim_rank = std::function<std::uint64_t(std::uintptr_t)>;
 
 struct residency_config {
   int device = 0;
@@ -213,10 +217,11 @@ class residency_engine {
   // an eviction's copy: room comes only from evictions already finished or from new
   // ones begun now. Pages that cannot be fetched yet are appended to later (to try
   // again at a later launch). False on a driver error.
-  // keep: the pages this prefetch must not evict to make room (the schedule needs them
-  // before the pages fetched); asked only of eviction candidates, when room is short.
+  // rank: which pages this prefetch may evict to make room, and in what order (0 for
+  // those the schedule needs before the pages fetched); asked only of eviction
+  // candidates, when room is short. Without it, the least recently used leave first.
   bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
-                    const keep_page& keep = {});
+                    const victim_rank& rank = {});
 
   residency_stats stats() const;
   // stats() unless the engine is locked (the exit report never blocks).
@@ -280,22 +285,22 @@ class residency_engine {
   std::vector<std::uintptr_t> pages_of(std::span<const byte_range> ranges,
                                        bool optional = false) const;
   CUresult make_room_locked(std::uint64_t bytes, bool wait = true,
-                            const keep_page& keep = {});
+                            const victim_rank& rank = {});
   CUresult finish_completed_locked();
   std::vector<std::uintptr_t> victims_locked(std::size_t n,
-                                             const keep_page& keep = {});
+                                             const victim_rank& rank = {});
   CUresult evict_begin_locked(std::span<const std::uintptr_t> vas);
   CUresult evict_finish_locked(std::span<const std::uintptr_t> vas);
   CUresult fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                         std::vector<std::uintptr_t>* deferred,
-                        const keep_page& keep = {});
+                        const victim_rank& rank = {});
   CUresult fetch_batch_locked(std::vector<std::uintptr_t> vas);
   std::size_t copy_runs_locked(std::span<const std::uintptr_t> vas, std::span<page* const> ps,
                                std::span<const char> copy, CUstream s, std::vector<int>& ev,
                                CUresult& error);
   CUresult wait_oldest_eviction_locked();
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later,
-                      const keep_page& keep);
+                      const victim_rank& rank);
   CUresult ensure_host_handle_locked(page& p);
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
   CUevent stream_event_locked(CUstream s);

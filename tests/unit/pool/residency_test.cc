@@ -240,8 +240,9 @@ TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
 }
 
 // Note [Prefetch keeps what is needed sooner] (interpose/swap_schedule.cc): a
-// scheduled prefetch that finds no room evicts only pages `keep` lets go, whatever
-// their last use; with every resident page kept it evicts nothing and defers.
+// scheduled prefetch that finds no room evicts only pages its rank lets go (rank 0
+// keeps a page), whatever their last use; with every resident page kept it evicts
+// nothing and defers.
 TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   residency_engine e(config(4, 16));
   for (std::size_t i = 0; i < 5; ++i) {  // page 0 leaves to make room for page 4
@@ -255,8 +256,8 @@ TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   std::vector<byte_range> later;
   const std::vector<std::uintptr_t> all{va(1), va(2), va(3), va(4)};
   const auto in = [](const std::vector<std::uintptr_t>& pages) {
-    return keep_page([&pages](std::uintptr_t a) {
-      return std::find(pages.begin(), pages.end(), a) != pages.end();
+    return victim_rank([&pages](std::uintptr_t a) -> std::uint64_t {
+      return std::find(pages.begin(), pages.end(), a) != pages.end() ? 0 : 1;
     });
   };
   ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, in(all)));
@@ -275,6 +276,35 @@ TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   ASSERT_TRUE(use(e, 3, false));
   EXPECT_EQ(e.stats().fetches, fetches + 1);
   for (std::size_t i = 0; i < 5; ++i) expect_bytes(i, static_cast<unsigned char>(0x20 + i));
+  EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+}
+
+// Of the pages a prefetch may take, those of highest rank (used furthest off) leave
+// first, not the least recently used; dead pages before any.
+TEST_F(Residency, PrefetchNowEvictsTheHighestRankFirst) {
+  residency_engine e(config(4, 16));
+  for (std::size_t i = 0; i < 5; ++i) {  // page 0 leaves to make room for page 4
+    ASSERT_TRUE(e.create_page(va(i)));
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x30 + static_cast<int>(i), kPage, s_), cudaSuccess);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  const std::uint64_t evictions = e.stats().evictions;
+  const byte_range zero{va(0), kPage};
+  std::vector<byte_range> later;
+  // Page 1 is the least recently used; page 3 is used furthest off.
+  const auto rank = victim_rank([this](std::uintptr_t a) -> std::uint64_t {
+    return a == va(3) ? 9 : a == va(2) ? 5 : 1;
+  });
+  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, rank));
+  EXPECT_EQ(e.stats().evictions, evictions + 1);
+  ASSERT_TRUE(e.prefetch({&zero, 1}));  // waits for page 3's copy, then fetches page 0
+  const std::uint64_t fetches = e.stats().fetches;
+  for (std::size_t i : {1, 2, 4}) ASSERT_TRUE(use(e, i, false));
+  EXPECT_EQ(e.stats().fetches, fetches);  // still resident
+  ASSERT_TRUE(use(e, 3, false));
+  EXPECT_EQ(e.stats().fetches, fetches + 1);
+  for (std::size_t i = 0; i < 5; ++i) expect_bytes(i, static_cast<unsigned char>(0x30 + i));
   EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
 }
 
