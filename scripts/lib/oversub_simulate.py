@@ -93,6 +93,8 @@ def run_simulator(tool: Path, profile: Path, options: list[str]) -> dict:
 
 def tool_options(args: argparse.Namespace) -> list[str]:
     opts = ["--device", args.device, "--durations", args.durations]
+    if getattr(args, "granularity", "buffer") != "buffer":
+        opts += ["--granularity", args.granularity]
     if args.device_dir:
         opts += ["--device-dir", str(args.device_dir)]
     return opts
@@ -121,7 +123,9 @@ def sweep_markdown(result: dict) -> str:
     head = (f"{result['profile']} on {result['device']['name']}: peak live "
             f"{fmt_bytes(result['peak_live_bytes'])}, largest launch "
             f"{fmt_bytes(result['largest_launch']['bytes'])}, unlimited "
-            f"{fmt_ms(result['unlimited_iteration_ns'])} ms per iteration\n\n")
+            f"{fmt_ms(result['unlimited_iteration_ns'])} ms per iteration" +
+            (f"; planned over {result['pages']} pages of {fmt_bytes(result['page_bytes'])}"
+             if result.get("granularity") == "page" else "") + "\n\n")
     lines = ["| capacity | policy | iteration ms | overhead | transfer bound ms | to device | "
              "to host | peak device | note |", "|---|---|---|---|---|---|---|---|---|"]
     for r in sweep_rows(result):
@@ -360,6 +364,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--durations", choices=["auto", "model"], default="auto",
                    help="auto: the profile's measured kernel durations, modeled where 0; "
                         "model: every duration modeled on the device (docs/simulate.md)")
+    p.add_argument("--granularity", choices=["buffer", "page"], default="buffer",
+                   help="buffer: plan the profile's buffers; page: the arena's 2 MiB pages, "
+                        "as the library's swap mode moves them (docs/simulate.md)")
     p.add_argument("--simulator", type=Path, metavar="PATH",
                    help=f"the {SIMULATOR} program (default: newest build*/tools/)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

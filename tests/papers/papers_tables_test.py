@@ -149,8 +149,17 @@ def check(md: str, data: dict) -> list[str]:
                 bad.append(f"agreement {r['profile']}: the swap replay verified other buffers")
             if f"| {r['swap_ratio']:.3f} |" not in md:
                 bad.append(f"agreement {r['profile']}: ratio {r['swap_ratio']:.3f} not shown")
+            if not close(r["pages_ratio"], r["replay_swap_ns"] / r["sim_pages_ns"]):
+                bad.append(f"agreement {r['profile']}: page ratio is not replay / simulator")
+            if f"| {r['sim_pages_ns'] / 1e6:.2f} ({r['pages_ratio']:.3f}) |" not in md:
+                bad.append(f"agreement {r['profile']}: page ratio {r['pages_ratio']:.3f} not shown")
+            # Pages move whole: never fewer bytes than the buffers they hold.
+            if r["sim_pages_h2d_bytes"] < r["sim_h2d_bytes"]:
+                bad.append(f"agreement {r['profile']}: fewer bytes over pages than buffers")
         if s["within_5pct"] != all(abs(r["swap_ratio"] - 1) <= 0.05 for r in s["rows"]):
             bad.append("agreement: within_5pct disagrees with the rows")
+        if s["pages_within_5pct"] != all(abs(r["pages_ratio"] - 1) <= 0.05 for r in s["rows"]):
+            bad.append("agreement: pages_within_5pct disagrees with the rows")
     return bad
 
 

@@ -221,6 +221,8 @@ def case_errors(c: Ctx) -> None:
                   "1MB", "--policy", "all")
     check(r.returncode == 1 and "launch 0 alone needs" in r.stderr and "1500000 bytes" in r.stderr
           and "Traceback" not in r.stderr, f"below largest: {r.stderr}")
+    r = c.oversub("simulate", str(prof), "--granularity", "pages")
+    check(r.returncode == 2 and "invalid choice: 'pages'" in r.stderr, f"granularity: {r.stderr}")
     r = c.oversub("simulate", str(prof), "--device", "h200")
     check(r.returncode == 1 and "unknown device 'h200'" in r.stderr and "h100-pcie" in r.stderr,
           f"device: {r.stderr}")

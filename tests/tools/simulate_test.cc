@@ -9,6 +9,7 @@
 
 #include "policy/schedule.h"
 #include "tools/simulate/device_model.h"
+#include "tools/simulate/page_model.h"
 #include "tools/simulate/profile_model.h"
 #include "tools/simulate/what_if.h"
 
@@ -211,6 +212,67 @@ TEST(WhatIf, ToyIterationMatchesTheHandComputation) {
 }
 
 // With room for all three buffers (2.5 X) nothing moves: T = latency + d0 + d1.
+// Note [Page model], on the toy: A at 0 and B after it (each X rounded up to 256
+// bytes: 1000192), the long-lived zone ending at 2000384; Y's region after it.
+TEST(PageModel, ToyBuffersOnPages) {
+  const profiler::profile p = toy_profile(300'000, 500'000);
+  const profile_model pm = model_from_profile(p, toy_device(), duration_source::automatic);
+  ASSERT_EQ(pm.error, "");
+  // 2 MiB pages: A and B on page 0, Y over [2000384, 2500384), pages 0 and 1.
+  const page_model two = pages_of_profile(p, pm.model, std::size_t{2} << 20);
+  ASSERT_EQ(two.error, "");
+  EXPECT_EQ(two.long_lived_bytes, 2'000'384u);
+  EXPECT_EQ(two.region_bytes, 500'224u);
+  EXPECT_EQ(two.pages, 2u);
+  ASSERT_EQ(two.model.launches.size(), 2u);
+  EXPECT_EQ(two.model.launches[0].uses, (std::vector<policy::buffer_id>{0, 1}));
+  EXPECT_EQ(two.model.launches[1].uses, (std::vector<policy::buffer_id>{0, 1}));
+  EXPECT_EQ(two.model.launches[0].duration_ns, 300'000u);
+  EXPECT_EQ(two.model.launches[1].duration_ns, 500'000u);
+  for (const policy::model_buffer& b : two.model.buffers) {
+    EXPECT_EQ(b.bytes, std::size_t{2} << 20);
+    EXPECT_TRUE(b.long_lived);
+  }
+  // 1 MiB pages, the region on a 2 MiB boundary: A on page 0, B on pages 0-1, Y on
+  // page 2. Pages are numbered in order of first use: 0, 2 (launch 0), then 1.
+  const page_model one = pages_of_profile(p, pm.model, std::size_t{1} << 20, std::size_t{2} << 20);
+  ASSERT_EQ(one.error, "");
+  EXPECT_EQ(one.pages, 3u);
+  EXPECT_EQ(one.model.launches[0].uses, (std::vector<policy::buffer_id>{0, 1}));
+  EXPECT_EQ(one.model.launches[1].uses, (std::vector<policy::buffer_id>{0, 2, 1}));
+  // In 2 MiB the buffers' plan swaps A and B around Y (1.5 MB a launch), but launch 1
+  // touches three 1 MiB pages: over pages, it cannot run.
+  const policy::cost_model costs = toy_device().costs;
+  EXPECT_EQ(run_point(pm.model, 2u << 20, costs, policy_kind::cost).error, "");
+  EXPECT_NE(run_point(one.model, 2u << 20, costs, policy_kind::cost).error.find("launch 1 alone"),
+            std::string::npos);
+  EXPECT_EQ(run_point(one.model, 3u << 20, costs, policy_kind::cost).sim.h2d_bytes, 0u);
+}
+
+// Two per-iteration buffers whose lifetimes do not overlap share the region's bytes,
+// and so their pages.
+TEST(PageModel, DisjointLifetimesShareAPage) {
+  profiler::profile p;
+  profiler::allocation_record y0;
+  y0.ordinal = 0;
+  y0.bytes = 4096;
+  y0.alloc_at = 0;
+  y0.free_at = 1;
+  profiler::allocation_record y1 = y0;
+  y1.ordinal = 1;
+  y1.alloc_at = 1;
+  y1.free_at = 2;
+  p.allocations = {y0, y1};
+  p.launches = {{p.intern("k0"), 1000, 0, {0}}, {p.intern("k1"), 1000, 0, {1}}};
+  const profile_model pm = model_from_profile(p, toy_device(), duration_source::automatic);
+  ASSERT_EQ(pm.error, "");
+  const page_model m = pages_of_profile(p, pm.model, 4096, 4096);
+  ASSERT_EQ(m.error, "");
+  EXPECT_EQ(m.region_bytes, 4096u);
+  EXPECT_EQ(m.pages, 1u);
+  EXPECT_EQ(m.model.launches[1].uses, (std::vector<policy::buffer_id>{0}));
+}
+
 TEST(WhatIf, ToyIterationThatFitsMovesNothing) {
   const device_model d = toy_device();
   const profile_model pm =

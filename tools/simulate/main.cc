@@ -5,7 +5,12 @@
 //
 //   oversub-simulate model.oprof [--device NAME|FILE] [--device-dir DIR]
 //       [--capacity SIZE | --capacities A,B,... | --sweep N]
-//       [--policy cost|vdnn-all|lru|um-naive|all] [--durations auto|model] [--json]
+//       [--policy cost|vdnn-all|lru|um-naive|all] [--durations auto|model]
+//       [--granularity buffer|page] [--json]
+//
+// --granularity page plans and replays the arena's 2 MiB pages as the library's swap
+// mode moves them (Note [Page model] in page_model.h); buffer (the default) plans the
+// profile's buffers themselves.
 //
 // Exit status: 0 when at least one point was simulated, 1 when none could be (a
 // refused profile, an unknown device, a capacity below the largest launch), 2 for
@@ -21,6 +26,7 @@
 #include "common/units.h"
 #include "profiler/profile_format.h"
 #include "tools/simulate/device_model.h"
+#include "tools/simulate/page_model.h"
 #include "tools/simulate/profile_model.h"
 #include "tools/simulate/what_if.h"
 
@@ -36,7 +42,8 @@ using namespace oversub::tools;
 constexpr const char* usage =
     "usage: oversub-simulate PROFILE [--device NAME|FILE] [--device-dir DIR]\n"
     "         [--capacity SIZE | --capacities A,B,... | --sweep N]\n"
-    "         [--policy cost|vdnn-all|lru|um-naive|all] [--durations auto|model] [--json]\n";
+    "         [--policy cost|vdnn-all|lru|um-naive|all] [--durations auto|model]\n"
+    "         [--granularity buffer|page] [--json]\n";
 
 struct options {
   std::string profile;
@@ -46,6 +53,7 @@ struct options {
   unsigned sweep = 0;
   std::vector<policy::policy_kind> policies = {policy::policy_kind::cost};
   duration_source durations = duration_source::automatic;
+  bool pages = false;  // --granularity page
   bool json = false;
 };
 
@@ -85,7 +93,7 @@ int parse_args(int argc, char** argv, options& opts) {
       opts.json = true;
     } else if (arg == "--device" || arg == "--device-dir" || arg == "--capacity" ||
                arg == "--capacities" || arg == "--sweep" || arg == "--policy" ||
-               arg == "--durations") {
+               arg == "--durations" || arg == "--granularity") {
       if (!take()) return usage_error(arg + " needs a value");
       if (arg == "--device") {
         opts.device = value;
@@ -122,6 +130,11 @@ int parse_args(int argc, char** argv, options& opts) {
           return usage_error("--policy: '" + value +
                              "' is not one of cost, vdnn-all, lru, um-naive, all");
         }
+      } else if (arg == "--granularity") {
+        if (value != "buffer" && value != "page") {
+          return usage_error("--granularity: '" + value + "' is not buffer or page");
+        }
+        opts.pages = value == "page";
       } else if (arg == "--durations") {
         if (value == "auto") {
           opts.durations = duration_source::automatic;
@@ -182,7 +195,8 @@ std::string format_overhead(double overhead) {
 }
 
 void print_json(const options& opts, const device_model& device, const profile_model& pm,
-                const model_summary& s, const std::vector<what_if_point>& points) {
+                const page_model* pages, const model_summary& s,
+                const std::vector<what_if_point>& points) {
   std::printf("{\n  \"profile\": %s,\n", json_string(opts.profile).c_str());
   std::printf("  \"device\": {\"name\": %s, \"path\": %s, \"memory_bytes\": %" PRIu64 "},\n",
               json_string(device.name).c_str(), json_string(device.path).c_str(),
@@ -194,6 +208,14 @@ void print_json(const options& opts, const device_model& device, const profile_m
               "\"unfreed_taken_as_long_lived\": %u, \"live_at_no_launch\": %u,\n",
               s.launches, s.buffers, pm.long_lived, pm.unfreed, pm.live_at_no_launch);
   std::printf("  \"peak_live_bytes\": %zu,\n", s.peak_live_bytes);
+  if (pages != nullptr) {
+    std::printf("  \"granularity\": \"page\", \"pages\": %zu, \"page_bytes\": %zu, "
+                "\"long_lived_zone_bytes\": %zu, \"planned_region_bytes\": %zu,\n",
+                pages->pages, pages->model.buffers.empty() ? 0 : pages->model.buffers[0].bytes,
+                pages->long_lived_bytes, pages->region_bytes);
+  } else {
+    std::printf("  \"granularity\": \"buffer\",\n");
+  }
   std::printf("  \"largest_launch\": {\"launch\": %u, \"bytes\": %zu, \"buffers\": %zu},\n",
               s.largest.launch, s.largest.bytes, s.largest.buffer_count);
   std::printf("  \"unlimited_iteration_ns\": %" PRIu64 ",\n  \"points\": [", s.unlimited_ns);
@@ -219,7 +241,8 @@ void print_json(const options& opts, const device_model& device, const profile_m
 }
 
 void print_text(const options& opts, const device_model& device, const profile_model& pm,
-                const model_summary& s, const std::vector<what_if_point>& points) {
+                const page_model* pages, const model_summary& s,
+                const std::vector<what_if_point>& points) {
   std::printf("profile   %s: %zu launches, %zu buffers (%u long-lived); durations: %u measured, "
               "%u modeled\n",
               opts.profile.c_str(), s.launches, s.buffers, pm.long_lived, pm.durations_measured,
@@ -230,6 +253,18 @@ void print_text(const options& opts, const device_model& device, const profile_m
   std::printf("memory    peak live %s (%zu bytes), largest launch %s (launch %u, %zu buffers)\n",
               format_bytes(s.peak_live_bytes).c_str(), s.peak_live_bytes,
               format_bytes(s.largest.bytes).c_str(), s.largest.launch, s.largest.buffer_count);
+  if (pages != nullptr) {
+    std::printf("pages     %zu pages of %s (%s): long-lived zone %s, planned region %s\n",
+                pages->pages,
+                format_bytes(pages->model.buffers.empty() ? 0 : pages->model.buffers[0].bytes)
+                    .c_str(),
+                format_bytes(pages->pages * (pages->model.buffers.empty()
+                                                 ? 0
+                                                 : pages->model.buffers[0].bytes))
+                    .c_str(),
+                format_bytes(pages->long_lived_bytes).c_str(),
+                format_bytes(pages->region_bytes).c_str());
+  }
   std::printf("unlimited %s per iteration\n", format_ns(s.unlimited_ns).c_str());
   if (points.size() == 1) {
     const what_if_point& p = points[0];
@@ -291,6 +326,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   const model_summary summary = summarize(pm.model, device.value.costs);
+  page_model pages;
+  if (opts.pages) {
+    pages = pages_of_profile(std::get<profiler::profile>(read), pm.model);
+    if (!pages.error.empty()) {
+      std::fprintf(stderr, "oversub-simulate: %s: no page model: %s\n", opts.profile.c_str(),
+                   pages.error.c_str());
+      return 1;
+    }
+  }
+  const policy::iteration_model& planned = opts.pages ? pages.model : pm.model;
   std::vector<std::size_t> capacities = opts.capacities;
   if (opts.sweep != 0) capacities = sweep_capacities(summary, opts.sweep);
   if (capacities.empty()) capacities = {static_cast<std::size_t>(device.value.memory_bytes)};
@@ -299,14 +344,14 @@ int main(int argc, char** argv) {
   bool any_ok = false;
   for (std::size_t capacity : capacities) {
     for (policy::policy_kind kind : opts.policies) {
-      points.push_back(run_point(pm.model, capacity, device.value.costs, kind));
+      points.push_back(run_point(planned, capacity, device.value.costs, kind));
       any_ok = any_ok || points.back().error.empty();
     }
   }
   if (opts.json) {
-    print_json(opts, device.value, pm, summary, points);
+    print_json(opts, device.value, pm, opts.pages ? &pages : nullptr, summary, points);
   } else {
-    print_text(opts, device.value, pm, summary, points);
+    print_text(opts, device.value, pm, opts.pages ? &pages : nullptr, summary, points);
   }
   if (!any_ok && !opts.json) {
     // Every point failed; a launch larger than the capacity fails every policy

@@ -1,0 +1,118 @@
+// page_model: a profile's iteration over the arena's pages (tools/simulate/page_model.h).
+#include "tools/simulate/page_model.h"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+#include "policy/placement.h"
+
+namespace oversub::tools {
+
+namespace {
+
+constexpr std::size_t arena_alignment = 256;  // pool/memory_resource.h
+
+std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+page_model pages_of_profile(const profiler::profile& p, const policy::iteration_model& buffers,
+                            std::size_t page_bytes, std::size_t region_alignment) {
+  page_model r;
+  const std::size_t n = buffers.launches.size();
+  if (buffers.buffers.size() != p.allocations.size() || page_bytes == 0 ||
+      region_alignment == 0) {
+    r.error = "the buffer model does not match the profile";
+    return r;
+  }
+  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> offset(p.allocations.size(), none);
+  // 1. The long-lived zone, in the profile's order.
+  std::size_t end = 0;
+  for (std::size_t b = 0; b < p.allocations.size(); ++b) {
+    const profiler::allocation_record& a = p.allocations[b];
+    if (!a.long_lived || a.bytes == 0) continue;
+    offset[b] = end;
+    end += align_up(a.bytes, arena_alignment);
+  }
+  r.long_lived_bytes = end;
+  // 2. The per-iteration buffers' events in the replay's order: at each launch
+  // position, its frees, then its allocations; the unfreed are freed at the end.
+  struct span {
+    std::size_t alloc_pos, free_pos;
+  };
+  std::vector<std::size_t> members;
+  std::vector<span> spans;
+  for (std::size_t b = 0; b < p.allocations.size(); ++b) {
+    const profiler::allocation_record& a = p.allocations[b];
+    if (a.long_lived || a.bytes == 0) continue;
+    const policy::model_buffer& m = buffers.buffers[b];
+    span s{};
+    if (a.free_at == profiler::no_index) {
+      s = {std::min<std::size_t>(a.alloc_at, n), n + 1};
+      if (m.bytes != 0 && !m.long_lived) s.alloc_pos = std::min<std::size_t>(s.alloc_pos, m.alloc_launch);
+    } else if (m.bytes != 0 && !m.long_lived) {
+      s = {m.alloc_launch, static_cast<std::size_t>(m.free_launch) + 1};  // widened to its uses
+    } else {
+      s = {std::min<std::size_t>(a.alloc_at, n), std::min<std::size_t>(a.free_at, n + 1)};
+      s.free_pos = std::max(s.free_pos, s.alloc_pos + 1);
+    }
+    members.push_back(b);
+    spans.push_back(s);
+  }
+  std::vector<std::vector<std::size_t>> allocs_at(n + 2), frees_at(n + 2);
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    allocs_at[spans[k].alloc_pos].push_back(k);
+    frees_at[spans[k].free_pos].push_back(k);
+  }
+  std::vector<policy::buffer_lifetime> lifetimes(members.size());
+  std::uint32_t event = 0;
+  for (std::size_t pos = 0; pos < n + 2; ++pos) {
+    for (std::size_t k : frees_at[pos]) lifetimes[k].free_time = event++;
+    for (std::size_t k : allocs_at[pos]) {
+      lifetimes[k].size_bytes = p.allocations[members[k]].bytes;
+      lifetimes[k].alloc_time = event++;
+    }
+  }
+  const policy::placement plan = policy::plan_placement(lifetimes, arena_alignment);
+  if (!policy::placement_is_valid(lifetimes, plan, arena_alignment)) {
+    r.error = "internal error: the planned placement of the per-iteration buffers is not valid";
+    return r;
+  }
+  const std::size_t base = align_up(end, region_alignment);
+  for (std::size_t k = 0; k < members.size(); ++k) offset[members[k]] = base + plan.offsets[k];
+  r.region_bytes = plan.region_bytes;
+  // 3. Each launch's pages, numbered in order of first use (sorted within a launch).
+  std::unordered_map<std::size_t, policy::buffer_id> id_of_page;
+  r.model.launches.reserve(n);
+  std::vector<std::size_t> pages;
+  for (const policy::model_launch& l : buffers.launches) {
+    pages.clear();
+    for (policy::buffer_id b : l.uses) {
+      const std::size_t bytes = buffers.buffers[b].bytes;
+      if (bytes == 0 || offset[b] == none) continue;
+      for (std::size_t pg = offset[b] / page_bytes; pg <= (offset[b] + bytes - 1) / page_bytes;
+           ++pg) {
+        pages.push_back(pg);
+      }
+    }
+    std::sort(pages.begin(), pages.end());
+    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+    policy::model_launch ml;
+    ml.duration_ns = l.duration_ns;
+    for (std::size_t pg : pages) {
+      auto [it, added] =
+          id_of_page.emplace(pg, static_cast<policy::buffer_id>(r.model.buffers.size()));
+      if (added) r.model.buffers.push_back(policy::model_buffer{page_bytes, true, 0, 0});
+      ml.uses.push_back(it->second);
+    }
+    r.model.launches.push_back(std::move(ml));
+  }
+  r.pages = r.model.buffers.size();
+  r.error = policy::validate_model(r.model);
+  return r;
+}
+
+}  // namespace oversub::tools

@@ -1,0 +1,55 @@
+// page_model: a profile's iteration as the library's swap mode sees it, for the
+// what-if simulator's `--granularity page`.
+//
+// Note [Page model]
+// The residency engine moves 2 MiB pages of oversub's arena, not buffers, and the
+// swap learner plans and simulates those pages (Note [A schedule over pages] in
+// interpose/swap_schedule.h): each page is a long-lived buffer of a page's bytes and
+// each launch uses the pages its buffers lie on. A page shared by buffers of different
+// lifetimes moves with all of them, so the library moves more bytes than a plan over
+// buffers (the full-size ResNet-50 trace: 1.89 GiB against 1.38 GiB to the device per
+// iteration). To predict that, this model places the profile's buffers as the pool
+// does under `oversub-replay`, then builds the learner's model over the pages:
+//   1. long-lived allocations (weights, optimizer state) are allocated first, in the
+//      profile's order, each at the end of the one before (the arena's TLSF index
+//      splits the start off its one free block), 256-byte aligned, from offset 0;
+//   2. the per-iteration ones are placed by policy::plan_placement over the
+//      iteration's allocation and free events in the replay's order (at each launch
+//      position: the frees there, then the allocations), as pool/planned_region does
+//      once it has learned the iteration, in a region that follows the long-lived
+//      ones (rounded up to region_alignment);
+//   3. pages are numbered in order of first use, as the learner interns them; the
+//      launches keep their durations.
+// What it cannot know: where the planned region's base falls within a page in a real
+// run (it is a block the online arena hands out after the first iterations, which
+// depends on their fragmentation), and which pages the engine finds dead at run time
+// (a page whose buffers are all freed is not copied out); the model copies every page
+// it evicts, as the learner's does.
+#ifndef OVERSUB_TOOLS_SIMULATE_PAGE_MODEL_H
+#define OVERSUB_TOOLS_SIMULATE_PAGE_MODEL_H
+
+#include <cstddef>
+#include <string>
+
+#include "policy/iteration_model.h"
+#include "profiler/profile_format.h"
+
+namespace oversub::tools {
+
+struct page_model {
+  std::string error;  // empty: model is valid
+  policy::iteration_model model;
+  std::size_t long_lived_bytes = 0;  // the long-lived zone, aligned
+  std::size_t region_bytes = 0;      // the planned region of the per-iteration buffers
+  std::size_t pages = 0;             // pages some launch uses
+};
+
+// Note [Page model]. buffers: the profile's model (tools/simulate/profile_model.h), whose
+// launches' durations and widened lifetimes it keeps.
+page_model pages_of_profile(const profiler::profile& p, const policy::iteration_model& buffers,
+                            std::size_t page_bytes = std::size_t{2} << 20,
+                            std::size_t region_alignment = 256);
+
+}  // namespace oversub::tools
+
+#endif  // OVERSUB_TOOLS_SIMULATE_PAGE_MODEL_H
