@@ -54,7 +54,9 @@ class Published:
     #   "nvidia-smi"    everything the process holds: CUDA context and kernels plus the
     #                   allocator's reserved bytes;
     #   "network-wide"  vDNN's baseline: every layer's outputs and their gradients
-    #                   allocated for the whole iteration, plus weights.
+    #                   allocated for the whole iteration, plus weights;
+    #   "saved"         the activations the forward pass keeps for the backward pass:
+    #                   per-iteration bytes live just after the loss.
     measures: str = "nvidia-smi"
     bytes_high: int | None = None   # the top of a published range ("10-13GB")
 
@@ -70,6 +72,29 @@ HF_ANATOMY = ("HF transformers docs, \"Model training anatomy\" "
               "(huggingface.co/docs/transformers/model_memory_anatomy): nvidia-smi on a V100")
 MXNET_TABLE = ("knjcode/mxnet-finetuner docs/benchmark.md, \"Memory usage (MiB)\": MXNet, SGD, "
                "Maxwell Titan X, nvidia-smi")
+
+
+def transformer_activation_bytes(s: int, b: int, h: int, a: int, layers: int, vocab: int,
+                                 elem: int = 2) -> int:
+    """Korthikanti et al. (MLSys 2023, arXiv 2205.05198), section 4: the activations a
+    GPT-style transformer stores for the backward pass, without parallelism or
+    recomputation. Per layer, with elem-byte activations and 1-byte dropout masks:
+    attention 5*elem*sbh + sbh (QKV input, Q, K, V, output projection input; its
+    dropout mask) plus (2*elem + 1)*as^2b (softmax output, its dropout mask and output);
+    MLP 9*elem*sbh + sbh (first linear input, GeLU input at 4h, second linear input at
+    4h; dropout mask); two layer norms' inputs 2*elem*sbh. With elem = 2 (the paper's
+    16-bit activations) this is their equation sbh(34 + 5as/h). Outside the layers
+    (their section 4.3): the embedding dropout mask sbh, the final layer norm's and the
+    output projection's inputs 2*elem*sbh, and the logits, kept in 32 bits, 4sbv."""
+    sbh, as2b = s * b * h, a * s * s * b
+    layer = (5 * elem + 1) * sbh + (2 * elem + 1) * as2b + (9 * elem + 1) * sbh + 2 * elem * sbh
+    return layers * layer + sbh + 2 * elem * sbh + 4 * s * b * vocab
+
+
+# GPT-2 small (Radford et al. 2019: 12 layers, d 768, 12 heads, 1024 tokens, vocabulary
+# 50257) at batch 8, the trace's fp32: every activation term at 4 bytes.
+GPT2_SAVED = transformer_activation_bytes(1024, 8, 768, 12, 12, 50257, elem=4)
+
 PUBLISHED: list[Published] = [
     Published("vgg16", 256, 28 * GB,
               "28 GB (feature maps, weights, workspace; network-wide allocation, no reuse)",
@@ -81,6 +106,14 @@ PUBLISHED: list[Published] = [
               "discuss.pytorch.org/t/117402 \"ResNet-50 takes 10-13GB to run with batch size "
               "of 96\", as quoted in github.com/PatrickHua/SimSiam/issues/51",
               bytes_high=13 * GB),
+    Published("gpt2", 8, GPT2_SAVED,
+              f"{GPT2_SAVED / GB:.2f} GB of activations kept for the backward pass: the paper's "
+              "formula, sbh(34 + 5as/h) per layer plus embeddings and fp32 logits, evaluated "
+              "at s 1024, b 8, h 768, a 12, 12 layers, v 50257, with the 16-bit terms at 4 bytes "
+              f"(fp32, as traced; {transformer_activation_bytes(1024, 8, 768, 12, 12, 50257) / GB:.2f}"
+              " GB as published, 16-bit)",
+              "Korthikanti et al., \"Reducing Activation Recomputation in Large Transformer "
+              "Models\", MLSys 2023 (arXiv 2205.05198), section 4", measures="saved"),
     Published("bert-large-cls", 4, 14949 * MiB,
               "14949 MiB occupied in training (of which 1343 MiB CUDA context and kernels, "
               "measured on the same page)", HF_ANATOMY),
@@ -166,6 +199,16 @@ def network_wide(p: Profile) -> int:
     return sum(a.bytes for a in p.allocations if a.long_lived) + 2 * forward
 
 
+def saved_activations(p: Profile) -> int:
+    """The activations the forward pass keeps for the backward pass: the per-iteration
+    bytes live just after the loss's forward launch (Note [Comparing like with like])."""
+    names = [p.strings[launch.name] for launch in p.launches]
+    loss = max(i for i, n in enumerate(names) if "loss_forward" in n)
+    return sum(a.bytes for a in p.allocations
+               if not a.long_lived and a.alloc_at <= loss
+               and (a.free_at is None or a.free_at > loss + 1))
+
+
 def find_fragmentation_bench(build: Path | None) -> Path | None:
     """tests/bench/fragmentation/fragmentation_bench of build, else of the newest build*."""
     rel = Path("tests/bench/fragmentation/fragmentation_bench")
@@ -216,6 +259,8 @@ def check(build: Path | None = None) -> int:
         res = reserved[f"row{k}"]
         if pub.measures == "network-wide":
             modeled, how = network_wide(p), "network-wide"
+        elif pub.measures == "saved":
+            modeled, how = saved_activations(p), "kept for backward"
         else:
             modeled, how = res + CUDA_CONTEXT_BYTES, "reserved + context"
         high = pub.bytes_high or pub.bytes

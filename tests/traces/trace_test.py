@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO / "scripts" / "lib"))
 from oprof import Profile, ProfileError, read_profile  # noqa: E402
 from oversub_profile import live_bytes  # noqa: E402
-from trace_torch_cli import pooling_indices  # noqa: E402
+from trace_torch_cli import (GPT2_SAVED, pooling_indices, saved_activations,  # noqa: E402
+                             transformer_activation_bytes)
 
 FAILURES: list[str] = []
 
@@ -181,7 +182,19 @@ def case_capture(oversub: Path, reader: Path) -> None:
             agree(reader, plain, pm)
 
 
+def formula() -> None:
+    # The paper's per-layer figure, sbh(34 + 5as/h) with 16-bit activations, by hand for
+    # s 2, b 1, h 4, a 2 (sbh 8, as^2b 8): 8 * 34 + 5 * 8 = 312 bytes a layer; outside
+    # the layers sbh + 4sbh + 4sbv (v 10): 8 + 32 + 80 = 120.
+    got = transformer_activation_bytes(2, 1, 4, 2, 3, 10)
+    check(got == 3 * 312 + 120, f"formula: {got} != {3 * 312 + 120}")
+    # In fp32 each 16-bit term doubles: 66sbh + 9as^2b = 600 a layer, 8 + 64 + 80 outside.
+    got = transformer_activation_bytes(2, 1, 4, 2, 3, 10, elem=4)
+    check(got == 3 * 600 + 152, f"fp32 formula: {got} != {3 * 600 + 152}")
+
+
 def case_shipped(reader: Path, traces: Path) -> None:
+    formula()
     files = sorted(traces.glob("*.oprof"))
     check(len(files) >= 8, f"{traces}: {len(files)} traces, expected the 8 of docs/traces.md")
     for path in files:
@@ -198,6 +211,12 @@ def case_shipped(reader: Path, traces: Path) -> None:
         found = pooling_indices(p)
         check(len(found) == want, f"{path.name}: {len(found)} max-pooling index tensors, "
               f"not {want}")
+        if path.name == "gpt2-b8.oprof":
+            # Note [Comparing like with like] in docs/traces.md: the activations kept
+            # for the backward pass against Korthikanti et al.'s accounting in fp32.
+            ratio = saved_activations(p) / GPT2_SAVED
+            check(abs(ratio - 1) <= 0.25, f"{path.name}: kept for backward {ratio:.3f} of "
+                  "the published accounting")
         print(f"{path.name}: {len(p.launches)} launches, peak {max(live_bytes(p))} B")
 
 
