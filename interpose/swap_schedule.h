@@ -43,6 +43,9 @@ struct swap_schedule_stats {
   // cost model, its pages as buffers), and the same iteration with enough memory, ns.
   std::uint64_t predicted_ns = 0;
   std::uint64_t predicted_unlimited_ns = 0;
+  // The bytes that iteration moves each way in the prediction.
+  std::uint64_t predicted_h2d_bytes = 0;
+  std::uint64_t predicted_d2h_bytes = 0;
 };
 
 // Before a launch on device whose ranges are about to be prepared: learn, and

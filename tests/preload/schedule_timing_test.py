@@ -101,6 +101,10 @@ def check_prediction(sched: dict) -> None:
     if sched["predicted_ns"] < sched["predicted_unlimited_ns"]:
         fail(f"predicted iteration {sched['predicted_ns']} ns under the unlimited "
              f"{sched['predicted_unlimited_ns']} ns")
+    # At 3x the plan moves data both ways.
+    for key in ("predicted_h2d_bytes", "predicted_d2h_bytes"):
+        if sched[key] <= 0:
+            fail(f"{key} {sched[key]}: the plan at 3x should move data both ways")
 
 
 def check_fallback(sched: dict, stderr: str) -> str:
