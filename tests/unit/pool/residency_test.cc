@@ -50,6 +50,8 @@ class Residency : public ::testing::Test {
     }
     ASSERT_EQ(host[kPage - 1], value);
   }
+  void five_pages(residency_engine& e, int fill);
+  void expect_only_page_3_left(residency_engine& e, int fill);
   static constexpr std::size_t kPages = 16;
   cudaStream_t s_ = nullptr;
   std::uintptr_t base_ = 0;
@@ -239,18 +241,39 @@ TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
   EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
 }
 
+// The prefetch tests' device: four pages of room, five pages filled with fill + i;
+// page 0 left to make room for page 4, page 1 the least recently used.
+void Residency::five_pages(residency_engine& e, int fill) {
+  for (std::size_t i = 0; i < 5; ++i) {
+    ASSERT_TRUE(e.create_page(va(i)));
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), fill + static_cast<int>(i), kPage, s_), cudaSuccess);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+}
+
+// After a prefetch of page 0 that evicted page 3 alone: page 0 comes back (waiting for
+// page 3's copy), pages 1, 2 and 4 are still resident, page 3 is fetched at its next
+// use, and every byte is intact.
+void Residency::expect_only_page_3_left(residency_engine& e, int fill) {
+  const byte_range zero{va(0), kPage};
+  ASSERT_TRUE(e.prefetch({&zero, 1}));
+  const std::uint64_t fetches = e.stats().fetches;
+  for (std::size_t i : {1, 2, 4}) ASSERT_TRUE(use(e, i, false));
+  EXPECT_EQ(e.stats().fetches, fetches);
+  ASSERT_TRUE(use(e, 3, false));
+  EXPECT_EQ(e.stats().fetches, fetches + 1);
+  for (std::size_t i = 0; i < 5; ++i) expect_bytes(i, static_cast<unsigned char>(fill + i));
+  EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+}
+
 // Note [Prefetch keeps what is needed sooner] (interpose/swap_schedule.cc): a
 // scheduled prefetch that finds no room evicts only pages its rank lets go (rank 0
 // keeps a page), whatever their last use; with every resident page kept it evicts
 // nothing and defers.
 TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   residency_engine e(config(4, 16));
-  for (std::size_t i = 0; i < 5; ++i) {  // page 0 leaves to make room for page 4
-    ASSERT_TRUE(e.create_page(va(i)));
-    ASSERT_TRUE(use(e, i));
-    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x20 + static_cast<int>(i), kPage, s_), cudaSuccess);
-  }
-  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(five_pages(e, 0x20));
   const std::uint64_t evictions = e.stats().evictions;
   const byte_range zero{va(0), kPage};
   std::vector<byte_range> later;
@@ -269,26 +292,14 @@ TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   const std::vector<std::uintptr_t> keep{va(1), va(2), va(4)};
   ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, in(keep)));
   EXPECT_EQ(e.stats().evictions, evictions + 1);
-  ASSERT_TRUE(e.prefetch({&zero, 1}));  // waits for page 3's copy, then fetches page 0
-  const std::uint64_t fetches = e.stats().fetches;
-  for (std::size_t i : {1, 2, 4}) ASSERT_TRUE(use(e, i, false));
-  EXPECT_EQ(e.stats().fetches, fetches);  // still resident
-  ASSERT_TRUE(use(e, 3, false));
-  EXPECT_EQ(e.stats().fetches, fetches + 1);
-  for (std::size_t i = 0; i < 5; ++i) expect_bytes(i, static_cast<unsigned char>(0x20 + i));
-  EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+  ASSERT_NO_FATAL_FAILURE(expect_only_page_3_left(e, 0x20));
 }
 
 // Of the pages a prefetch may take, those of highest rank (used furthest off) leave
 // first, not the least recently used; dead pages before any.
 TEST_F(Residency, PrefetchNowEvictsTheHighestRankFirst) {
   residency_engine e(config(4, 16));
-  for (std::size_t i = 0; i < 5; ++i) {  // page 0 leaves to make room for page 4
-    ASSERT_TRUE(e.create_page(va(i)));
-    ASSERT_TRUE(use(e, i));
-    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x30 + static_cast<int>(i), kPage, s_), cudaSuccess);
-  }
-  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(five_pages(e, 0x30));
   const std::uint64_t evictions = e.stats().evictions;
   const byte_range zero{va(0), kPage};
   std::vector<byte_range> later;
@@ -298,14 +309,7 @@ TEST_F(Residency, PrefetchNowEvictsTheHighestRankFirst) {
   });
   ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, rank));
   EXPECT_EQ(e.stats().evictions, evictions + 1);
-  ASSERT_TRUE(e.prefetch({&zero, 1}));  // waits for page 3's copy, then fetches page 0
-  const std::uint64_t fetches = e.stats().fetches;
-  for (std::size_t i : {1, 2, 4}) ASSERT_TRUE(use(e, i, false));
-  EXPECT_EQ(e.stats().fetches, fetches);  // still resident
-  ASSERT_TRUE(use(e, 3, false));
-  EXPECT_EQ(e.stats().fetches, fetches + 1);
-  for (std::size_t i = 0; i < 5; ++i) expect_bytes(i, static_cast<unsigned char>(0x30 + i));
-  EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+  ASSERT_NO_FATAL_FAILURE(expect_only_page_3_left(e, 0x30));
 }
 
 TEST_F(Residency, TheArenaOverTheEngineHoldsMoreThanTheCapacity) {
