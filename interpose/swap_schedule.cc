@@ -331,11 +331,11 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
   // is free already; the rest is tried again before the next launch, and the
   // on-demand step still waits when a launch's own pages are not there in time.
   // Note [Deferred fetches fall due]: only those whose use is still ahead.
-  std::vector<pool::byte_range> due;
+  std::size_t due = 0;
   for (std::size_t k = 0; k < l.later.size(); ++k) {
-    if (l.later_due[k] >= now) due.push_back(l.later[k]);
+    if (l.later_due[k] >= now) l.later[due++] = l.later[k];
   }
-  fetch.insert(fetch.begin(), due.begin(), due.end());
+  fetch.insert(fetch.begin(), l.later.begin(), l.later.begin() + static_cast<std::ptrdiff_t>(due));
   l.later.clear();
   l.later_due.clear();
   if (!fetch.empty()) {
