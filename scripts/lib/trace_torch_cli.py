@@ -184,6 +184,11 @@ def pooling_indices(p: Profile) -> set[int]:
     return out
 
 
+def loss_launch(p: Profile) -> int:
+    """The position of the loss's forward launch (the last one, for a model with several)."""
+    return max(i for i, launch in enumerate(p.launches) if "loss_forward" in p.strings[launch.name])
+
+
 def network_wide(p: Profile) -> int:
     """vDNN's baseline (network-wide allocation, no reuse): the long-lived buffers plus
     every buffer the forward pass allocates (up to the loss) counted twice, once for the
@@ -191,8 +196,7 @@ def network_wide(p: Profile) -> int:
     cuDNN, whose pooling backward takes the layer's input, output and output gradient
     and keeps no index tensor (cudnnPoolingBackward), so PyTorch's max-pooling indices
     are left out (Note [Comparing like with like] in docs/traces.md)."""
-    names = [p.strings[launch.name] for launch in p.launches]
-    loss = max(i for i, n in enumerate(names) if "loss_forward" in n)
+    loss = loss_launch(p)
     indices = pooling_indices(p)
     forward = sum(a.bytes for k, a in enumerate(p.allocations)
                   if not a.long_lived and a.alloc_at <= loss and k not in indices)
@@ -202,8 +206,7 @@ def network_wide(p: Profile) -> int:
 def saved_activations(p: Profile) -> int:
     """The activations the forward pass keeps for the backward pass: the per-iteration
     bytes live just after the loss's forward launch (Note [Comparing like with like])."""
-    names = [p.strings[launch.name] for launch in p.launches]
-    loss = max(i for i, n in enumerate(names) if "loss_forward" in n)
+    loss = loss_launch(p)
     return sum(a.bytes for a in p.allocations
                if not a.long_lived and a.alloc_at <= loss
                and (a.free_at is None or a.free_at > loss + 1))

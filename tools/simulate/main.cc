@@ -211,7 +211,7 @@ void print_json(const options& opts, const device_model& device, const profile_m
   if (pages != nullptr) {
     std::printf("  \"granularity\": \"page\", \"pages\": %zu, \"page_bytes\": %zu, "
                 "\"long_lived_zone_bytes\": %zu, \"planned_region_bytes\": %zu,\n",
-                pages->pages, pages->model.buffers.empty() ? 0 : pages->model.buffers[0].bytes,
+                pages->pages, pages->page_bytes,
                 pages->long_lived_bytes, pages->region_bytes);
   } else {
     std::printf("  \"granularity\": \"buffer\",\n");
@@ -255,13 +255,8 @@ void print_text(const options& opts, const device_model& device, const profile_m
               format_bytes(s.largest.bytes).c_str(), s.largest.launch, s.largest.buffer_count);
   if (pages != nullptr) {
     std::printf("pages     %zu pages of %s (%s): long-lived zone %s, planned region %s\n",
-                pages->pages,
-                format_bytes(pages->model.buffers.empty() ? 0 : pages->model.buffers[0].bytes)
-                    .c_str(),
-                format_bytes(pages->pages * (pages->model.buffers.empty()
-                                                 ? 0
-                                                 : pages->model.buffers[0].bytes))
-                    .c_str(),
+                pages->pages, format_bytes(pages->page_bytes).c_str(),
+                format_bytes(pages->pages * pages->page_bytes).c_str(),
                 format_bytes(pages->long_lived_bytes).c_str(),
                 format_bytes(pages->region_bytes).c_str());
   }

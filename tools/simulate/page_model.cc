@@ -21,6 +21,7 @@ std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a;
 page_model pages_of_profile(const profiler::profile& p, const policy::iteration_model& buffers,
                             std::size_t page_bytes, std::size_t region_alignment) {
   page_model r;
+  r.page_bytes = page_bytes;
   const std::size_t n = buffers.launches.size();
   if (buffers.buffers.size() != p.allocations.size() || page_bytes == 0 ||
       region_alignment == 0) {

@@ -41,6 +41,7 @@ struct page_model {
   policy::iteration_model model;
   std::size_t long_lived_bytes = 0;  // the long-lived zone, aligned
   std::size_t region_bytes = 0;      // the planned region of the per-iteration buffers
+  std::size_t page_bytes = 0;
   std::size_t pages = 0;             // pages some launch uses
 };
 
