@@ -25,6 +25,72 @@ std::uint64_t transfer_bound_ns(const iteration_model& model, std::size_t capaci
   return std::max(unlimited, link);
 }
 
+std::uint64_t window_bound_ns(const iteration_model& model, std::size_t capacity_bytes,
+                              const cost_model& costs) {
+  const std::uint64_t unlimited = unlimited_iteration_ns(model, costs);
+  const std::size_t n = model.launches.size();
+  if (n == 0) return unlimited;
+  constexpr std::uint32_t none = ~std::uint32_t{0};
+  std::vector<std::uint32_t> first(model.buffers.size(), none), last(model.buffers.size(), 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    for (buffer_id b : model.launches[i].uses) {
+      if (first[b] == none) first[b] = i;
+      last[b] = i;
+    }
+  }
+  // Cut points: window k covers launches [cuts[k], cuts[k + 1]).
+  std::vector<std::size_t> cuts;
+  const std::size_t parts = std::min(n, window_grid);
+  for (std::size_t k = 0; k <= parts; ++k) cuts.push_back(n * k / parts);
+  const auto ns = [](std::size_t bytes, double per_s) {
+    return per_s <= 0 ? 0.0 : static_cast<double>(bytes) * 1e9 / per_s;
+  };
+  // best[k]: the most time the launches before cuts[k] must take.
+  std::vector<double> best(parts + 1, 0.0);
+  std::vector<std::uint32_t> seen(model.buffers.size(), none), written(model.buffers.size(), none),
+      counted(model.buffers.size(), none);
+  for (std::size_t s = 0; s < parts; ++s) {
+    const std::size_t a = cuts[s];
+    const auto stamp = static_cast<std::uint32_t>(s);
+    double compute = 0;
+    std::size_t content = 0, dirty = 0;
+    std::size_t e = s + 1;
+    for (std::size_t b = a; b < n; ++b) {
+      const model_launch& l = model.launches[b];
+      compute += static_cast<double>(l.duration_ns);
+      for (buffer_id x : l.uses) {
+        const model_buffer& buf = model.buffers[x];
+        if (seen[x] != stamp) {
+          seen[x] = stamp;
+          if (buf.long_lived || first[x] < a) content += buf.bytes;
+        }
+        if (written[x] != stamp && launch_writes(l, x)) {
+          written[x] = stamp;
+          if (buf.long_lived || last[x] > b) {
+            dirty += buf.bytes;
+            counted[x] = stamp;
+          }
+        }
+        if (counted[x] == stamp && !buf.long_lived && last[x] == b) {
+          dirty -= buf.bytes;  // written earlier in the window, dead after b
+          counted[x] = none;
+        }
+      }
+      if (b + 1 == cuts[e]) {
+        const double in = ns(content > capacity_bytes ? content - capacity_bytes : 0,
+                             costs.h2d_bytes_per_s);
+        const double out = ns(dirty > capacity_bytes ? dirty - capacity_bytes : 0,
+                              costs.d2h_bytes_per_s);
+        best[e] = std::max(best[e], best[s] + std::max({compute, in, out}));
+        ++e;
+      }
+    }
+  }
+  const auto bound = static_cast<std::uint64_t>(best[parts]) +
+                     costs.launch_latency_ns;  // truncated: a bound stays below
+  return std::max(unlimited, bound);
+}
+
 namespace {
 
 // Releases the schedule counted on that may not have happened yet in real time.

@@ -65,6 +65,38 @@ std::uint64_t unlimited_iteration_ns(const iteration_model& model, const cost_mo
 std::uint64_t transfer_bound_ns(const iteration_model& model, std::size_t capacity_bytes,
                                 const cost_model& costs);
 
+// A lower bound for any valid schedule (check_schedule) that is tighter where the
+// link is busy in both halves of the step: the iteration cut into consecutive
+// windows of launches, each at least its compute, the bytes it must fetch over the
+// host-to-device bandwidth and the bytes it must copy out over the device-to-host
+// one; the cut that gives the most, ns. Never below T_unlimited. Note [Window bound].
+std::uint64_t window_bound_ns(const iteration_model& model, std::size_t capacity_bytes,
+                              const cost_model& costs);
+
+// Note [Window bound]
+// Take a window of launches [a, b] (from launch a's start to launch b's end).
+// - Fetches: every buffer a launch of the window uses must be resident then; if it
+//   already has content at a (long-lived, or per-iteration and first used before a)
+//   and is not resident at a, its content is copied in inside the window (a use with
+//   unknown writes may read, so a valid schedule copies it in). At a at most
+//   capacity bytes are resident or being fetched, so the window copies in at least
+//   (content bytes it uses - capacity).
+// - Copies out: a buffer the window writes whose content is needed after b (long-
+//   lived, or per-iteration and used after b) is either resident at b's end or was
+//   copied out after its write, inside the window (memory is released only when the
+//   copy out ends). So the window copies out at least (those bytes - capacity).
+// - Compute: the window's launches run one after another.
+// The window lasts at least the largest of the three, consecutive windows do not
+// overlap, and the iteration lasts at least the launch latency plus their sum;
+// window_bound_ns maximizes that sum over the cuts (dynamic programming over window
+// ends). The transfer bound lets all (peak_live - capacity) bytes go out and come back
+// concurrently; in a training step what does not fit at the peak is written in the
+// forward half and read in the backward half, so both halves are link-bound, and the
+// window bound sees it. Per-copy setup is left out (the bound stays a bound).
+// Windows start and end on every launch up to window_grid launches; longer
+// iterations use window_grid evenly spaced cut points (fewer cuts only lower it).
+inline constexpr std::size_t window_grid = 1024;
+
 // Replays `plan` (for `model`) in virtual time. The schedule should pass
 // check_schedule; one that exceeds its capacity is reported in `error`.
 simulation simulate(const iteration_model& model, const schedule& plan,

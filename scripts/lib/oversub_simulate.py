@@ -110,6 +110,7 @@ def sweep_rows(result: dict) -> list[dict]:
             "iteration_ns": p["iteration_ns"] if p["ok"] else "",
             "unlimited_iteration_ns": p["unlimited_iteration_ns"],
             "transfer_bound_ns": p["transfer_bound_ns"],
+            "window_bound_ns": p["window_bound_ns"],
             "overhead_percent": f"{100 * p['overhead']:.2f}" if p["ok"] else "",
             "h2d_bytes": p["h2d_bytes"] if p["ok"] else "",
             "d2h_bytes": p["d2h_bytes"] if p["ok"] else "",
@@ -126,14 +127,15 @@ def sweep_markdown(result: dict) -> str:
             f"{fmt_ms(result['unlimited_iteration_ns'])} ms per iteration" +
             (f"; planned over {result['pages']} pages of {fmt_bytes(result['page_bytes'])}"
              if result.get("granularity") == "page" else "") + "\n\n")
-    lines = ["| capacity | policy | iteration ms | overhead | transfer bound ms | to device | "
-             "to host | peak device | note |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| capacity | policy | iteration ms | overhead | transfer bound ms | window bound ms | "
+             "to device | to host | peak device | note |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sweep_rows(result):
         ok = r["iteration_ns"] != ""
         lines.append("| " + " | ".join([
             fmt_bytes(r["capacity_bytes"]), r["policy"],
             fmt_ms(r["iteration_ns"]) if ok else "", f"+{r['overhead_percent']}%" if ok else "",
-            fmt_ms(r["transfer_bound_ns"]), fmt_bytes(r["h2d_bytes"]) if ok else "",
+            fmt_ms(r["transfer_bound_ns"]), fmt_ms(r["window_bound_ns"]),
+            fmt_bytes(r["h2d_bytes"]) if ok else "",
             fmt_bytes(r["d2h_bytes"]) if ok else "",
             fmt_bytes(r["peak_device_bytes"]) if ok else "", r["note"]]) + " |")
     return head + "\n".join(lines) + "\n"

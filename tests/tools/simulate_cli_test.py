@@ -352,6 +352,8 @@ def case_simtrain(c: Ctx) -> None:
     for q in half["points"]:
         check(q["ok"] and q["peak_device_bytes"] <= cap and q["peak_device_bytes_in_time"] <= cap
               and q["iteration_ns"] >= q["transfer_bound_ns"] > q["unlimited_iteration_ns"]
+              and q["iteration_ns"] + q["h2d_copies"] + q["d2h_copies"] >= q["window_bound_ns"]
+              >= q["unlimited_iteration_ns"]
               and q["h2d_bytes"] > 0, f"{q['policy']} in half: {q}")
 
 
@@ -373,7 +375,9 @@ def case_shipped(c: Ctx) -> None:
         check(r.returncode == 0, f"{t.name}: {r.stderr}")
         q = json.loads(r.stdout)["points"][0]
         check(q["ok"] and q["peak_device_bytes"] <= cap and
-              q["iteration_ns"] >= q["transfer_bound_ns"] >= q["unlimited_iteration_ns"] > 0,
+              q["iteration_ns"] >= q["transfer_bound_ns"] >= q["unlimited_iteration_ns"] > 0 and
+              q["iteration_ns"] + q["h2d_copies"] + q["d2h_copies"] >= q["window_bound_ns"]
+              >= q["unlimited_iteration_ns"],
               f"{t.name} in {cap}: {q}")
         print(f"{t.name}: peak live {out['peak_live_bytes']}, in {cap}: "
               f"+{100 * q['overhead']:.1f}%")

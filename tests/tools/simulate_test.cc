@@ -206,6 +206,14 @@ TEST(WhatIf, ToyIterationMatchesTheHandComputation) {
   EXPECT_EQ(p.sim.peak_device_bytes, X + X / 2);
   // Transfer bound: peak live 2.5 X minus 1.5 X at 1 B/ns = 1 ms, above T_unlimited.
   EXPECT_EQ(p.transfer_bound_ns, X);
+  // Window bound: launches 0 and 1 together use A and B (2 X of content; Y gets its
+  // content inside them) in 1.5 X, so 0.5 X comes in (and, every use a write, 0.5 X
+  // goes out) within them: 0.5 ms, under their 0.8 ms of compute. It does not see
+  // that a full device serializes the four copies (the replay does): T_unlimited.
+  EXPECT_EQ(p.window_bound_ns, p.unlimited_ns);
+  // In 1.2 X the window copies 0.8 X each way, 0.8 ms: the same. In X (no room for a
+  // launch, but the bound does not ask), 1 ms.
+  EXPECT_EQ(policy::window_bound_ns(pm.model, X, d.costs), d.costs.launch_latency_ns + X);
   EXPECT_DOUBLE_EQ(p.overhead, static_cast<double>(d0 + d1 + 4 * c) /
                                    static_cast<double>(2'000 + d0 + d1) - 1.0);
   EXPECT_FALSE(p.fits);

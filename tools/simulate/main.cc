@@ -227,9 +227,10 @@ void print_json(const options& opts, const device_model& device, const profile_m
                 p.error.empty() ? "true" : "false", json_string(p.error).c_str(),
                 p.fits ? "true" : "false");
     std::printf("\"iteration_ns\": %" PRIu64 ", \"unlimited_iteration_ns\": %" PRIu64
-                ", \"transfer_bound_ns\": %" PRIu64 ", \"overhead\": %.6f, \"stall_ns\": %" PRIu64
-                ", ",
-                p.sim.iteration_ns, p.unlimited_ns, p.transfer_bound_ns, p.overhead,
+                ", \"transfer_bound_ns\": %" PRIu64 ", \"window_bound_ns\": %" PRIu64
+                ", \"overhead\": %.6f, \"stall_ns\": %" PRIu64 ", ",
+                p.sim.iteration_ns, p.unlimited_ns, p.transfer_bound_ns, p.window_bound_ns,
+                p.overhead,
                 p.sim.stall_ns);
     std::printf("\"peak_device_bytes\": %zu, \"peak_device_bytes_in_time\": %zu, "
                 "\"h2d_bytes\": %" PRIu64 ", \"d2h_bytes\": %" PRIu64 ", \"h2d_copies\": %" PRIu64
@@ -266,10 +267,11 @@ void print_text(const options& opts, const device_model& device, const profile_m
     std::printf("capacity  %s (%zu bytes)%s\n", format_bytes(p.capacity_bytes).c_str(),
                 p.capacity_bytes, p.fits ? ": the iteration fits" : "");
     if (!p.error.empty()) return;
-    std::printf("%-9s iteration %s, overhead %s against unlimited, transfer bound %s\n",
+    std::printf("%-9s iteration %s, overhead %s against unlimited, transfer bound %s, "
+                "window bound %s\n",
                 std::string(policy::policy_name(p.policy)).c_str(),
                 format_ns(p.sim.iteration_ns).c_str(), format_overhead(p.overhead).c_str(),
-                format_ns(p.transfer_bound_ns).c_str());
+                format_ns(p.transfer_bound_ns).c_str(), format_ns(p.window_bound_ns).c_str());
     std::printf("          peak device %s (%zu bytes); moved to the device %s (%" PRIu64
                 " bytes, %" PRIu64 " copies), to the host %s (%" PRIu64 " bytes, %" PRIu64
                 " copies)\n",
@@ -278,19 +280,20 @@ void print_text(const options& opts, const device_model& device, const profile_m
                 format_bytes(p.sim.d2h_bytes).c_str(), p.sim.d2h_bytes, p.sim.d2h_copies);
     return;
   }
-  std::printf("\n| capacity | policy | iteration | overhead | transfer bound | to device | "
-              "to host | peak device |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| capacity | policy | iteration | overhead | transfer bound | window bound | "
+              "to device | to host | peak device |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const what_if_point& p : points) {
     const std::string name(policy::policy_name(p.policy));
     if (!p.error.empty()) {
-      std::printf("| %s | %s | no schedule: %s | | | | | |\n",
+      std::printf("| %s | %s | no schedule: %s | | | | | | |\n",
                   format_bytes(p.capacity_bytes).c_str(), name.c_str(), p.error.c_str());
       continue;
     }
-    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n",
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 format_bytes(p.capacity_bytes).c_str(), name.c_str(),
                 format_ns(p.sim.iteration_ns).c_str(), format_overhead(p.overhead).c_str(),
-                format_ns(p.transfer_bound_ns).c_str(), format_bytes(p.sim.h2d_bytes).c_str(),
+                format_ns(p.transfer_bound_ns).c_str(), format_ns(p.window_bound_ns).c_str(),
+                format_bytes(p.sim.h2d_bytes).c_str(),
                 format_bytes(p.sim.d2h_bytes).c_str(),
                 format_bytes(p.sim.peak_device_bytes).c_str());
   }

@@ -22,6 +22,7 @@ what_if_point run_point(const policy::iteration_model& model, std::size_t capaci
   p.capacity_bytes = capacity_bytes;
   p.unlimited_ns = policy::unlimited_iteration_ns(model, costs);
   p.transfer_bound_ns = policy::transfer_bound_ns(model, capacity_bytes, costs);
+  p.window_bound_ns = policy::window_bound_ns(model, capacity_bytes, costs);
   p.fits = policy::peak_live_bytes(model) <= capacity_bytes;
   // As the library plans (Note [Headroom] in policy/schedule.h, its 2 MiB pages).
   policy::schedule_result plan = policy::plan_schedule(

@@ -28,6 +28,7 @@ struct what_if_point {
   policy::simulation sim;                // valid when error is empty
   std::uint64_t unlimited_ns = 0;        // launch latency plus every duration
   std::uint64_t transfer_bound_ns = 0;   // policy::transfer_bound_ns
+  std::uint64_t window_bound_ns = 0;     // policy::window_bound_ns
   // iteration_ns / unlimited_ns - 1 (0.25: 25% slower than with enough memory).
   double overhead = 0;
   bool fits = false;  // peak live bytes <= capacity: nothing needs to move

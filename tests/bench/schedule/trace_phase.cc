@@ -1,8 +1,8 @@
 // trace_phase: the cost policy on a profile (a shipped trace or one the profiler
-// wrote) against the transfer bound and the phase estimate (Note [Phase estimate]
-// in schedule_bench.cc), at the capacities of `oversub simulate --sweep N`. Prints a
+// wrote) against the transfer bound and the window bound (Note [Window bound] in
+// policy/simulate.h), at the capacities of `oversub simulate --sweep N`. Prints a
 // markdown table; which points are link-bound in both halves, and how far cost is
-// from what the halves allow. docs/policy.md, "How close to the bound".
+// from what any schedule could do. docs/policy.md, "How close to the bound".
 // Usage: trace_phase PROFILE [DEVICE] [N]   (DEVICE: h100-pcie; N: 5)
 #include <algorithm>
 #include <cstdio>
@@ -66,26 +66,19 @@ int main(int argc, char** argv) {
   }
   const policy::iteration_model& m = pm.model;
   const policy::cost_model& c = device.value.costs;
-  const std::uint32_t boundary = policy::backward_begin_of(m);
-  double forward = static_cast<double>(c.launch_latency_ns), backward = 0;
-  for (std::size_t i = 0; i < m.launches.size(); ++i) {
-    (i < boundary ? forward : backward) += static_cast<double>(m.launches[i].duration_ns);
-  }
   const std::size_t live = policy::peak_live_bytes(m);
-  std::printf("| profile | capacity | bound ms | phase est ms | cost ms | cost / bound |"
-              " cost / phase est |\n");
+  std::printf("| profile | capacity | bound ms | window bound ms | cost ms | cost / bound |"
+              " cost / window |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   for (std::size_t cap : tools::sweep_capacities(tools::summarize(m, c), points)) {
     if (live <= cap) continue;
-    const double x = static_cast<double>(live - cap);
-    const double phase = std::max(forward, x * 1e9 / c.d2h_bytes_per_s) +
-                         std::max(backward, x * 1e9 / c.h2d_bytes_per_s);
     const policy::schedule_result r = policy::plan_schedule(m, cap, c, policy::policy_kind::cost);
     if (!r.ok()) continue;
     const auto t = static_cast<double>(policy::simulate(m, r.value, c).iteration_ns);
     const auto bound = static_cast<double>(policy::transfer_bound_ns(m, cap, c));
+    const auto window = static_cast<double>(policy::window_bound_ns(m, cap, c));
     std::printf("| %s | %s | %s | %s | %s | %.2fx | %.2fx |\n", argv[1], size_text(cap).c_str(),
-                ms(bound).c_str(), ms(phase).c_str(), ms(t).c_str(), t / bound, t / phase);
+                ms(bound).c_str(), ms(window).c_str(), ms(t).c_str(), t / bound, t / window);
   }
   return 0;
 }
