@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "policy/reuse_bound.h"
 #include "policy/schedule.h"
 #include "policy/simulate.h"
 #include "synthetic_iterations.h"
@@ -41,7 +42,8 @@ std::string ratio_text(double r) {
 struct goal_tally {
   int points = 0, within_bound = 0, hidden_points = 0, hidden_ok = 0, fastest = 0;
   double worst_vs_window = 0;
-  std::vector<std::string> unreachable;  // window bound > 1.15x the transfer bound
+  double worst_vs_lower = 0;             // against the larger of the window and reuse bounds
+  std::vector<std::string> unreachable;  // that larger one > 1.15x the transfer bound
   int um_points = 0, um_ok = 0;
   std::vector<std::string> um_ratios;  // um-naive time / schedule time at 3x
   std::vector<std::string> misses;
@@ -72,9 +74,10 @@ int main(int argc, char** argv) {
   }
   std::printf("\n");
   std::printf("| device | network | oversub | T_unlimited ms | bound / T_unl | window / T_unl | "
+              "reuse / T_unl | "
               "policy | time / T_unl | time / bound | time / window | H2D GB | D2H GB | "
               "peak device GB | capacity GB |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const char* device_name : {"h100-pcie", "titanx-maxwell"}) {
     const synthetic::device_figures device = synthetic::read_device_model(device_name);
     for (const char* network : {"vgg-like", "resnet-like"}) {
@@ -86,6 +89,8 @@ int main(int argc, char** argv) {
         const auto cap = static_cast<std::size_t>(static_cast<double>(peak_live_bytes(m)) / ratio);
         const double bound = static_cast<double>(transfer_bound_ns(m, cap, device.costs));
         const double window = static_cast<double>(window_bound_ns(m, cap, device.costs));
+        const double reuse = static_cast<double>(reuse_bound(m, cap, device.costs).ns);
+        const double lower = std::max(window, reuse);
         double cost_ns = 0, best_other_ns = 1e300, um_naive_ns = 0;
         for (policy_kind kind : policies) {
           const schedule_result r = plan_schedule(m, cap, device.costs, kind);
@@ -102,10 +107,11 @@ int main(int argc, char** argv) {
           } else if (t < best_other_ns) {
             best_other_ns = t;
           }
-          std::printf("| %s | %s | %.1fx | %.1f | %.2f | %.2f | %s | %.2f | %.2f | %.2f | %.2f | "
-                      "%.2f | %.2f | %.2f |\n",
+          std::printf("| %s | %s | %.1fx | %.1f | %.2f | %.2f | %.2f | %s | %.2f | %.2f | %.2f | "
+                      "%.2f | %.2f | %.2f | %.2f |\n",
                       device.name.c_str(), network, ratio, unlimited / 1e6, bound / unlimited,
-                      window / unlimited, std::string(policy_name(kind)).c_str(), t / unlimited,
+                      window / unlimited, reuse / unlimited, std::string(policy_name(kind)).c_str(),
+                      t / unlimited,
                       t / bound, t / window,
                       gb(s.h2d_bytes), gb(s.d2h_bytes), gb(s.peak_device_bytes), gb(cap));
         }
@@ -125,8 +131,10 @@ int main(int argc, char** argv) {
           }
         }
         tally.worst_vs_window = std::max(tally.worst_vs_window, cost_ns / window);
-        if (window > 1.15 * bound) {
-          tally.unreachable.push_back(point + ": window bound " + ratio_text(window / bound) +
+        tally.worst_vs_lower = std::max(tally.worst_vs_lower, cost_ns / lower);
+        if (lower > 1.15 * bound) {
+          tally.unreachable.push_back(point + ": " + (window >= reuse ? "window" : "reuse") +
+                                      " bound " + ratio_text(lower / bound) +
                                       " the transfer bound");
         }
         if (cost_ns <= 1.15 * bound) {
@@ -165,8 +173,11 @@ int main(int argc, char** argv) {
   }
   std::printf("- (not a goal) cost at most %.2fx the window bound at every point\n",
               tally.worst_vs_window);
+  std::printf("- (not a goal) cost at most %.2fx the larger of the window and reuse bounds\n",
+              tally.worst_vs_lower);
   std::printf("- points where no schedule can be within 1.15x of the transfer bound (the "
-              "window bound is above it): %zu of %d\n", tally.unreachable.size(), tally.points);
+              "window or the reuse bound is above it): %zu of %d\n", tally.unreachable.size(),
+              tally.points);
   for (const std::string& u : tally.unreachable) std::printf("  - %s\n", u.c_str());
   for (const std::string& miss : tally.misses) std::printf("  - miss: %s\n", miss.c_str());
   return 0;

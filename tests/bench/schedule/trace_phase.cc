@@ -3,17 +3,23 @@
 // policy/simulate.h), at the capacities of `oversub simulate --sweep N`. Prints a
 // markdown table; which points are link-bound in both halves, and how far cost is
 // from what any schedule could do. docs/policy.md, "How close to the bound".
-// Usage: trace_phase PROFILE [DEVICE] [N]   (DEVICE: h100-pcie; N: 5)
+// Usage: trace_phase [--pages] PROFILE [DEVICE] [N] [CAPACITY...]   (DEVICE: h100-pcie;
+// N: 5; capacities in bytes instead of the sweep's). --pages: the swap engine's view,
+// the profile's page model (Note [Page model] in tools/simulate/page_model.h),
+// planned at policy::planning_capacity and with the reuse floor in whole pages.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 #include <variant>
 
+#include "policy/reuse_bound.h"
 #include "policy/schedule.h"
 #include "policy/simulate.h"
 #include "profiler/profile_format.h"
 #include "tools/simulate/device_model.h"
+#include "tools/simulate/page_model.h"
 #include "tools/simulate/profile_model.h"
 #include "tools/simulate/what_if.h"
 
@@ -42,8 +48,13 @@ std::string size_text(std::size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool pages = argc > 1 && std::string(argv[1]) == "--pages";
+  if (pages) {
+    --argc;
+    ++argv;
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: trace_phase PROFILE [DEVICE] [N]\n");
+    std::fprintf(stderr, "usage: trace_phase [--pages] PROFILE [DEVICE] [N] [CAPACITY...]\n");
     return 2;
   }
   const std::string device_name = argc > 2 ? argv[2] : "h100-pcie";
@@ -64,21 +75,41 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trace_phase: %s\n", pm.error.c_str());
     return 1;
   }
-  const policy::iteration_model& m = pm.model;
+  const tools::page_model pg =
+      pages ? tools::pages_of_profile(std::get<profiler::profile>(read), pm.model)
+            : tools::page_model{};
+  if (!pg.error.empty()) {
+    std::fprintf(stderr, "trace_phase: %s\n", pg.error.c_str());
+    return 1;
+  }
+  const policy::iteration_model& m = pages ? pg.model : pm.model;
+  const std::size_t page_bytes = pages ? pg.page_bytes : 0;
   const policy::cost_model& c = device.value.costs;
   const std::size_t live = policy::peak_live_bytes(m);
-  std::printf("| profile | capacity | bound ms | window bound ms | cost ms | cost / bound |"
-              " cost / window |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
-  for (std::size_t cap : tools::sweep_capacities(tools::summarize(m, c), points)) {
+  std::printf("| profile | capacity | bound ms | window bound ms | reuse bound ms | cost ms |"
+              " cost / bound | cost / window | cost / reuse | cost MiB in/out |"
+              " reuse floor MiB in/out |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::vector<std::size_t> caps;
+  for (int a = 4; a < argc; ++a) caps.push_back(std::strtoull(argv[a], nullptr, 10));
+  if (caps.empty()) caps = tools::sweep_capacities(tools::summarize(m, c), points);
+  for (std::size_t given : caps) {
+    const std::size_t cap = policy::planning_capacity(given, page_bytes);
     if (live <= cap) continue;
     const policy::schedule_result r = policy::plan_schedule(m, cap, c, policy::policy_kind::cost);
     if (!r.ok()) continue;
-    const auto t = static_cast<double>(policy::simulate(m, r.value, c).iteration_ns);
+    const policy::simulation sim = policy::simulate(m, r.value, c);
+    const auto t = static_cast<double>(sim.iteration_ns);
+    const policy::reuse_floor reuse = policy::reuse_bound(m, cap, c, page_bytes);
     const auto bound = static_cast<double>(policy::transfer_bound_ns(m, cap, c));
     const auto window = static_cast<double>(policy::window_bound_ns(m, cap, c));
-    std::printf("| %s | %s | %s | %s | %s | %.2fx | %.2fx |\n", argv[1], size_text(cap).c_str(),
-                ms(bound).c_str(), ms(window).c_str(), ms(t).c_str(), t / bound, t / window);
+    const auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+    std::printf("| %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %.2fx | %.1f / %.1f |"
+                " %.1f / %.1f |\n",
+                argv[1], size_text(cap).c_str(), ms(bound).c_str(), ms(window).c_str(),
+                ms(static_cast<double>(reuse.ns)).c_str(), ms(t).c_str(), t / bound, t / window,
+                t / static_cast<double>(reuse.ns), mib(sim.h2d_bytes), mib(sim.d2h_bytes),
+                mib(reuse.h2d_bytes), mib(reuse.d2h_bytes));
   }
   return 0;
 }

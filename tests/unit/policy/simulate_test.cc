@@ -15,12 +15,7 @@
 namespace oversub::policy {
 namespace {
 
-// 1 byte per ns each way, no setup cost, no launch latency: times are byte counts.
-cost_model byte_per_ns() {
-  cost_model c;
-  c.h2d_bytes_per_s = c.d2h_bytes_per_s = 1e9;
-  return c;
-}
+using synthetic::byte_per_ns;
 
 TEST(Simulate, UnlimitedIsLatencyPlusDurations) {
   iteration_model m;

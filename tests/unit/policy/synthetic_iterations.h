@@ -69,6 +69,14 @@ iteration_model resnet_like(const device_figures& device, int batch);
 // inputs; random workspaces; some launches with unknown writes; optimizer step.
 iteration_model random_layered(std::uint32_t seed, int layers);
 
+// 1 byte per ns each way, no setup cost, no launch latency: times are byte counts
+// (for hand-computed expectations).
+inline cost_model byte_per_ns() {
+  cost_model c;
+  c.h2d_bytes_per_s = c.d2h_bytes_per_s = 1e9;
+  return c;
+}
+
 }  // namespace oversub::policy::synthetic
 
 #endif  // OVERSUB_TESTS_UNIT_POLICY_SYNTHETIC_ITERATIONS_H
