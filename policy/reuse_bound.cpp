@@ -17,11 +17,12 @@ constexpr std::uint64_t never = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint32_t none = ~std::uint32_t{0};
 
 // Each launch's distinct buffers, and for each of them whether the launch writes it
-// and the next launch (this iteration) that uses it.
+// and the next launch (this iteration) that uses it and that writes it.
 struct use_site {
   buffer_id buffer = 0;
   bool writes = false;
-  std::uint32_t next_use = none;  // later launch of this iteration, or none
+  std::uint32_t next_use = none;    // later launch of this iteration, or none
+  std::uint32_t next_write = none;  // later launch of this iteration writing it, or none
 };
 
 struct unrolled {
@@ -36,28 +37,29 @@ unrolled index_uses(const iteration_model& model) {
   u.n = model.launches.size();
   const std::size_t nb = model.buffers.size();
   u.sites.resize(u.n);
-  u.first.assign(nb, none);
   u.last.assign(nb, none);
-  u.first_write.assign(nb, none);
   std::vector<std::uint32_t> stamp(nb, none);
   for (std::uint32_t i = 0; i < u.n; ++i) {
     const model_launch& l = model.launches[i];
     for (buffer_id b : l.uses) {
       if (stamp[b] == i) continue;
       stamp[b] = i;
-      u.sites[i].push_back({b, launch_writes(l, b), none});
-      if (u.first[b] == none) u.first[b] = i;
+      u.sites[i].push_back({b, launch_writes(l, b)});
       u.last[b] = i;
-      if (u.sites[i].back().writes && u.first_write[b] == none) u.first_write[b] = i;
     }
   }
-  std::vector<std::uint32_t> next(nb, none);
+  std::vector<std::uint32_t> next(nb, none), next_write(nb, none);
   for (std::size_t i = u.n; i-- > 0;) {
     for (use_site& s : u.sites[i]) {
       s.next_use = next[s.buffer];
+      s.next_write = next_write[s.buffer];
       next[s.buffer] = static_cast<std::uint32_t>(i);
+      if (s.writes) next_write[s.buffer] = static_cast<std::uint32_t>(i);
     }
   }
+  // Walked back to launch 0, the next use and write are the first ones.
+  u.first = std::move(next);
+  u.first_write = std::move(next_write);
   return u;
 }
 
@@ -134,21 +136,6 @@ std::uint64_t packing_copies_out(const iteration_model& model, const unrolled& u
   std::size_t kept_total = 0;
   std::uint64_t dropped = 0;
   const std::uint64_t horizon = static_cast<std::uint64_t>(k) * u.n;
-  // next_write[i][j]: for site j of launch i, the launch of the next write of that
-  // buffer after i in this iteration, or none.
-  std::vector<std::vector<std::uint32_t>> next_write(u.n);
-  {
-    std::vector<std::uint32_t> nw(nb, none);
-    for (std::size_t i = u.n; i-- > 0;) {
-      next_write[i].resize(u.sites[i].size());
-      for (std::size_t j = 0; j < u.sites[i].size(); ++j) {
-        next_write[i][j] = nw[u.sites[i][j].buffer];
-      }
-      for (const use_site& s : u.sites[i]) {
-        if (s.writes) nw[s.buffer] = static_cast<std::uint32_t>(i);
-      }
-    }
-  }
   std::vector<active> starting;  // intervals opened by the previous launch
   for (std::uint64_t t = 0; t < horizon; ++t) {
     const auto i = static_cast<std::uint32_t>(t % u.n);
@@ -185,13 +172,12 @@ std::uint64_t packing_copies_out(const iteration_model& model, const unrolled& u
       if (kept[b] == 0) open.erase(last);
     }
     // Writes at t open an interval (t, end): its inside is t + 1 .. end - 1.
-    for (std::size_t j = 0; j < u.sites[i].size(); ++j) {
-      const use_site& s = u.sites[i][j];
+    for (const use_site& s : u.sites[i]) {
       if (!s.writes) continue;
       const model_buffer& buf = model.buffers[s.buffer];
       std::uint64_t end = t;
-      if (next_write[i][j] != none) {
-        end = base + next_write[i][j];
+      if (s.next_write != none) {
+        end = base + s.next_write;
       } else if (!buf.long_lived) {
         end = base + u.last[s.buffer];
       } else if (base + u.n < horizon && u.first_write[s.buffer] != none) {

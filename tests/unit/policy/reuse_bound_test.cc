@@ -1,13 +1,11 @@
 // Tests of the reuse bound (policy/reuse_bound.h): hand-counted traffic floors on
-// small iterations, and on synthetic and random programs every policy's simulated
-// traffic and time at or above it.
+// small iterations. Every policy's simulated traffic and time at or above it on the
+// synthetic networks and random programs: simulate_test.cc, beside the window bound.
 #include "policy/reuse_bound.h"
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <string>
 
 #include "policy/schedule.h"
 #include "policy/simulate.h"
@@ -85,54 +83,6 @@ TEST(ReuseBound, SeesContentThatMustComeBack) {
     const simulation s = simulate(m, r.value, c);
     EXPECT_GE(s.h2d_bytes, f.h2d_bytes) << policy_name(kind);
     EXPECT_GE(s.d2h_bytes, f.d2h_bytes) << policy_name(kind);
-  }
-}
-
-void expect_every_policy_above(const iteration_model& m, std::size_t cap, const cost_model& c,
-                               const std::string& what) {
-  const reuse_floor f = reuse_bound(m, cap, c);
-  ASSERT_GT(f.iterations, 0u) << what;
-  for (policy_kind kind : {policy_kind::cost, policy_kind::vdnn_all, policy_kind::lru,
-                           policy_kind::um_naive}) {
-    const schedule_result r = plan_schedule(m, cap, c, kind);
-    ASSERT_TRUE(r.ok()) << what << r.error;
-    const simulation s = simulate(m, r.value, c);
-    const std::string at = what + " " + std::string(policy_name(kind));
-    EXPECT_GE(s.h2d_bytes, f.h2d_bytes) << at;
-    EXPECT_GE(s.d2h_bytes, f.d2h_bytes) << at;
-    // Each copy's time is rounded to the ns on its own: one ns per copy of slack.
-    EXPECT_GE(s.iteration_ns + s.h2d_copies + s.d2h_copies, f.ns) << at;
-  }
-}
-
-TEST(ReuseBound, EveryPolicyMovesAtLeastTheFloorOnSyntheticNetworks) {
-  for (const char* name : {"h100-pcie", "titanx-maxwell"}) {
-    const auto device = synthetic::read_device_model(name);
-    const iteration_model models[] = {synthetic::vgg_like(device, 16),
-                                      synthetic::resnet_like(device, 16)};
-    for (std::size_t k = 0; k < 2; ++k) {
-      for (double ratio : {1.5, 3.0, 10.0}) {
-        const auto cap =
-            static_cast<std::size_t>(static_cast<double>(peak_live_bytes(models[k])) / ratio);
-        expect_every_policy_above(models[k], cap, device.costs,
-                                  std::string(name) + (k == 0 ? " vgg " : " resnet ") +
-                                      std::to_string(ratio));
-      }
-    }
-  }
-}
-
-TEST(ReuseBound, EveryPolicyMovesAtLeastTheFloorOnRandomPrograms) {
-  const auto device = synthetic::read_device_model("h100-pcie");
-  for (std::uint32_t seed = 1; seed <= 40; ++seed) {
-    const iteration_model m = synthetic::random_layered(seed, 20 + static_cast<int>(seed % 60));
-    for (double ratio : {1.5, 3.0, 10.0}) {
-      const std::size_t cap = std::max<std::size_t>(
-          static_cast<std::size_t>(static_cast<double>(peak_live_bytes(m)) / ratio),
-          largest_launch_footprint(m).bytes);
-      expect_every_policy_above(m, cap, device.costs,
-                                "seed " + std::to_string(seed) + " ratio " + std::to_string(ratio));
-    }
   }
 }
 

@@ -1,14 +1,17 @@
 // Tests of the what-if simulator: exact virtual times on hand-built schedules
 // (a fetch waits for the memory a copy out releases; demand paging charges faults),
-// the transfer bound, and the policies' order on VGG-like and ResNet-like
-// iterations: cost is never slower than vdnn-all, lru or um-naive.
+// the transfer bound, every policy at or above the window and reuse bounds, and the
+// policies' order on VGG-like and ResNet-like iterations: cost is never slower than
+// vdnn-all, lru or um-naive.
 #include "policy/simulate.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
+#include "policy/reuse_bound.h"
 #include "policy/schedule_check.h"
 #include "synthetic_iterations.h"
 
@@ -137,6 +140,20 @@ TEST(Simulate, DemandPagingChargesFaultsToTheLaunch) {
   EXPECT_EQ(simulate(m, cold, c).iteration_ns, 20000u + (1u << 20) + 1000 + (1u << 20));
 }
 
+// A replay at or above both lower bounds of its point: the window bound and the
+// reuse bound in time (each copy's time is rounded to the ns on its own: one ns per
+// copy of slack), and at least the reuse floor's bytes each way.
+void expect_above_the_bounds(const iteration_model& m, std::size_t cap, const cost_model& c,
+                             const simulation& s, const std::string& what) {
+  const std::uint64_t slack = s.h2d_copies + s.d2h_copies;
+  EXPECT_GE(s.iteration_ns + slack, window_bound_ns(m, cap, c)) << what;
+  const reuse_floor f = reuse_bound(m, cap, c);
+  ASSERT_GT(f.iterations, 0u) << what;
+  EXPECT_GE(s.h2d_bytes, f.h2d_bytes) << what;
+  EXPECT_GE(s.d2h_bytes, f.d2h_bytes) << what;
+  EXPECT_GE(s.iteration_ns + slack, f.ns) << what;
+}
+
 // cost against each baseline, on both networks, both devices, every ratio.
 TEST(Simulate, CostIsNeverSlowerThanTheBaselines) {
   for (const char* name : {"h100-pcie", "titanx-maxwell"}) {
@@ -153,15 +170,15 @@ TEST(Simulate, CostIsNeverSlowerThanTheBaselines) {
         ASSERT_TRUE(cost.ok()) << what << cost.error;
         const simulation c = simulate(m, cost.value, device.costs);
         EXPECT_GE(c.iteration_ns, transfer_bound_ns(m, cap, device.costs)) << what;
-        const std::uint64_t window = window_bound_ns(m, cap, device.costs);
-        EXPECT_GE(window, transfer_bound_ns(m, cap, device.costs)) << what;
-        EXPECT_GE(c.iteration_ns + c.h2d_copies + c.d2h_copies, window) << what;
+        EXPECT_GE(window_bound_ns(m, cap, device.costs), transfer_bound_ns(m, cap, device.costs))
+            << what;
+        expect_above_the_bounds(m, cap, device.costs, c, what + " cost");
         for (policy_kind other : {policy_kind::vdnn_all, policy_kind::lru, policy_kind::um_naive}) {
           const schedule_result o = plan_schedule(m, cap, device.costs, other);
           ASSERT_TRUE(o.ok()) << what << o.error;
           const simulation s = simulate(m, o.value, device.costs);
-          EXPECT_GE(s.iteration_ns + s.h2d_copies + s.d2h_copies, window)
-              << what << " " << policy_name(other);
+          expect_above_the_bounds(m, cap, device.costs, s,
+                                  what + " " + std::string(policy_name(other)));
           EXPECT_LE(c.iteration_ns, s.iteration_ns) << what << " vs " << policy_name(other);
         }
       }
@@ -187,10 +204,10 @@ TEST(Simulate, CostIsNearTheBestBaselineOnRandomPrograms) {
         ASSERT_TRUE(r.ok()) << r.error;
         const simulation sim = simulate(m, r.value, device.costs);
         const std::uint64_t t = sim.iteration_ns;
-        // Every policy's time is at or above the window bound (each copy's time is
-        // rounded to the ns on its own: one ns per copy of slack).
-        EXPECT_GE(t + sim.h2d_copies + sim.d2h_copies, window_bound_ns(m, cap, device.costs))
-            << "seed " << seed << " ratio " << ratio << " " << policy_name(kind);
+        expect_above_the_bounds(m, cap, device.costs, sim,
+                                "seed " + std::to_string(seed) + " ratio " +
+                                    std::to_string(ratio) + " " +
+                                    std::string(policy_name(kind)));
         if (kind == policy_kind::cost) {
           cost = t;
         } else {
