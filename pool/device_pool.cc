@@ -55,12 +55,21 @@ std::unique_ptr<residency_engine> make_engine(int device, const pool_settings& s
   return std::make_unique<residency_engine>(c);
 }
 
+// Note [One range in swap mode] in vmm_arena.cc: the pages may spill to the host up
+// to the host budget, and no further than the host's memory.
+std::size_t swap_range_bytes(const pool_settings& s) {
+  if (!s.swap) return 0;
+  const std::uint64_t host = physical_memory_bytes();
+  return static_cast<std::size_t>(host == 0 ? s.host_budget_bytes
+                                            : std::min(s.host_budget_bytes, host));
+}
+
 struct device_state {
   explicit device_state(int device, const pool_settings& s)
       : engine(make_engine(device, s)),
         managed(make_managed(device, s)),
         online(vmm_arena_config{device, 0, static_cast<std::size_t>(s.large_bytes),
-                                engine.get()}) {
+                                engine.get(), swap_range_bytes(s)}) {
     if (s.planned) planned = std::make_unique<planned_region>(online);
   }
   memory_resource& front() { return planned ? static_cast<memory_resource&>(*planned) : online; }

@@ -141,6 +141,29 @@ std::vector<std::uintptr_t> residency_engine::pages_of(std::span<const byte_rang
   return out;
 }
 
+// The pages under the optional ranges, each once: every range's first page (sorted),
+// then the others (sorted). When the room runs out part way, the pages the argument
+// words point at are the ones made resident.
+std::vector<std::uintptr_t> residency_engine::optional_pages_of(
+    std::span<const byte_range> ranges) const {
+  std::vector<std::uintptr_t> all = pages_of(ranges, true);
+  std::vector<std::uintptr_t> out;
+  const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
+  for (const byte_range& r : ranges) {
+    if (r.bytes == 0 || r.reach || !r.optional || pages_.count(r.addr & mask) == 0) continue;
+    out.push_back(r.addr & mask);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  const std::size_t firsts = out.size();
+  for (std::uintptr_t va : all) {
+    if (!std::binary_search(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(firsts), va)) {
+      out.push_back(va);
+    }
+  }
+  return out;
+}
+
 CUevent residency_engine::stream_event_locked(CUstream s) {
   auto it = stream_events_.find(s);
   if (it != stream_events_.end()) return it->second;
@@ -616,9 +639,10 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
     result.code = residency_errc::too_large;
     return result;
   }
-  // Note [Windows into large allocations]: optional pages while they fit.
+  // Note [Windows into large allocations]: optional pages while they fit, each
+  // window's first page (where its argument word points) before the rest.
   const std::size_t room = capacity_bytes() / cfg_.page_bytes;
-  for (std::uintptr_t va : pages_of(ranges, true)) {
+  for (std::uintptr_t va : optional_pages_of(ranges)) {
     if (wanted.size() >= room) break;
     if (!std::binary_search(wanted.begin(), wanted.begin() + static_cast<std::ptrdiff_t>(
                                                                   result.needed_bytes / cfg_.page_bytes),

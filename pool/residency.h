@@ -284,6 +284,7 @@ class residency_engine {
   page* find_locked(std::uintptr_t va);
   std::vector<std::uintptr_t> pages_of(std::span<const byte_range> ranges,
                                        bool optional = false) const;
+  std::vector<std::uintptr_t> optional_pages_of(std::span<const byte_range> ranges) const;
   CUresult make_room_locked(std::uint64_t bytes, bool wait = true,
                             const victim_rank& rank = {});
   CUresult finish_completed_locked();

@@ -71,18 +71,44 @@ bool vmm_arena::ensure_driver() {
                            : fallback_range_bytes;
   }
   cfg_.range_bytes = align_up(cfg_.range_bytes, granularity_);
+  device_range_bytes_ = cfg_.range_bytes;
+  // Note [One range in swap mode].
+  if (cfg_.pages != nullptr) {
+    cfg_.range_bytes = align_up(cfg_.range_bytes + cfg_.swap_range_bytes, granularity_);
+  }
   cfg_.dedicated_threshold_bytes = std::max(cfg_.dedicated_threshold_bytes, granularity_);
   driver_ready_ = true;
   return true;
 }
 
+// Note [One range in swap mode]: a range the size of the device is enough while the
+// arena holds no more than the device does. In swap mode it holds the whole
+// oversubscribed footprint, and a second range is reserved wherever the driver
+// finds address space: the blocks allocated one after another (a layer's weights,
+// gradients and optimizer state) are split between two ranges, the small ones fill
+// the first range's tail, and the pages that hold the iteration's activations also
+// hold long-lived buffers. The pages then carry more bytes that a launch does not
+// use: simtrain's activation-heavy shape at 1.5x was learned over 19 pages, the
+// plan moved 28 MiB each way per iteration, against 18 pages and 20 MiB with one
+// range (docs/swap.md, "One range"). So in swap mode the first range also covers
+// what the host may hold (the device's memory plus swap_range_bytes: the host
+// budget, at most the host's memory). Address space is not memory, but a driver
+// may refuse a reservation that large (llama.cpp's VMM pool met that on some
+// systems), so a refused reservation is retried at half the size, down to what
+// the request and the device's memory need, before the arena reports failure.
 bool vmm_arena::add_range_locked(std::size_t min_bytes) {
-  const std::size_t bytes = align_up(std::max(cfg_.range_bytes, min_bytes), granularity_);
+  const std::size_t floor_bytes =
+      align_up(std::max(device_range_bytes_, min_bytes), granularity_);
+  std::size_t bytes = align_up(std::max(cfg_.range_bytes, min_bytes), granularity_);
   CUdeviceptr base = 0;
-  if (!driver_ok(driver().cuMemAddressReserve(&base, bytes, granularity_, 0, 0),
-                 "cuMemAddressReserve")) {
-    return false;
+  const driver_table& d = driver();
+  CUresult rc = d.cuMemAddressReserve(&base, bytes, granularity_, 0, 0);
+  while (rc != CUDA_SUCCESS && bytes > floor_bytes) {
+    bytes = std::max(floor_bytes, align_up(bytes / 2, granularity_));
+    rc = d.cuMemAddressReserve(&base, bytes, granularity_, 0, 0);
+    if (rc == CUDA_SUCCESS) cfg_.range_bytes = bytes;  // later ranges ask for no more
   }
+  if (!driver_ok(rc, "cuMemAddressReserve")) return false;
   range r;
   r.base = base;
   r.bytes = bytes;

@@ -46,6 +46,9 @@ struct vmm_arena_config {
   // resident, host memory while swapped out) and there are no dedicated mappings
   // (Note [Chunks as pages]). Not owned.
   residency_engine* pages = nullptr;
+  // Swap mode: address space reserved beyond range_bytes (with pages), so that an arena larger
+  // than the device stays one range (Note [One range in swap mode]).
+  std::size_t swap_range_bytes = 0;
 };
 
 class vmm_arena final : public memory_resource {
@@ -102,6 +105,7 @@ class vmm_arena final : public memory_resource {
   vmm_arena_config cfg_;
   stream_fences& fences_;
   std::size_t granularity_ = 2u << 20;
+  std::size_t device_range_bytes_ = 0;  // range_bytes before swap_range_bytes
   bool driver_ready_ = false;
   mutable std::mutex mutex_;
   block_index index_;

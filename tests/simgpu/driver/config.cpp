@@ -95,6 +95,7 @@ bool parse_fail(const char* text, std::vector<fail_rule>* rules) {
     else if (kind == "copy") { r.kind = fail_kind::copy; r.code = CUDA_ERROR_INVALID_VALUE; }
     else if (kind == "map") { r.kind = fail_kind::map; r.code = CUDA_ERROR_OUT_OF_MEMORY; }
     else if (kind == "launch") { r.kind = fail_kind::launch; r.code = CUDA_ERROR_LAUNCH_FAILED; }
+    else if (kind == "reserve") { r.kind = fail_kind::reserve; r.code = CUDA_ERROR_OUT_OF_MEMORY; }
     else return false;
     if (!nth.empty() && nth.back() == '+') { r.and_later = true; nth.pop_back(); }
     if (nth.empty()) return false;
@@ -119,7 +120,7 @@ config load() {
   if (const char* v = env("SIMGPU_FAIL")) {
     if (!parse_fail(v, &c.fail))
       config_error("SIMGPU_FAIL='%s' is not valid: expected kind:n[:code][,kind:n[:code]...] "
-                   "with kind one of alloc, host_alloc, copy, map, launch, n a 1-based "
+                   "with kind one of alloc, host_alloc, copy, map, launch, reserve, n a 1-based "
                    "count (n+ for that call and all later ones) and code a CUresult "
                    "number or name", v);
   }

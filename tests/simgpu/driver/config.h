@@ -14,7 +14,7 @@ enum class race_mode { report, abort, off };
 
 // One SIMGPU_FAIL rule: fail the n-th call of a kind (or the n-th and every later
 // one when `and_later`) with `code`.
-enum class fail_kind { alloc, host_alloc, copy, map, launch, count_ };
+enum class fail_kind { alloc, host_alloc, copy, map, launch, reserve, count_ };
 struct fail_rule {
   fail_kind kind;
   uint64_t nth;

@@ -72,6 +72,7 @@ CUresult vmm_reserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdevicept
   if (ptr == nullptr || size == 0 || size % kVmmGranularityBytes != 0 || flags != 0)
     return CUDA_ERROR_INVALID_VALUE;
   if (alignment != 0 && (alignment & (alignment - 1)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult f = inject_failure(fail_kind::reserve); f != CUDA_SUCCESS) return f;
   uint64_t span = 0;
   uintptr_t base = allocate_va(size, std::max<size_t>(alignment, kVmmGranularityBytes), &span);
   if (base == 0) return CUDA_ERROR_OUT_OF_MEMORY;

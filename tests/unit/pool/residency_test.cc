@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "pool/driver_api.h"
@@ -310,6 +312,34 @@ TEST_F(Residency, PrefetchNowEvictsTheHighestRankFirst) {
   ASSERT_TRUE(e.prefetch_now({&zero, 1}, later, rank));
   EXPECT_EQ(e.stats().evictions, evictions + 1);
   ASSERT_NO_FATAL_FAILURE(expect_only_page_3_left(e, 0x30));
+}
+
+// Note [One range in swap mode] (pool/vmm_arena.cc): an arena over the engine reserves
+// the device's range plus swap_range_bytes at once, so blocks allocated one after
+// another past the device's size stay adjacent (one range, no block split off to
+// another). Run a second time with SIMGPU_FAIL=reserve:2 (tests/unit/pool/meson.build):
+// the driver refuses the first reservation and the arena takes half of it.
+TEST_F(Residency, TheArenaOverTheEngineIsOneRange) {
+  residency_engine e(config(4, 32));
+  vmm_arena_config ac;
+  ac.range_bytes = 8 << 20;
+  ac.swap_range_bytes = 64 << 20;
+  ac.pages = &e;
+  vmm_arena arena(ac);
+  constexpr std::size_t kBlock = 1536 * 1024;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) {  // 24 MiB: three times the device's range
+    allocation_result r = arena.allocate(kBlock, cu());
+    ASSERT_TRUE(r) << i;
+    blocks.push_back(r.ptr);
+    EXPECT_EQ(static_cast<char*>(r.ptr), static_cast<char*>(blocks.front()) + i * kBlock) << i;
+  }
+  const char* fail = std::getenv("SIMGPU_FAIL");
+  const bool refused = fail != nullptr && std::string_view(fail) == "reserve:2";
+  EXPECT_EQ(arena.stats().reserved_bytes, std::uint64_t{refused ? 36u : 72u} << 20);
+  for (void* b : blocks) arena.deallocate(b, kBlock, cu());
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  arena.trim();
 }
 
 TEST_F(Residency, TheArenaOverTheEngineHoldsMoreThanTheCapacity) {
