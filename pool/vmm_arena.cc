@@ -2,6 +2,7 @@
 #include "pool/vmm_arena.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "common/log.h"
 #include "pool/driver_api.h"
@@ -74,7 +75,9 @@ bool vmm_arena::ensure_driver() {
   device_range_bytes_ = cfg_.range_bytes;
   // Note [One range in swap mode].
   if (cfg_.pages != nullptr) {
-    cfg_.range_bytes = align_up(cfg_.range_bytes + cfg_.swap_range_bytes, granularity_);
+    const std::size_t most = (std::numeric_limits<std::size_t>::max() / 2) - cfg_.range_bytes;
+    cfg_.range_bytes =
+        align_up(cfg_.range_bytes + std::min(cfg_.swap_range_bytes, most), granularity_);
   }
   cfg_.dedicated_threshold_bytes = std::max(cfg_.dedicated_threshold_bytes, granularity_);
   driver_ready_ = true;

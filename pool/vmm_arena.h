@@ -46,7 +46,7 @@ struct vmm_arena_config {
   // resident, host memory while swapped out) and there are no dedicated mappings
   // (Note [Chunks as pages]). Not owned.
   residency_engine* pages = nullptr;
-  // Swap mode: address space reserved beyond range_bytes (with pages), so that an arena larger
+  // With pages: address space reserved beyond range_bytes, so that an arena larger
   // than the device stays one range (Note [One range in swap mode]).
   std::size_t swap_range_bytes = 0;
 };
