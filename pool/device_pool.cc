@@ -59,13 +59,11 @@ std::unique_ptr<residency_engine> make_engine(int device, const pool_settings& s
 // to the host budget, and no further than the host's memory.
 std::size_t swap_range_bytes(const pool_settings& s) {
   if (!s.swap) return 0;
-  // Without the host's size only a budget given in bytes counts (none: all bits set).
+  // A budget of none (all bits set) is the host's memory: nothing when that is unknown.
   const std::uint64_t host = physical_memory_bytes();
-  const std::uint64_t none = ~std::uint64_t{0};
-  const std::uint64_t bytes = host != 0                      ? std::min(s.host_budget_bytes, host)
-                              : s.host_budget_bytes == none ? 0
-                                                            : s.host_budget_bytes;
-  return static_cast<std::size_t>(bytes);
+  if (s.host_budget_bytes == ~std::uint64_t{0}) return static_cast<std::size_t>(host);
+  return static_cast<std::size_t>(host != 0 ? std::min(s.host_budget_bytes, host)
+                                            : s.host_budget_bytes);
 }
 
 struct device_state {
