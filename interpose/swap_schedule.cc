@@ -44,6 +44,9 @@ constexpr std::uint64_t launch_ns = 20'000;
 constexpr double link_bytes_per_s = 25e9;
 constexpr std::uint64_t copy_setup_ns = 10'000;
 constexpr std::size_t max_reported_durations = 4096;  // in the stats JSON
+// Note [Choosing among schedules by measured time].
+constexpr int timed_iterations = 2;  // per variant
+constexpr std::size_t rotations = 8;  // loop starts tried
 
 // Note [What the learner moves]: in swap mode the unit is the arena's 2 MiB page
 // (what the engine moves); in um mode a whole managed buffer (what cuMemPrefetchAsync
@@ -53,6 +56,45 @@ struct unit {
   std::size_t bytes = 0;
   bool operator==(const unit&) const = default;
   bool operator<(const unit& o) const { return addr < o.addr || (addr == o.addr && bytes < o.bytes); }
+};
+
+// Note [Choosing among schedules by measured time]: the cost planner's simulator
+// (policy/simulate.h) does not rank some choices the engine's real time depends on:
+// where the loop body starts (the plan is a loop body from the first launch of the
+// learned period, wherever profiler::find_period aligned it, and its steady state
+// differs with the start), and how much of the capacity to leave free for fetches
+// to land in while evictions are still on their way out (Note [Headroom]). On the
+// simtrain points of scripts/bench-swap each is worth 5-15% at some points and costs
+// as much at others, and neither the predicted time nor the predicted bytes picks
+// the fastest (docs/results.md, "Choosing among schedules by measured time"). So,
+// with OVERSUB_TUNE on (the default) and the cost policy, once an iteration is
+// learned the learner follows 24 variants of its schedule in turn: the loop body
+// starting at each eighth of the period, each with 0, 1 and 2 steps of pages left
+// free (a step: one page, or 1/32 of the capacity where that is more). Each is timed
+// between its loop starts, on CUPTI's clock (cuptiGetTimestamp: simgpu's virtual time
+// there) or else the host's steady clock, for two iterations, and its time is the
+// faster of the two: the first may still carry the switch. The fastest variant is
+// kept (the first on a tie). A switch happens at a loop start of the variant left,
+// and keeps the launch about to run: the new plan's moves begin there, the on-demand
+// step makes up whatever the state left by the old plan lacks, and nothing depends on
+// the schedule for correctness (Note [Swap before any profile] in swap_hooks.h). At
+// about 2.1 iterations per variant the choice is made some 52 iterations after the
+// learning; a training job runs thousands. Learning the same period again (after a
+// deviation) keeps the variant chosen for it without timing again. The stats'
+// "schedule" section lists every variant timed ("trials") and the one kept;
+// OVERSUB_TUNE=0 keeps the first plan (scripts/bench-swap's "swap cost untuned" rows,
+// and the short replays of its trace tables and of scripts/papers-tables).
+
+// A variant of the learned iteration's schedule.
+struct variant {
+  std::size_t rotation = 0;    // the loop body starts this many launches into the period
+  std::size_t free_pages = 0;  // pages left out of the plan's capacity past Note [Headroom]
+  bool operator==(const variant&) const = default;
+};
+
+struct trial {
+  variant v;
+  std::uint64_t ns = 0;  // its measured iteration (the faster of two); 0: no plan
 };
 
 struct learner {
@@ -66,7 +108,9 @@ struct learner {
   // The schedule being followed.
   bool following = false;
   int device = 0;
-  std::vector<std::uint32_t> period;       // expected tokens
+  std::vector<std::uint32_t> learned;      // the period as found (tokens)
+  variant current;                         // what is followed
+  std::vector<std::uint32_t> period;       // expected tokens: learned, rotated
   std::vector<unit> page_of_id;  // model buffer id -> page (or um buffer)
   policy::schedule plan;
   std::size_t cursor = 0;
@@ -84,8 +128,18 @@ struct learner {
   bool source_logged = false;
   std::uint64_t period_first = 0;            // launch number of the period's first launch
   std::uint64_t measured_launches = 0;       // positions with a measured duration
-  std::vector<std::uint64_t> durations_ns;   // per position of the period
+  std::vector<std::uint64_t> durations_ns;   // per position of the learned period
   policy::cost_model costs;
+  // Note [Choosing among schedules by measured time].
+  bool tuning = false;
+  std::vector<trial> trials;         // tried so far, in order
+  bool wrap_seen = false;            // the current variant's loop start has been passed
+  std::uint64_t wrap_ns = 0;         // when
+  int samples = 0;                   // iterations timed for the current variant
+  std::uint64_t best_sample_ns = 0;  // the fastest of them
+  std::vector<std::uint32_t> tuned_for;  // the learned period the choice below is for
+  variant tuned;
+  bool clock_cupti = false;
 };
 
 learner& state() {
@@ -189,7 +243,69 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
   }
 }
 
-// The last period of the trace as a model over its pages, planned.
+// The learned period rotated by v.rotation as a model over its pages, planned at the
+// engine's capacity less v.free_pages pages; on success it becomes what is followed
+// (l.period, the page ids, l.plan, the prediction), and l.current is v.
+bool plan_variant(learner& l, int device, variant v) {
+  const std::size_t n = l.learned.size();
+  std::vector<std::uint32_t> period(n);
+  for (std::size_t i = 0; i < n; ++i) period[i] = l.learned[(i + v.rotation) % n];
+  std::unordered_map<std::uintptr_t, policy::buffer_id> id_of_page;
+  std::vector<unit> page_of_id;
+  std::vector<std::vector<std::uint32_t>> uses_of_id;
+  policy::iteration_model model;
+  for (std::size_t i = 0; i < n; ++i) {
+    policy::model_launch launch;
+    // A kernel measured at 0 ns (simgpu's smallest) still takes its place in time.
+    launch.duration_ns = std::max<std::uint64_t>(l.durations_ns[(i + v.rotation) % n], 1);
+    for (const unit& page : l.pages_of_token[period[i]]) {
+      auto [it, added] =
+          id_of_page.emplace(page.addr, static_cast<policy::buffer_id>(page_of_id.size()));
+      if (added) {
+        page_of_id.push_back(page);
+        uses_of_id.emplace_back();
+        model.buffers.push_back(policy::model_buffer{page.bytes, true, 0, 0});
+      }
+      launch.uses.push_back(it->second);
+      uses_of_id[it->second].push_back(static_cast<std::uint32_t>(i));
+    }
+    model.launches.push_back(std::move(launch));
+  }
+  const config& cfg = current_config();
+  // Note [Headroom] in policy/schedule.h.
+  const std::uint64_t capacity =
+      policy::planning_capacity(pool::device_residency_capacity(device), page_bytes);
+  const std::uint64_t less = v.free_pages * page_bytes;
+  if (less >= capacity) return false;
+  policy::schedule_result r =
+      policy::plan_schedule(model, capacity - less, l.costs, kind_of(cfg.policy),
+                            static_cast<std::uint32_t>(cfg.prefetch_launches));
+  if (!r.ok()) {
+    if (v == variant{}) {
+      ++l.stats.plan_failures;
+      log::info("swap: no schedule for the learned iteration ({}); on-demand residency goes on",
+                r.error);
+    }
+    return false;
+  }
+  l.period = std::move(period);
+  l.id_of_page = std::move(id_of_page);
+  l.page_of_id = std::move(page_of_id);
+  l.uses_of_id = std::move(uses_of_id);
+  l.plan = std::move(r.value);
+  l.current = v;
+  const policy::simulation predicted = policy::simulate(model, l.plan, l.costs);
+  l.stats.predicted_ns = predicted.iteration_ns;
+  l.stats.predicted_h2d_bytes = predicted.h2d_bytes;
+  l.stats.predicted_d2h_bytes = predicted.d2h_bytes;
+  l.stats.predicted_unlimited_ns = policy::unlimited_iteration_ns(model, l.costs);
+  l.stats.rotation = v.rotation;
+  l.stats.free_pages = v.free_pages;
+  return true;
+}
+
+// The last period of the trace, planned; the schedule is followed from the next
+// launch (the period's first position).
 bool learn(learner& l, int device) {
   const std::optional<profiler::periodic_stretch> s = profiler::find_period(l.trace);
   // The repeating stretch must reach the present and cover at least half of what
@@ -199,65 +315,125 @@ bool learn(learner& l, int device) {
       2 * (s->end - s->begin) < l.trace.size()) {
     return false;
   }
-  l.period.assign(l.trace.end() - static_cast<std::ptrdiff_t>(s->period), l.trace.end());
+  l.learned.assign(l.trace.end() - static_cast<std::ptrdiff_t>(s->period), l.trace.end());
   measure(l, *s);
-  std::unordered_map<std::uintptr_t, policy::buffer_id>& id_of_page = l.id_of_page;
-  id_of_page.clear();
-  l.page_of_id.clear();
-  l.uses_of_id.clear();
-  policy::iteration_model model;
-  for (std::size_t i = 0; i < l.period.size(); ++i) {
-    const std::uint32_t token = l.period[i];
-    policy::model_launch launch;
-    // A kernel measured at 0 ns (simgpu's smallest) still takes its place in time.
-    launch.duration_ns = std::max<std::uint64_t>(l.durations_ns[i], 1);
-    for (const unit& page : l.pages_of_token[token]) {
-      auto [it, added] =
-          id_of_page.emplace(page.addr, static_cast<policy::buffer_id>(l.page_of_id.size()));
-      if (added) {
-        l.page_of_id.push_back(page);
-        l.uses_of_id.emplace_back();
-        model.buffers.push_back(policy::model_buffer{page.bytes, true, 0, 0});
-      }
-      launch.uses.push_back(it->second);
-      l.uses_of_id[it->second].push_back(static_cast<std::uint32_t>(i));
-    }
-    model.launches.push_back(std::move(launch));
-  }
+  // Note [Choosing among schedules by measured time]: the same iteration again keeps
+  // the variant chosen for it.
+  const bool again = !l.tuned_for.empty() && l.tuned_for == l.learned;
   const config& cfg = current_config();
-  // Note [Headroom] in policy/schedule.h.
-  const std::uint64_t capacity =
-      policy::planning_capacity(pool::device_residency_capacity(device), page_bytes);
-  policy::schedule_result r =
-      policy::plan_schedule(model, capacity, l.costs, kind_of(cfg.policy),
-                            static_cast<std::uint32_t>(cfg.prefetch_launches));
-  if (!r.ok()) {
-    ++l.stats.plan_failures;
-    log::info("swap: no schedule for the learned iteration ({}); on-demand residency goes on",
-              r.error);
-    clear_trace(l);
-    return false;
+  variant v = again ? l.tuned : variant{};
+  if (!plan_variant(l, device, v)) {
+    if (v == variant{} || !plan_variant(l, device, v = variant{})) {
+      clear_trace(l);
+      return false;
+    }
   }
-  l.plan = std::move(r.value);
-  const policy::simulation predicted = policy::simulate(model, l.plan, l.costs);
-  l.stats.predicted_ns = predicted.iteration_ns;
-  l.stats.predicted_h2d_bytes = predicted.h2d_bytes;
-  l.stats.predicted_d2h_bytes = predicted.d2h_bytes;
-  l.stats.predicted_unlimited_ns = policy::unlimited_iteration_ns(model, l.costs);
+  l.tuning = !again && cfg.tune && cfg.policy == swap_policy::cost && l.learned.size() > 1;
+  l.trials.clear();
+  l.stats.tune_trials = 0;
+  l.wrap_seen = false;
+  l.samples = 0;
+  l.stats.tuned = again ? 1 : 0;
   l.following = true;
   l.device = device;
-  l.cursor = 0;
+  const std::size_t n = l.learned.size();
+  l.cursor = (n - v.rotation % n) % n;  // the next launch is the learned period's first
   l.period_first = l.trace_first + l.trace.size() - l.period.size();
   profiler::timing::forget_before(l.trace_first + l.trace.size());
   ++l.stats.learned;
   l.stats.period = l.period.size();
   l.stats.pages = l.page_of_id.size();
   log::info("swap: learned an iteration of {} launches over {} pages after {} launches; "
-            "{} schedule planned (planned peak {} of {} bytes)",
+            "{} schedule planned (planned peak {} bytes){}",
             l.period.size(), l.page_of_id.size(), l.trace.size(),
-            policy::policy_name(l.plan.policy), l.plan.planned_peak_bytes, capacity);
+            policy::policy_name(l.plan.policy), l.plan.planned_peak_bytes,
+            again ? fmt::format(", the variant chosen before (loop start {}, {} pages free)",
+                                v.rotation, v.free_pages)
+                  : std::string());
   clear_trace(l);
   return true;
+}
+
+// Note [Choosing among schedules by measured time]: follow v from here on; the launch
+// about to be carried out stays the same launch of the iteration.
+bool switch_to(learner& l, int device, variant v) {
+  const std::size_t n = l.learned.size();
+  const std::size_t position = (l.cursor + l.current.rotation) % n;  // in the learned period
+  if (!plan_variant(l, device, v)) return false;
+  l.cursor = (position + n - v.rotation % n) % n;
+  l.later.clear();
+  l.later_due.clear();
+  return true;
+}
+
+// The variants to try after the ones in l.trials, in order: the loop body starting
+// at each eighth of the period, with 0, 1 and 2 steps of pages left free (a step: a
+// page, or 1/32 of the capacity where that is more); rotations ascend within a step,
+// so a switch waits at most an eighth of an iteration for the new loop start.
+std::optional<variant> next_variant(const learner& l, int device) {
+  const std::size_t n = l.learned.size();
+  const std::size_t pages = pool::device_residency_capacity(device) / page_bytes;
+  const std::size_t step = std::max<std::size_t>(1, pages / 32);
+  for (std::size_t f = 0; f < 3; ++f) {
+    for (std::size_t q = 0; q < rotations; ++q) {
+      const variant v{n * q / rotations, f * step};
+      bool tried = false;
+      for (const trial& t : l.trials) tried = tried || t.v == v;
+      if (!tried) return v;
+    }
+  }
+  return std::nullopt;
+}
+
+// Note [Choosing among schedules by measured time]: at each start of the followed
+// loop body (cursor 0), before its moves.
+void tune_step(learner& l, int device) {
+  bool cupti = false;
+  const std::uint64_t now = profiler::timing::now_ns(&cupti);
+  if (!l.wrap_seen) {
+    l.wrap_seen = true;
+    l.wrap_ns = now;
+    l.clock_cupti = cupti;
+    return;
+  }
+  const std::uint64_t took = std::max<std::uint64_t>(now - l.wrap_ns, 1);
+  l.wrap_ns = now;
+  l.best_sample_ns = l.samples == 0 ? took : std::min(l.best_sample_ns, took);
+  if (++l.samples < timed_iterations) return;
+  l.trials.push_back(trial{l.current, l.best_sample_ns});
+  l.stats.tune_trials = l.trials.size();
+  l.samples = 0;
+  l.wrap_seen = false;
+  while (const std::optional<variant> v = next_variant(l, device)) {
+    if (switch_to(l, device, *v)) return;
+    l.trials.push_back(trial{*v, 0});  // no plan at that capacity
+    l.stats.tune_trials = l.trials.size();
+  }
+  // All tried: keep the fastest (the first on a tie).
+  const trial* best = &l.trials.front();
+  for (const trial& t : l.trials) {
+    if (t.ns != 0 && t.ns < best->ns) best = &t;
+  }
+  const trial first = l.trials.front();
+  const trial chosen = *best;
+  if (!(chosen.v == l.current) && !switch_to(l, device, chosen.v)) {
+    switch_to(l, device, first.v);  // planned once already: cannot fail
+  }
+  l.tuning = false;
+  l.tuned_for = l.learned;
+  l.tuned = l.current;
+  l.stats.tuned = 1;
+  l.stats.first_measured_ns = first.ns;
+  l.stats.chosen_measured_ns = l.current == chosen.v ? chosen.ns : first.ns;
+  const std::string line = fmt::format(
+      "swap: timed {} variants of the schedule; kept the loop body from launch {} of {} with "
+      "{} {} free: {:.3f} ms per iteration against {:.3f} ms for the first ({})",
+      l.trials.size(), l.current.rotation, l.learned.size(), l.current.free_pages,
+      l.current.free_pages == 1 ? "page" : "pages",
+      static_cast<double>(l.stats.chosen_measured_ns) / 1e6,
+      static_cast<double>(first.ns) / 1e6, l.clock_cupti ? "CUPTI's clock" : "the host's clock");
+  if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
+  else log::info("{}", line);
 }
 
 template <typename Action>
@@ -385,27 +561,46 @@ bool report_section(std::string& json, std::string& text) {
                       R"("measured_launches":{},"link_source":"{}","h2d_gbps":{:.3f},)"
                       R"("d2h_gbps":{:.3f},"copy_setup_ns":{},"period_first_launch":{},)"
                       R"("predicted_ns":{},"predicted_unlimited_ns":{},"predicted_h2d_bytes":{},)"
-                      R"("predicted_d2h_bytes":{},"durations_ns":[)",
+                      R"("predicted_d2h_bytes":{},"tune":{},"tuned":{},"tune_trials":{},)"
+                      R"("rotation":{},"free_pages":{},"first_measured_ns":{},)"
+                      R"("chosen_measured_ns":{},"durations_ns":[)",
                       l.stats.learned, l.stats.period, l.stats.pages, l.stats.followed,
                       l.stats.deviations, l.stats.plan_failures, profiler::timing::to_string(src),
                       durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
                       l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns, l.period_first,
                       l.stats.predicted_ns, l.stats.predicted_unlimited_ns,
-                      l.stats.predicted_h2d_bytes, l.stats.predicted_d2h_bytes);
+                      l.stats.predicted_h2d_bytes, l.stats.predicted_d2h_bytes,
+                      current_config().tune ? "true" : "false", l.stats.tuned,
+                      l.stats.tune_trials, l.stats.rotation, l.stats.free_pages,
+                      l.stats.first_measured_ns, l.stats.chosen_measured_ns);
   const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
   for (std::size_t i = 0; i < n; ++i) json += fmt::format("{}{}", i == 0 ? "" : ",", l.durations_ns[i]);
+  json += R"(],"trials":[)";
+  for (std::size_t i = 0; i < l.trials.size(); ++i) {
+    json += fmt::format(R"({}{{"rotation":{},"free_pages":{},"measured_ns":{}}})", i == 0 ? "" : ",",
+                        l.trials[i].v.rotation, l.trials[i].v.free_pages, l.trials[i].ns);
+  }
   json += ']';
   text += fmt::format(
       "oversub:   schedule: learned {}  period {} launches over {} pages  followed {}  "
       "deviations {}  durations {} ({} measured)  link {} ({:.1f} GB/s h2d, {:.1f} GB/s d2h, "
       "setup {} ns)  predicted iteration {:.3f} ms ({:.3f} ms with enough memory), {} to the "
-      "device, {} to the host\n",
+      "device, {} to the host{}\n",
       l.stats.learned, l.stats.period, l.stats.pages, l.stats.followed, l.stats.deviations,
       durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
       l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns,
       static_cast<double>(l.stats.predicted_ns) / 1e6,
       static_cast<double>(l.stats.predicted_unlimited_ns) / 1e6,
-      format_bytes(l.stats.predicted_h2d_bytes), format_bytes(l.stats.predicted_d2h_bytes));
+      format_bytes(l.stats.predicted_h2d_bytes), format_bytes(l.stats.predicted_d2h_bytes),
+      l.stats.tune_trials == 0 ? std::string()
+      : l.stats.tuned == 0
+          ? fmt::format("; timing variants of the schedule ({} so far)", l.stats.tune_trials)
+          : fmt::format("; timed {} variants, kept the loop body from launch {} with {} {} "
+                        "free ({:.3f} ms per iteration, the first {:.3f} ms)",
+                        l.stats.tune_trials, l.stats.rotation, l.stats.free_pages,
+                        l.stats.free_pages == 1 ? "page" : "pages",
+                        static_cast<double>(l.stats.chosen_measured_ns) / 1e6,
+                        static_cast<double>(l.stats.first_measured_ns) / 1e6));
   return true;
 }
 
@@ -447,6 +642,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
   if (l.following) {
     if (device == l.device && token == l.period[l.cursor]) {
       profiler::timing::tag_next_launch(profiler::timing::no_tag);
+      if (l.tuning && l.cursor == 0) tune_step(l, device);
       carry_out(l, l.cursor, number);
       l.cursor = (l.cursor + 1) % l.period.size();
       ++l.stats.followed;
@@ -462,6 +658,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
                 l.cursor);
     }
     l.following = false;
+    l.tuning = false;
     l.later.clear();
     l.later_due.clear();
   }

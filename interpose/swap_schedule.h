@@ -46,6 +46,16 @@ struct swap_schedule_stats {
   // The bytes that iteration moves each way in the prediction.
   std::uint64_t predicted_h2d_bytes = 0;
   std::uint64_t predicted_d2h_bytes = 0;
+  // Note [Choosing among schedules by measured time] (swap_schedule.cc): the variant
+  // followed (where its loop body starts in the learned period, pages left free),
+  // whether the choice is made (1) or still being timed (0), how many variants were
+  // timed, and the measured iteration of the first and of the one kept, ns.
+  std::uint64_t rotation = 0;
+  std::uint64_t free_pages = 0;
+  std::uint64_t tuned = 0;
+  std::uint64_t tune_trials = 0;
+  std::uint64_t first_measured_ns = 0;
+  std::uint64_t chosen_measured_ns = 0;
 };
 
 // Before a launch on device whose ranges are about to be prepared: learn, and

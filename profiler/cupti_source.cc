@@ -25,6 +25,9 @@ struct api {
 
 api g_api;
 std::atomic<bool> g_subscribed{false};
+// cuptiGetTimestamp, once libcupti is open (subscribed or not: the clock needs no
+// subscription).
+std::atomic<decltype(&::cuptiGetTimestamp)> g_timestamp{nullptr};
 CUpti_SubscriberHandle g_handle = nullptr;
 
 // Note [More than one sink] (cupti_source.h): slots are filled once and never
@@ -256,6 +259,9 @@ outcome first_subscribe(std::string* detail) {
     *detail = e != nullptr ? e : "libcupti.so.13 not found";
     return outcome::unavailable;
   }
+  if (decltype(&::cuptiGetTimestamp) ts = nullptr; resolve(lib, "cuptiGetTimestamp", ts)) {
+    g_timestamp.store(ts, std::memory_order_release);
+  }
   api a;
   if (!resolve(lib, "cuptiSubscribe_v2", a.subscribe) ||
       !resolve(lib, "cuptiEnableCallback", a.enable_callback) ||
@@ -324,6 +330,11 @@ outcome subscribe(sink* to, std::string* detail) noexcept {
     *detail = "out of memory while subscribing";
     return outcome::unavailable;
   }
+}
+
+bool timestamp(std::uint64_t* ns) noexcept {
+  const auto ts = g_timestamp.load(std::memory_order_acquire);
+  return ts != nullptr && ts(ns) == CUPTI_SUCCESS;
 }
 
 void flush() noexcept {

@@ -65,6 +65,11 @@ constexpr std::size_t max_sinks = 4;
 // another sink, *detail says which.
 outcome subscribe(sink* to, std::string* detail) noexcept;
 
+// CUPTI's clock (cuptiGetTimestamp: the ns that activity records carry; simgpu's
+// virtual time) once subscribe() has opened libcupti, whatever its outcome; false
+// without it.
+bool timestamp(std::uint64_t* ns) noexcept;
+
 // Delivers every activity record still buffered (forced flush).
 void flush() noexcept;
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -184,6 +185,16 @@ std::size_t durations(std::uint64_t first, std::size_t n, std::uint64_t* out) no
 void forget_before(std::uint64_t first) noexcept {
   if (current() != source::cupti) return;
   the_collector().forget_before(first);
+}
+
+std::uint64_t now_ns(bool* cupti) noexcept {
+  std::uint64_t ns = 0;
+  const bool from_cupti = cupti::timestamp(&ns);
+  if (cupti != nullptr) *cupti = from_cupti;
+  if (from_cupti) return ns;
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
 }
 
 link_estimate link() noexcept {

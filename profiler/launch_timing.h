@@ -56,6 +56,12 @@ std::size_t durations(std::uint64_t first, std::size_t n, std::uint64_t* out) no
 // Forgets the durations of tags below `first` (the learner no longer needs them).
 void forget_before(std::uint64_t first) noexcept;
 
+// Now, ns, on the clock kernels run by: CUPTI's (cupti::timestamp) where libcupti
+// could be opened, else the host's steady clock. *cupti (if given) says which. Only
+// differences mean anything (Note [Choosing among schedules by measured time] in
+// interpose/swap_schedule.cc).
+std::uint64_t now_ns(bool* cupti = nullptr) noexcept;
+
 // Note [Link figures from the engine's copies].
 struct direction_estimate {
   std::uint64_t copies = 0;          // copies measured

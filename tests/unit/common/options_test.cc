@@ -255,14 +255,18 @@ TEST(SwapOptions, ModePolicyPrefetchAndThePlannedPoolDefault) {
   parse_outcome d = parse_options({});
   EXPECT_EQ(d.cfg.policy, swap_policy::cost);
   EXPECT_EQ(d.cfg.prefetch_launches, 0u);
+  EXPECT_TRUE(d.cfg.tune) << "the schedule's variants are timed by default";
   EXPECT_EQ(d.cfg.pool, pool_kind::online);
+  EXPECT_FALSE(parse_options({"OVERSUB_TUNE=off"}).cfg.tune);
+  EXPECT_FALSE(parse_options({"OVERSUB_TUNE=0"}).cfg.tune);
   parse_outcome um = parse_options({"OVERSUB_MODE=um", "OVERSUB_POLICY=naive"});
   ASSERT_TRUE(um.errors.empty());
   EXPECT_EQ(um.cfg.mode, run_mode::um);
   EXPECT_EQ(um.cfg.policy, swap_policy::naive);
   EXPECT_TRUE(run_mode::swap < run_mode::um);
   for (const char* bad : {"OVERSUB_POLICY=belady", "OVERSUB_PREFETCH=0",
-                          "OVERSUB_PREFETCH=-3", "OVERSUB_PREFETCH=1000000"}) {
+                          "OVERSUB_PREFETCH=-3", "OVERSUB_PREFETCH=1000000", "OVERSUB_TUNE=auto",
+                          "OVERSUB_TUNE=2"}) {
     parse_outcome b = parse_options({bad});
     EXPECT_EQ(b.errors.size(), 1u) << bad;
   }

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Swap mode chooses among variants of its schedule by measured time (Note [Choosing
+among schedules by measured time] in interpose/swap_schedule.cc): simtrain at 1.5x
+oversubscription on simgpu's H100-PCIe model, long enough for the tuning to finish.
+
+- The loss bits of every iteration are those of a run with enough memory, with the
+  race detector aborting at the first race (strict residency included), while the
+  engine switches plans.
+- The stats' "schedule" section lists the 24 variants timed; the one kept is the
+  fastest of them, and its figures are the section's.
+- The measurements are the iterations' real (virtual) times: the first variant's is
+  the steady iteration of a run with OVERSUB_TUNE=0, the kept one's the steady
+  iteration after the tuning, each within 2%.
+- The steady iteration after the tuning is no slower than with OVERSUB_TUNE=0.
+
+  swap_tune_test.py --lib liboversub.so --simtrain simtrain
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from swap_checks import check_swap, fail, read_stats, run
+
+ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
+PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
+VIRTUAL_RE = re.compile(r"virtual time ([0-9.]+) ms")
+SHAPE = ["--depth", "8", "--width", "512", "--batch", "16"]
+TUNED_ITERS = 60  # the tuning is done by then (about 2 iterations per variant)
+VARIANTS = 24
+
+
+def steady_ms(short: float, long: float, extra: int) -> float:
+    return (long - short) / extra
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", type=Path, required=True)
+    ap.add_argument("--simtrain", type=Path, required=True)
+    args = ap.parse_args()
+
+    device_env = {"SIMGPU_DEVICE": "h100-pcie"}
+    base = run([str(args.simtrain), *SHAPE, "--iters", str(TUNED_ITERS + 4)], device_env, None)
+    if base.returncode != 0:
+        fail("simtrain fails with plenty of memory", base)
+    want = ITER_RE.findall(base.stdout)
+    device = int(int(PEAK_RE.search(base.stdout).group(1)) / 1.5)
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for tune, iters in (("1", TUNED_ITERS), ("1", TUNED_ITERS + 4), ("0", 6), ("0", 10)):
+            stats_file = Path(tmp) / f"stats-{tune}-{iters}.json"
+            proc = run([str(args.simtrain), *SHAPE, "--iters", str(iters)],
+                       {**device_env, "SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
+                        "SIMGPU_REPORT": "1", "OVERSUB_MODE": "swap", "OVERSUB_TUNE": tune,
+                        "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file)},
+                       args.lib)
+            if proc.returncode != 0:
+                fail(f"simtrain fails under swap (OVERSUB_TUNE={tune}, {iters} iterations)", proc)
+            if ITER_RE.findall(proc.stdout) != want[:iters]:
+                fail(f"loss bits differ under swap (OVERSUB_TUNE={tune})", proc)
+            stats = read_stats(stats_file, proc)
+            summary = check_swap(stats, proc, device, True, True)
+            results[(tune, iters)] = (float(VIRTUAL_RE.search(proc.stderr).group(1)),
+                                      stats.get("schedule"), summary)
+
+    untuned = results[("0", 10)][1]
+    if untuned is None or untuned["tune"] or untuned["tune_trials"] != 0 or untuned["trials"]:
+        fail(f"OVERSUB_TUNE=0 timed variants: {untuned}")
+    sched = results[("1", TUNED_ITERS + 4)][1]
+    if sched is None or not sched["tune"] or sched["tuned"] != 1:
+        fail(f"the tuning did not finish in {TUNED_ITERS} iterations: {sched}")
+    trials = sched["trials"]
+    if sched["tune_trials"] != VARIANTS or len(trials) != VARIANTS:
+        fail(f"{len(trials)} variants timed ({sched['tune_trials']} counted), not {VARIANTS}")
+    if len({(t["rotation"], t["free_pages"]) for t in trials}) != VARIANTS:
+        fail(f"a variant was timed twice: {trials}")
+    timed = [t for t in trials if t["measured_ns"] > 0]
+    best = min(timed, key=lambda t: t["measured_ns"])  # the first on a tie, as the engine
+    if (sched["rotation"], sched["free_pages"]) != (best["rotation"], best["free_pages"]) or \
+            sched["chosen_measured_ns"] != best["measured_ns"]:
+        fail(f"kept {sched['rotation']}/{sched['free_pages']} at {sched['chosen_measured_ns']} ns, "
+             f"the fastest timed is {best}")
+    if sched["first_measured_ns"] != trials[0]["measured_ns"] or \
+            (trials[0]["rotation"], trials[0]["free_pages"]) != (0, 0):
+        fail(f"the first variant is not the plan as learned: {trials[0]}, {sched}")
+
+    tuned_ms = steady_ms(results[("1", TUNED_ITERS)][0], results[("1", TUNED_ITERS + 4)][0], 4)
+    untuned_ms = steady_ms(results[("0", 6)][0], results[("0", 10)][0], 4)
+    first_ms = sched["first_measured_ns"] / 1e6
+    chosen_ms = sched["chosen_measured_ns"] / 1e6
+    for what, measured, steady in (("first", first_ms, untuned_ms), ("kept", chosen_ms, tuned_ms)):
+        if abs(measured - steady) > 0.02 * steady:
+            fail(f"the {what} variant was timed at {measured:.4f} ms, its steady iteration "
+                 f"is {steady:.4f} ms")
+    if tuned_ms > untuned_ms * 1.005:
+        fail(f"tuned {tuned_ms:.4f} ms per iteration, slower than untuned {untuned_ms:.4f}")
+    print(f"swap at 1.5x: loss bits identical over {len(want)} iterations, no race; "
+          f"{VARIANTS} variants timed, kept the loop body from launch {sched['rotation']} with "
+          f"{sched['free_pages']} pages free: {tuned_ms:.4f} ms per steady iteration against "
+          f"{untuned_ms:.4f} untuned ({results[('1', TUNED_ITERS + 4)][2]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
