@@ -101,7 +101,7 @@ def main() -> int:
         fail(f"tuned {tuned_ms:.4f} ms per iteration, slower than untuned {untuned_ms:.4f}")
     print(f"swap at 1.5x: loss bits identical over {len(want)} iterations, no race; "
           f"{VARIANTS} variants timed, kept the loop body from launch {sched['rotation']} with "
-          f"{sched['free_pages']} pages free: {tuned_ms:.4f} ms per steady iteration against "
+          f"{sched['free_pages']} page{'' if sched['free_pages'] == 1 else 's'} free: {tuned_ms:.4f} ms per steady iteration against "
           f"{untuned_ms:.4f} untuned ({results[('1', TUNED_ITERS + 4)][2]})")
     return 0
 
