@@ -129,7 +129,7 @@ struct config {
   X(TUNE, tune, parse_bool, "1", "0 | 1 | off | on | no | yes | false | true",      \
     "swap and um modes, cost policy: once the iteration is learned, follow a few "  \
     "variants of its schedule (where the loop body starts, pages left free) for "   \
-    "about three iterations each, timed, and keep the fastest")                     \
+    "about two iterations each, timed, and keep the fastest")                       \
   X(LOG, log_level, parse_log_level, "warn", "error | warn | info | debug | trace", \
     "lowest level of message printed")                                              \
   X(LOG_FILE, log_file, parse_path, "", "a file path (%p is replaced by the pid)",  \
