@@ -310,8 +310,6 @@ bool plan_variant(learner& l, int device, variant v) {
   l.stats.predicted_h2d_bytes = predicted.h2d_bytes;
   l.stats.predicted_d2h_bytes = predicted.d2h_bytes;
   l.stats.predicted_unlimited_ns = policy::unlimited_iteration_ns(model, l.costs);
-  l.stats.rotation = v.rotation;
-  l.stats.free_pages = v.free_pages;
   return true;
 }
 
@@ -341,7 +339,6 @@ bool learn(learner& l, int device) {
   }
   l.tuning = !again && cfg.tune && cfg.policy == swap_policy::cost && l.learned.size() > 1;
   l.trials.clear();
-  l.stats.tune_trials = 0;
   l.wrap_seen = false;
   l.samples = 0;
   l.settle = 1;  // the first scheduled iterations still carry the on-demand ones' state
@@ -417,13 +414,11 @@ void tune_step(learner& l, int device) {
   l.best_sample_ns = l.samples == 0 ? took : std::min(l.best_sample_ns, took);
   if (++l.samples < timed_iterations) return;
   l.trials.push_back(trial{l.current, l.best_sample_ns});
-  l.stats.tune_trials = l.trials.size();
   l.samples = 0;
   l.wrap_seen = false;
   while (const std::optional<variant> v = next_variant(l, device)) {
     if (switch_to(l, device, *v)) return;
     l.trials.push_back(trial{*v, 0});  // no plan at that capacity
-    l.stats.tune_trials = l.trials.size();
   }
   // All tried: keep the fastest (the first on a tie).
   const trial* best = &l.trials.front();
@@ -563,15 +558,26 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
   }
 }
 
+// l.stats with the figures that follow from the learner's state: the variant
+// followed and how many were timed.
+swap_schedule_stats snapshot(const learner& l) {
+  swap_schedule_stats st = l.stats;
+  st.rotation = l.current.rotation;
+  st.free_pages = l.current.free_pages;
+  st.tune_trials = l.trials.size();
+  return st;
+}
+
 // The stats' "schedule" section: what the current schedule was planned from. At exit;
 // gives up when the learner is busy.
 bool report_section(std::string& json, std::string& text) {
   learner& l = state();
   std::unique_lock<std::mutex> lock(l.mutex, std::try_to_lock);
   if (!lock.owns_lock()) return false;
+  const swap_schedule_stats st = snapshot(l);
   const profiler::timing::source src = profiler::timing::current();
-  const char* durations = l.stats.learned == 0 ? "none" : l.durations_measured ? "cupti" : "constant";
-  const char* link = l.stats.learned == 0 ? "none" : l.link_measured ? "cupti" : "constant";
+  const char* durations = st.learned == 0 ? "none" : l.durations_measured ? "cupti" : "constant";
+  const char* link = st.learned == 0 ? "none" : l.link_measured ? "cupti" : "constant";
   json += fmt::format(R"("learned":{},"period":{},"pages":{},"followed":{},"deviations":{},)"
                       R"("plan_failures":{},"cupti":"{}","durations_source":"{}",)"
                       R"("measured_launches":{},"link_source":"{}","h2d_gbps":{:.3f},)"
@@ -580,15 +586,15 @@ bool report_section(std::string& json, std::string& text) {
                       R"("predicted_d2h_bytes":{},"tune":{},"tuned":{},"tune_trials":{},)"
                       R"("rotation":{},"free_pages":{},"first_measured_ns":{},)"
                       R"("chosen_measured_ns":{},"durations_ns":[)",
-                      l.stats.learned, l.stats.period, l.stats.pages, l.stats.followed,
-                      l.stats.deviations, l.stats.plan_failures, profiler::timing::to_string(src),
+                      st.learned, st.period, st.pages, st.followed,
+                      st.deviations, st.plan_failures, profiler::timing::to_string(src),
                       durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
                       l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns, l.period_first,
-                      l.stats.predicted_ns, l.stats.predicted_unlimited_ns,
-                      l.stats.predicted_h2d_bytes, l.stats.predicted_d2h_bytes,
-                      current_config().tune ? "true" : "false", l.stats.tuned,
-                      l.stats.tune_trials, l.stats.rotation, l.stats.free_pages,
-                      l.stats.first_measured_ns, l.stats.chosen_measured_ns);
+                      st.predicted_ns, st.predicted_unlimited_ns,
+                      st.predicted_h2d_bytes, st.predicted_d2h_bytes,
+                      current_config().tune ? "true" : "false", st.tuned,
+                      st.tune_trials, st.rotation, st.free_pages,
+                      st.first_measured_ns, st.chosen_measured_ns);
   const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
   for (std::size_t i = 0; i < n; ++i) json += fmt::format("{}{}", i == 0 ? "" : ",", l.durations_ns[i]);
   json += R"(],"trials":[)";
@@ -602,21 +608,21 @@ bool report_section(std::string& json, std::string& text) {
       "deviations {}  durations {} ({} measured)  link {} ({:.1f} GB/s h2d, {:.1f} GB/s d2h, "
       "setup {} ns)  predicted iteration {:.3f} ms ({:.3f} ms with enough memory), {} to the "
       "device, {} to the host{}\n",
-      l.stats.learned, l.stats.period, l.stats.pages, l.stats.followed, l.stats.deviations,
+      st.learned, st.period, st.pages, st.followed, st.deviations,
       durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
       l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns,
-      static_cast<double>(l.stats.predicted_ns) / 1e6,
-      static_cast<double>(l.stats.predicted_unlimited_ns) / 1e6,
-      format_bytes(l.stats.predicted_h2d_bytes), format_bytes(l.stats.predicted_d2h_bytes),
-      l.stats.tune_trials == 0 ? std::string()
-      : l.stats.tuned == 0
-          ? fmt::format("; timing variants of the schedule ({} so far)", l.stats.tune_trials)
+      static_cast<double>(st.predicted_ns) / 1e6,
+      static_cast<double>(st.predicted_unlimited_ns) / 1e6,
+      format_bytes(st.predicted_h2d_bytes), format_bytes(st.predicted_d2h_bytes),
+      st.tune_trials == 0 ? std::string()
+      : st.tuned == 0
+          ? fmt::format("; timing variants of the schedule ({} so far)", st.tune_trials)
           : fmt::format("; timed {} variants, kept the loop body from launch {} with {} {} "
                         "free ({:.3f} ms per iteration, the first {:.3f} ms)",
-                        l.stats.tune_trials, l.stats.rotation, l.stats.free_pages,
-                        l.stats.free_pages == 1 ? "page" : "pages",
-                        static_cast<double>(l.stats.chosen_measured_ns) / 1e6,
-                        static_cast<double>(l.stats.first_measured_ns) / 1e6));
+                        st.tune_trials, st.rotation, st.free_pages,
+                        st.free_pages == 1 ? "page" : "pages",
+                        static_cast<double>(st.chosen_measured_ns) / 1e6,
+                        static_cast<double>(st.first_measured_ns) / 1e6));
   return true;
 }
 
@@ -692,7 +698,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
 swap_schedule_stats schedule_stats() noexcept {
   learner& l = state();
   std::lock_guard<std::mutex> lock(l.mutex);
-  return l.stats;
+  return snapshot(l);
 }
 
 }  // namespace oversub::interpose
