@@ -84,7 +84,7 @@ struct config {
   host_limit host;
   swap_policy policy = swap_policy::cost;
   std::uint64_t prefetch_launches = 0;  // 0: as far ahead as capacity allows
-  bool tune = false;  // Note [Choosing among schedules by measured time]
+  bool tune = true;  // Note [Choosing among schedules by measured time]
   log::level log_level = log::level::warn;
   std::string log_file;    // empty: stderr. "%p" is replaced by the pid.
   bool verbose = false;
@@ -126,10 +126,11 @@ struct config {
     "auto | a number of launches (1 to 100000)",                                    \
     "swap mode, cost policy: how far ahead fetches may start (auto: as far as "    \
     "the capacity allows)")                                                         \
-  X(TUNE, tune, parse_bool, "0", "0 | 1 | off | on | no | yes | false | true",      \
-    "swap and um modes, cost policy: once the iteration is learned, follow a few "  \
+  X(TUNE, tune, parse_bool, "1", "0 | 1 | off | on | no | yes | false | true",      \
+    "swap and um modes, cost policy: once the iteration is learned, follow 24 "     \
     "variants of its schedule (where the loop body starts, pages left free) for "   \
-    "about two iterations each, timed, and keep the fastest")                       \
+    "about two iterations each, timed on the device by CUPTI's kernel records, "    \
+    "and keep the fastest (without CUPTI: the plan as learned)")                    \
   X(LOG, log_level, parse_log_level, "warn", "error | warn | info | debug | trace", \
     "lowest level of message printed")                                              \
   X(LOG_FILE, log_file, parse_path, "", "a file path (%p is replaced by the pid)",  \

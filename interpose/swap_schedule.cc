@@ -45,7 +45,8 @@ constexpr double link_bytes_per_s = 25e9;
 constexpr std::uint64_t copy_setup_ns = 10'000;
 constexpr std::size_t max_reported_durations = 4096;  // in the stats JSON
 // Note [Choosing among schedules by measured time].
-constexpr int timed_iterations = 2;  // per variant
+constexpr std::size_t timed_iterations = 2;  // per variant
+constexpr int max_record_wait = 8;  // loop starts to wait for the kernels' records
 constexpr std::size_t rotations = 8;  // loop starts tried
 
 // Note [What the learner moves]: in swap mode the unit is the arena's 2 MiB page
@@ -67,33 +68,46 @@ struct unit {
 // simtrain points of scripts/bench-swap each is worth 5-15% at some points and costs
 // as much at others, and neither the predicted time nor the predicted bytes picks
 // the fastest (docs/results.md, "Choosing among schedules by measured time"). So,
-// with OVERSUB_TUNE=1 (off by default, below) and the cost policy, once an iteration is
+// with the cost policy (and OVERSUB_TUNE=1, the default), once an iteration is
 // learned the learner follows 24 variants of its schedule in turn: the loop body
 // starting at each eighth of the period, each with 0, 1 and 2 steps of pages left
 // free (a step: one page, or 1/32 of the capacity where that is more). Each is timed
-// between its loop starts, on CUPTI's clock (cuptiGetTimestamp: simgpu's virtual time
-// there) or else the host's steady clock, for two iterations, and its time is the
+// on the device (Note [Timing on the device]) for two iterations, and its time is the
 // faster of the two: the first may still carry the switch. The plan as learned passes
 // one iteration untimed before its two: the first iterations after on-demand
 // residency settle more slowly (Titan X weight-heavy 1.5x: 6.013 ms timed without it,
-// 5.629 in its steady state). The fastest variant is
-// kept (the first on a tie). A switch happens at a loop start of the variant left,
-// and keeps the launch about to run: the new plan's moves begin there, the on-demand
-// step makes up whatever the state left by the old plan lacks, and nothing depends on
-// the schedule for correctness (Note [Swap before any profile] in swap_hooks.h). At
-// about 2.1 iterations per variant the choice is made some 53 iterations after the
-// learning; a training job runs thousands. Learning the same period again (after a
-// deviation) keeps the variant chosen for it without timing again. The stats'
-// "schedule" section lists every variant timed ("trials") and the one kept.
-// Off by default, because the host's clock between loop starts is not always the
-// iteration's time. It is exact on simtrain, whose host keeps the same lead on the
-// device at every launch. On the full-size ResNet-50 replay (1618 MiB, H100-PCIe model)
-// the host's lead at a loop start in the middle of the iteration varies from one
-// iteration to the next, so one variant timed at 56.2 ms runs at 68.8 ms per iteration.
-// (It was still no slower than the first plan, at 69.2 ms, but only by chance.) Timing
-// on the device (events recorded at the loop start) is the next step. OVERSUB_TUNE=0
-// keeps the first plan: scripts/bench-swap's "swap cost untuned" rows, and the short
-// replays of its trace tables and of scripts/papers-tables.
+// 5.629 in its steady state). The fastest variant is kept (the first on a tie). A
+// switch happens at a loop start of the variant left, and keeps the launch about to
+// run: the new plan's moves begin there, the on-demand step makes up whatever the
+// state left by the old plan lacks, and nothing depends on the schedule for
+// correctness (Note [Swap before any profile] in swap_hooks.h). At about 2.1
+// iterations per variant the choice is made some 53 iterations after the learning; a
+// training job runs thousands. Learning the same period again (after a deviation)
+// keeps the variant chosen for it without timing again. The stats' "schedule" section
+// lists every variant timed ("trials"), the one kept and "tune_status".
+// OVERSUB_TUNE=0 keeps the first plan: scripts/bench-swap's "swap cost untuned" rows,
+// and the short replays of its trace tables and of scripts/papers-tables.
+//
+// Note [Timing on the device]: an iteration of a variant is the time between the
+// starts, on the device, of the last launch of one loop body and of the next, from
+// CUPTI's kernel records (profiler::timing::kernel_starts; the learner tags those
+// launches, Note [Tagging launches]). The host's clock at its loop starts, used
+// before (session 11), is not the iteration's time wherever the host's lead on the
+// device varies: on the full-size ResNet-50 replay (traces/resnet50-b32.oprof,
+// 1618 MiB, H100-PCIe model) a variant timed at 56.2 ms by the host ran at 68.8 ms
+// per iteration; by its kernels' starts it is timed at 68.812 and 68.790, and the
+// variant kept is timed at 68.012 ms and runs at 68.012 (docs/swap.md). The last
+// launch of the body, not the first: a switch carries out the new plan's moves
+// before the launch it happens at, so the first launch's start belongs to neither
+// variant (simtrain at 1.5x: the plan as learned was timed 0.682 ms by its first
+// launches, 0.710 by its last, and 0.710 is its steady iteration). The records
+// come when CUPTI hands its buffers back; the learner forces a flush once all
+// variants are timed, and on a GPU the last kernels may still be queued then, so it
+// asks again at each loop start, up to max_record_wait of them, following the last
+// variant meanwhile. Where no records come (CUPTI held by another tool or missing,
+// or records lost) the plan as learned is kept, the stats' "tune_status" says
+// "no_kernel_times" and the log says so once: a choice on the host's clock could be
+// worse than no choice.
 
 // A variant of the learned iteration's schedule.
 struct variant {
@@ -102,10 +116,39 @@ struct variant {
   bool operator==(const variant&) const = default;
 };
 
+// Note [Timing on the device]: an iteration of a variant, from the last launch of one
+// loop body to the last launch of the next (their launch numbers, which tag their
+// kernels' records).
+struct interval {
+  std::uint64_t from = 0;
+  std::uint64_t to = 0;
+};
+
 struct trial {
   variant v;
-  std::uint64_t ns = 0;  // its measured iteration (the faster of two); 0: no plan
+  std::vector<interval> timed;  // empty: no plan at that capacity
+  std::uint64_t ns = 0;         // its measured iteration (the faster of two); 0: no plan
 };
+
+// Where the choice among variants stands (the stats' "tune_status").
+enum class tune_status : std::uint8_t {
+  off,              // OVERSUB_TUNE=0, a policy other than cost, or nothing learned yet
+  timing,           // variants being timed
+  chosen,           // the fastest kept
+  reused,           // the same iteration learned again keeps the choice made for it
+  no_kernel_times,  // CUPTI gave no kernel records: the plan as learned kept
+};
+
+const char* status_name(tune_status s) {
+  switch (s) {
+    case tune_status::timing: return "timing";
+    case tune_status::chosen: return "chosen";
+    case tune_status::reused: return "reused";
+    case tune_status::no_kernel_times: return "no_kernel_times";
+    case tune_status::off: break;
+  }
+  return "off";
+}
 
 struct learner {
   std::mutex mutex;
@@ -143,14 +186,16 @@ struct learner {
   // Note [Choosing among schedules by measured time].
   bool tuning = false;
   std::vector<trial> trials;         // tried so far, in order
+  tune_status status = tune_status::off;
   bool wrap_seen = false;            // the current variant's loop start has been passed
-  std::uint64_t wrap_ns = 0;         // when
-  int samples = 0;                   // iterations timed for the current variant
+  std::uint64_t wrap_tag = 0;        // the launch before it
+  std::vector<interval> timed;       // the current variant's iterations timed so far
   int settle = 0;                    // iterations to pass untimed first
-  std::uint64_t best_sample_ns = 0;  // the fastest of them
+  bool awaiting = false;             // all timed; the kernels' records are still to come
+  int waited = 0;                    // loop starts passed awaiting them
+  bool no_times_logged = false;
   std::vector<std::uint32_t> tuned_for;  // the learned period the choice below is for
   variant tuned;
-  bool clock_cupti = false;
 };
 
 learner& state() {
@@ -337,10 +382,29 @@ bool learn(learner& l, int device) {
       return false;
     }
   }
-  l.tuning = !again && cfg.tune && cfg.policy == swap_policy::cost && l.learned.size() > 1;
+  const bool tune = cfg.tune && cfg.policy == swap_policy::cost && l.learned.size() > 1;
+  // Note [Timing on the device]: without CUPTI's kernel records the plan as learned
+  // is kept.
+  const bool kernel_times = profiler::timing::current() == profiler::timing::source::cupti;
+  l.tuning = tune && !again && kernel_times;
+  l.status = !tune          ? tune_status::off
+             : again        ? tune_status::reused
+             : kernel_times ? tune_status::timing
+                            : tune_status::no_kernel_times;
+  if (l.status == tune_status::no_kernel_times && !l.no_times_logged) {
+    l.no_times_logged = true;
+    const std::string line = fmt::format(
+        "swap: not timing variants of the schedule: no kernel times from CUPTI ({}); the "
+        "plan as learned is kept",
+        profiler::timing::to_string(profiler::timing::current()));
+    if (cfg.verbose) log::write_raw("oversub: " + line + "\n");
+    else log::info("{}", line);
+  }
   l.trials.clear();
   l.wrap_seen = false;
-  l.samples = 0;
+  l.timed.clear();
+  l.awaiting = false;
+  l.waited = 0;
   l.settle = 1;  // the first scheduled iterations still carry the on-demand ones' state
   l.stats.tuned = again ? 1 : 0;
   l.following = true;
@@ -394,57 +458,102 @@ std::optional<variant> next_variant(const learner& l, int device) {
   return std::nullopt;
 }
 
-// Note [Choosing among schedules by measured time]: at each start of the followed
-// loop body (cursor 0), before its moves.
-void tune_step(learner& l, int device) {
-  bool cupti = false;
-  const std::uint64_t now = profiler::timing::now_ns(&cupti);
-  if (!l.wrap_seen) {
-    l.wrap_seen = true;
-    l.wrap_ns = now;
-    l.clock_cupti = cupti;
-    return;
+// Note [Timing on the device]: each trial's time, once every kernel timed has its
+// record; false while some are still to come. *complete: all of them came (not before
+// max_record_wait loop starts have passed waiting).
+bool time_trials(learner& l, bool* complete) {
+  std::vector<std::uint64_t> tags;
+  for (const trial& t : l.trials) {
+    for (const interval& iv : t.timed) {
+      tags.push_back(iv.from);
+      tags.push_back(iv.to);
+    }
   }
-  const std::uint64_t took = std::max<std::uint64_t>(now - l.wrap_ns, 1);
-  l.wrap_ns = now;
-  if (l.settle > 0) {
-    --l.settle;
-    return;
+  std::vector<std::uint64_t> starts(tags.size(), profiler::timing::unknown);
+  *complete = profiler::timing::kernel_starts(tags.data(), tags.size(), starts.data()) == tags.size();
+  if (!*complete) return l.waited++ >= max_record_wait;
+  std::size_t k = 0;
+  for (trial& t : l.trials) {
+    t.ns = 0;
+    for (std::size_t i = 0; i < t.timed.size(); ++i, k += 2) {
+      const std::uint64_t ns = std::max<std::uint64_t>(
+          starts[k + 1] > starts[k] ? starts[k + 1] - starts[k] : 0, 1);
+      t.ns = t.ns == 0 ? ns : std::min(t.ns, ns);
+    }
   }
-  l.best_sample_ns = l.samples == 0 ? took : std::min(l.best_sample_ns, took);
-  if (++l.samples < timed_iterations) return;
-  l.trials.push_back(trial{l.current, l.best_sample_ns});
-  l.samples = 0;
-  l.wrap_seen = false;
-  while (const std::optional<variant> v = next_variant(l, device)) {
-    if (switch_to(l, device, *v)) return;
-    l.trials.push_back(trial{*v, 0});  // no plan at that capacity
-  }
-  // All tried: keep the fastest (the first on a tie).
+  return true;
+}
+
+// All variants timed: keep the fastest (the first on a tie), once their times are
+// known; the first if they never come.
+void choose(learner& l, int device) {
+  bool complete = false;
+  if (!time_trials(l, &complete)) return;  // the next loop start asks again
+  const trial first = l.trials.front();
   const trial* best = &l.trials.front();
   for (const trial& t : l.trials) {
-    if (t.ns != 0 && t.ns < best->ns) best = &t;
+    if (complete && t.ns != 0 && t.ns < best->ns) best = &t;
   }
-  const trial first = l.trials.front();
   const trial chosen = *best;
   if (!(chosen.v == l.current) && !switch_to(l, device, chosen.v)) {
     switch_to(l, device, first.v);  // planned once already: cannot fail
   }
   l.tuning = false;
+  l.awaiting = false;
   l.tuned_for = l.learned;
   l.tuned = l.current;
   l.stats.tuned = 1;
+  l.status = complete ? tune_status::chosen : tune_status::no_kernel_times;
   l.stats.first_measured_ns = first.ns;
   l.stats.chosen_measured_ns = l.current == chosen.v ? chosen.ns : first.ns;
-  const std::string line = fmt::format(
-      "swap: timed {} variants of the schedule; kept the loop body from launch {} of {} with "
-      "{} {} free: {:.3f} ms per iteration against {:.3f} ms for the first ({})",
-      l.trials.size(), l.current.rotation, l.learned.size(), l.current.free_pages,
-      l.current.free_pages == 1 ? "page" : "pages",
-      static_cast<double>(l.stats.chosen_measured_ns) / 1e6,
-      static_cast<double>(first.ns) / 1e6, l.clock_cupti ? "CUPTI's clock" : "the host's clock");
+  const std::string line =
+      complete
+          ? fmt::format("swap: timed {} variants of the schedule on the device; kept the loop "
+                        "body from launch {} of {} with {} {} free: {:.3f} ms per iteration "
+                        "against {:.3f} ms for the first",
+                        l.trials.size(), l.current.rotation, l.learned.size(),
+                        l.current.free_pages, l.current.free_pages == 1 ? "page" : "pages",
+                        static_cast<double>(l.stats.chosen_measured_ns) / 1e6,
+                        static_cast<double>(first.ns) / 1e6)
+          : fmt::format("swap: no kernel times from CUPTI for the {} variants of the schedule "
+                        "after {} iterations; the plan as learned is kept",
+                        l.trials.size(), max_record_wait);
   if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
   else log::info("{}", line);
+}
+
+// Note [Choosing among schedules by measured time]: at each start of the followed
+// loop body (cursor 0), before its moves; number is the launch about to run.
+void tune_step(learner& l, int device, std::uint64_t number) {
+  if (l.awaiting) {
+    choose(l, device);
+    return;
+  }
+  // Note [Timing on the device]: the loop body's last launch, the one before this.
+  const std::uint64_t tag = number - 1;
+  if (!l.wrap_seen) {
+    l.wrap_seen = true;
+    l.wrap_tag = tag;
+    return;
+  }
+  const interval iv{l.wrap_tag, tag};
+  l.wrap_tag = tag;
+  if (l.settle > 0) {
+    --l.settle;
+    return;
+  }
+  l.timed.push_back(iv);
+  if (l.timed.size() < timed_iterations) return;
+  l.trials.push_back(trial{l.current, std::move(l.timed), 0});
+  l.timed.clear();
+  l.wrap_seen = false;
+  while (const std::optional<variant> v = next_variant(l, device)) {
+    if (switch_to(l, device, *v)) return;
+    l.trials.push_back(trial{*v, {}, 0});  // no plan at that capacity
+  }
+  l.awaiting = true;
+  l.waited = 0;
+  choose(l, device);
 }
 
 template <typename Action>
@@ -584,7 +693,7 @@ bool report_section(std::string& json, std::string& text) {
                       R"("d2h_gbps":{:.3f},"copy_setup_ns":{},"period_first_launch":{},)"
                       R"("predicted_ns":{},"predicted_unlimited_ns":{},"predicted_h2d_bytes":{},)"
                       R"("predicted_d2h_bytes":{},"tune":{},"tuned":{},"tune_trials":{},)"
-                      R"("rotation":{},"free_pages":{},"first_measured_ns":{},)"
+                      R"("rotation":{},"free_pages":{},"tune_status":"{}","first_measured_ns":{},)"
                       R"("chosen_measured_ns":{},"durations_ns":[)",
                       st.learned, st.period, st.pages, st.followed,
                       st.deviations, st.plan_failures, profiler::timing::to_string(src),
@@ -593,7 +702,7 @@ bool report_section(std::string& json, std::string& text) {
                       st.predicted_ns, st.predicted_unlimited_ns,
                       st.predicted_h2d_bytes, st.predicted_d2h_bytes,
                       current_config().tune ? "true" : "false", st.tuned,
-                      st.tune_trials, st.rotation, st.free_pages,
+                      st.tune_trials, st.rotation, st.free_pages, status_name(l.status),
                       st.first_measured_ns, st.chosen_measured_ns);
   const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
   for (std::size_t i = 0; i < n; ++i) json += fmt::format("{}{}", i == 0 ? "" : ",", l.durations_ns[i]);
@@ -614,9 +723,12 @@ bool report_section(std::string& json, std::string& text) {
       static_cast<double>(st.predicted_ns) / 1e6,
       static_cast<double>(st.predicted_unlimited_ns) / 1e6,
       format_bytes(st.predicted_h2d_bytes), format_bytes(st.predicted_d2h_bytes),
-      st.tune_trials == 0 ? std::string()
-      : st.tuned == 0
+      l.status == tune_status::timing
           ? fmt::format("; timing variants of the schedule ({} so far)", st.tune_trials)
+      : l.status == tune_status::no_kernel_times
+          ? std::string("; no kernel times from CUPTI to choose among variants by")
+      : l.status == tune_status::off || st.tuned == 0
+          ? std::string()
           : fmt::format("; timed {} variants, kept the loop body from launch {} with {} {} "
                         "free ({:.3f} ms per iteration, the first {:.3f} ms)",
                         st.tune_trials, st.rotation, st.free_pages,
@@ -664,7 +776,11 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
   if (l.following) {
     if (device == l.device && token == l.period[l.cursor]) {
       profiler::timing::tag_next_launch(profiler::timing::no_tag);
-      if (l.tuning && l.cursor == 0) tune_step(l, device);
+      if (l.tuning && l.cursor == 0) tune_step(l, device, number);
+      // Note [Timing on the device]: the kernel of each loop body's last launch.
+      if (l.tuning && !l.awaiting && l.cursor + 1 == l.period.size()) {
+        profiler::timing::tag_next_launch(number);
+      }
       carry_out(l, l.cursor, number);
       l.cursor = (l.cursor + 1) % l.period.size();
       ++l.stats.followed;

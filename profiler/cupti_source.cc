@@ -25,9 +25,6 @@ struct api {
 
 api g_api;
 std::atomic<bool> g_subscribed{false};
-// cuptiGetTimestamp, once libcupti is open (subscribed or not: the clock needs no
-// subscription).
-std::atomic<decltype(&::cuptiGetTimestamp)> g_timestamp{nullptr};
 CUpti_SubscriberHandle g_handle = nullptr;
 
 // Note [More than one sink] (cupti_source.h): slots are filled once and never
@@ -193,7 +190,7 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         const std::uint64_t ns = k->end > k->start ? k->end - k->start : 0;
-        each_sink([&](sink& s) { s.kernel_time(k->correlationId, ns); });
+        each_sink([&](sink& s) { s.kernel_time(k->correlationId, k->start, ns); });
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -258,9 +255,6 @@ outcome first_subscribe(std::string* detail) {
     const char* e = dlerror();
     *detail = e != nullptr ? e : "libcupti.so.13 not found";
     return outcome::unavailable;
-  }
-  if (decltype(&::cuptiGetTimestamp) ts = nullptr; resolve(lib, "cuptiGetTimestamp", ts)) {
-    g_timestamp.store(ts, std::memory_order_release);
   }
   api a;
   if (!resolve(lib, "cuptiSubscribe_v2", a.subscribe) ||
@@ -330,11 +324,6 @@ outcome subscribe(sink* to, std::string* detail) noexcept {
     *detail = "out of memory while subscribing";
     return outcome::unavailable;
   }
-}
-
-bool timestamp(std::uint64_t* ns) noexcept {
-  const auto ts = g_timestamp.load(std::memory_order_acquire);
-  return ts != nullptr && ts(ns) == CUPTI_SUCCESS;
 }
 
 void flush() noexcept {

@@ -43,7 +43,10 @@ class sink {
   // kind other: infer from the addresses (cudaMemcpyDefault).
   virtual void copy(copy_kind kind, std::uint64_t bytes, const void* dst, const void* src,
                     std::uint32_t correlation_id) = 0;
-  virtual void kernel_time(std::uint32_t correlation_id, std::uint64_t ns) = 0;
+  // start_ns: when the kernel began, on CUPTI's clock (only differences mean
+  // anything); ns: how long it ran.
+  virtual void kernel_time(std::uint32_t correlation_id, std::uint64_t start_ns,
+                           std::uint64_t ns) = 0;
   // host_pageable: the host side of an h2d or d2h copy is pageable memory, staged
   // by the CPU (a program's plain copies); the residency engine's host copies are
   // pinned or host-located VMM memory, and cross the link at its rate.
@@ -64,11 +67,6 @@ constexpr std::size_t max_sinks = 4;
 // CUPTI, *detail names it; unavailable: no libcupti, a CUPTI error or no room for
 // another sink, *detail says which.
 outcome subscribe(sink* to, std::string* detail) noexcept;
-
-// CUPTI's clock (cuptiGetTimestamp: the ns that activity records carry; simgpu's
-// virtual time) once subscribe() has opened libcupti, whatever its outcome; false
-// without it.
-bool timestamp(std::uint64_t* ns) noexcept;
 
 // Delivers every activity record still buffered (forced flush).
 void flush() noexcept;

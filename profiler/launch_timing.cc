@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -68,7 +67,7 @@ class collector final : public cupti::sink {
   }
   void copy(copy_kind, std::uint64_t, const void*, const void*, std::uint32_t) override {}
   // The callbacks below run inside CUPTI: a failure to allocate drops the record.
-  void kernel_time(std::uint32_t corr, std::uint64_t ns) override try {
+  void kernel_time(std::uint32_t corr, std::uint64_t start_ns, std::uint64_t ns) override try {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = pending_.find(corr);
     if (it == pending_.end()) return;
@@ -76,7 +75,7 @@ class collector final : public cupti::sink {
       durations_.erase(durations_.begin(), std::next(durations_.begin(),
                                                      static_cast<std::ptrdiff_t>(max_durations / 2)));
     }
-    if (it->second >= floor_) durations_[it->second] = ns;
+    if (it->second >= floor_) durations_[it->second] = kernel{start_ns, ns};
     pending_.erase(it);
   } catch (...) {
   }
@@ -94,7 +93,17 @@ class collector final : public cupti::sink {
     auto it = durations_.lower_bound(first);
     for (std::size_t i = 0; i < n; ++i) {
       while (it != durations_.end() && it->first < first + i) ++it;
-      out[i] = it != durations_.end() && it->first == first + i ? it->second : unknown;
+      out[i] = it != durations_.end() && it->first == first + i ? it->second.ns : unknown;
+      if (out[i] != unknown) ++known;
+    }
+    return known;
+  }
+  std::size_t starts(const std::uint64_t* tags, std::size_t n, std::uint64_t* out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::size_t known = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto it = durations_.find(tags[i]);
+      out[i] = it != durations_.end() ? it->second.start_ns : unknown;
       if (out[i] != unknown) ++known;
     }
     return known;
@@ -124,7 +133,11 @@ class collector final : public cupti::sink {
 
   std::mutex mutex_;
   std::unordered_map<std::uint32_t, std::uint64_t> pending_;  // correlation id -> tag
-  std::map<std::uint64_t, std::uint64_t> durations_;          // tag -> ns
+  struct kernel {
+    std::uint64_t start_ns = 0;  // CUPTI's clock
+    std::uint64_t ns = 0;
+  };
+  std::map<std::uint64_t, kernel> durations_;                 // tag -> its kernel
   std::uint64_t floor_ = 0;
   fit_sums h2d_, d2h_;
 };
@@ -182,19 +195,18 @@ std::size_t durations(std::uint64_t first, std::size_t n, std::uint64_t* out) no
   return the_collector().fill(first, n, out);
 }
 
+std::size_t kernel_starts(const std::uint64_t* tags, std::size_t n, std::uint64_t* out) noexcept {
+  if (current() != source::cupti) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = unknown;
+    return 0;
+  }
+  cupti::flush();
+  return the_collector().starts(tags, n, out);
+}
+
 void forget_before(std::uint64_t first) noexcept {
   if (current() != source::cupti) return;
   the_collector().forget_before(first);
-}
-
-std::uint64_t now_ns(bool* cupti) noexcept {
-  std::uint64_t ns = 0;
-  const bool from_cupti = cupti::timestamp(&ns);
-  if (cupti != nullptr) *cupti = from_cupti;
-  if (from_cupti) return ns;
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
 }
 
 link_estimate link() noexcept {

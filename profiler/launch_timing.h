@@ -53,14 +53,15 @@ void tag_next_launch(std::uint64_t tag) noexcept;
 constexpr std::uint64_t unknown = ~std::uint64_t{0};
 std::size_t durations(std::uint64_t first, std::size_t n, std::uint64_t* out) noexcept;
 
+// Forces a flush like durations(), then fills out[i] with when the kernel of launch
+// tags[i] started on the device, on CUPTI's clock (ns; only differences mean
+// anything), unknown where no record has come yet (a kernel still queued or running
+// on a real GPU) or none will. Returns how many were known. Note [Timing on the
+// device] in interpose/swap_schedule.cc.
+std::size_t kernel_starts(const std::uint64_t* tags, std::size_t n, std::uint64_t* out) noexcept;
+
 // Forgets the durations of tags below `first` (the learner no longer needs them).
 void forget_before(std::uint64_t first) noexcept;
-
-// Now, ns, on the clock kernels run by: CUPTI's (cupti::timestamp) where libcupti
-// could be opened, else the host's steady clock. *cupti (if given) says which. Only
-// differences mean anything (Note [Choosing among schedules by measured time] in
-// interpose/swap_schedule.cc).
-std::uint64_t now_ns(bool* cupti = nullptr) noexcept;
 
 // Note [Link figures from the engine's copies].
 struct direction_estimate {

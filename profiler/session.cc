@@ -115,7 +115,9 @@ class session final : public cupti::sink {
     }
     rec_.on_copy(kind, bytes, base[0], corr);
   }
-  void kernel_time(std::uint32_t corr, std::uint64_t ns) override { rec_.on_kernel_time(corr, ns); }
+  void kernel_time(std::uint32_t corr, std::uint64_t, std::uint64_t ns) override {
+    rec_.on_kernel_time(corr, ns);
+  }
   void copy_time(std::uint32_t corr, copy_kind kind, std::uint64_t bytes, std::uint64_t ns,
                  bool) override {
     rec_.on_copy_time(corr, kind, bytes, ns);

@@ -16,7 +16,9 @@ interpose/swap_schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLIC
   fallback  (--mode swap|um, --holder) another tool holds CUPTI (cupti_holder
             preloaded first): the durations and the link are the constants (20 us, 25
             GB/s), the stats say "constant" and "held", OVERSUB_VERBOSE=1 says so once,
-            and the run is still correct and follows its schedule.
+            and the run is still correct and follows its schedule; with no kernel
+            records no variants of it are timed (Note [Timing on the device]): the
+            stats' tune_status is "no_kernel_times", and OVERSUB_VERBOSE=1 says so once.
 
   schedule_timing_test.py --lib liboversub.so --simtrain simtrain --case measured --mode swap
 """
@@ -37,6 +39,7 @@ SIMTRAIN = ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "6"]
 CONSTANT_NS = 20_000
 CONSTANT_GBPS = 25.0
 FALLBACK_LINE = "no kernel durations from CUPTI (CUPTI is held by"
+NO_TUNE_LINE = "swap: not timing variants of the schedule: no kernel times from CUPTI (held)"
 
 
 def device_figure(key: str) -> float:
@@ -117,8 +120,15 @@ def check_fallback(sched: dict, stderr: str) -> str:
         fail(f"with CUPTI held the link should be the constant {CONSTANT_GBPS} GB/s: {sched}")
     if stderr.count(FALLBACK_LINE) != 1:
         fail(f"OVERSUB_VERBOSE=1 should say once that the constants are used:\n{stderr}")
+    # Note [Timing on the device]: no kernel records, no choice among variants.
+    if sched["tune_status"] != "no_kernel_times" or sched["tune_trials"] != 0 \
+            or sched["rotation"] != 0 or sched["free_pages"] != 0:
+        fail(f"with CUPTI held the plan as learned should be kept, untimed: {sched}")
+    if stderr.count(NO_TUNE_LINE) != 1:
+        fail(f"OVERSUB_VERBOSE=1 should say once that no variants are timed:\n{stderr}")
     check_prediction(sched)
-    return f"constants used ({sched['period']} launches of {CONSTANT_NS} ns), said once"
+    return (f"constants used ({sched['period']} launches of {CONSTANT_NS} ns), said once; "
+            f"no variants timed, said once")
 
 
 def main() -> int:

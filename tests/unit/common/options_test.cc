@@ -255,7 +255,7 @@ TEST(SwapOptions, ModePolicyPrefetchAndThePlannedPoolDefault) {
   parse_outcome d = parse_options({});
   EXPECT_EQ(d.cfg.policy, swap_policy::cost);
   EXPECT_EQ(d.cfg.prefetch_launches, 0u);
-  EXPECT_FALSE(d.cfg.tune) << "the schedule's variants are timed only when asked";
+  EXPECT_TRUE(d.cfg.tune) << "the schedule's variants are timed unless told not to";
   EXPECT_TRUE(parse_options({"OVERSUB_TUNE=1"}).cfg.tune);
   EXPECT_TRUE(parse_options({"OVERSUB_TUNE=on"}).cfg.tune);
   EXPECT_EQ(d.cfg.pool, pool_kind::online);
