@@ -506,6 +506,7 @@ void choose(learner& l, int device) {
   l.status = complete ? tune_status::chosen : tune_status::no_kernel_times;
   l.stats.first_measured_ns = first.ns;
   l.stats.chosen_measured_ns = l.current == chosen.v ? chosen.ns : first.ns;
+  l.stats.tune_record_waits = static_cast<std::uint64_t>(l.waited);
   const std::string line =
       complete
           ? fmt::format("swap: timed {} variants of the schedule on the device; kept the loop "
@@ -694,7 +695,7 @@ bool report_section(std::string& json, std::string& text) {
                       R"("predicted_ns":{},"predicted_unlimited_ns":{},"predicted_h2d_bytes":{},)"
                       R"("predicted_d2h_bytes":{},"tune":{},"tuned":{},"tune_trials":{},)"
                       R"("rotation":{},"free_pages":{},"tune_status":"{}","first_measured_ns":{},)"
-                      R"("chosen_measured_ns":{},"durations_ns":[)",
+                      R"("chosen_measured_ns":{},"tune_record_waits":{},"durations_ns":[)",
                       st.learned, st.period, st.pages, st.followed,
                       st.deviations, st.plan_failures, profiler::timing::to_string(src),
                       durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
@@ -703,7 +704,7 @@ bool report_section(std::string& json, std::string& text) {
                       st.predicted_h2d_bytes, st.predicted_d2h_bytes,
                       current_config().tune ? "true" : "false", st.tuned,
                       st.tune_trials, st.rotation, st.free_pages, status_name(l.status),
-                      st.first_measured_ns, st.chosen_measured_ns);
+                      st.first_measured_ns, st.chosen_measured_ns, st.tune_record_waits);
   const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
   for (std::size_t i = 0; i < n; ++i) json += fmt::format("{}{}", i == 0 ? "" : ",", l.durations_ns[i]);
   json += R"(],"trials":[)";

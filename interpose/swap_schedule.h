@@ -56,6 +56,8 @@ struct swap_schedule_stats {
   std::uint64_t tune_trials = 0;
   std::uint64_t first_measured_ns = 0;
   std::uint64_t chosen_measured_ns = 0;
+  // Note [Timing on the device]: loop starts the choice waited for kernel records.
+  std::uint64_t tune_record_waits = 0;
 };
 
 // Before a launch on device whose ranges are about to be prepared: learn, and

@@ -9,6 +9,9 @@ oversubscription on simgpu's H100-PCIe model, long enough for the tuning to fini
 - The stats' "schedule" section lists the 24 variants timed; the one kept is the
   fastest of them, and its figures are the section's.
 - It is the default: the tuned runs set no OVERSUB_TUNE; OVERSUB_TUNE=0 times none.
+- With CUPTI's records handed back only once their kernels are done, as on a GPU
+  (SIMGPU_CUPTI_RECORDS=when-done), the choice waits for the last ones (at least one
+  loop start) and is the same, from the same times.
 - The measurements (the starts of kernels on the device, from CUPTI's records: Note
   [Timing on the device]) are the iterations' real (virtual) times: the first variant's is
   the steady iteration of a run with OVERSUB_TUNE=0, the kept one's the steady
@@ -54,13 +57,16 @@ def main() -> int:
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for tune, iters in (("1", TUNED_ITERS), ("1", TUNED_ITERS + 4), ("0", 6), ("0", 10)):
+        # "late": CUPTI's records come only once their kernels are done, as on a GPU.
+        for tune, iters in (("1", TUNED_ITERS), ("1", TUNED_ITERS + 4), ("0", 6), ("0", 10),
+                            ("late", TUNED_ITERS + 4)):
             stats_file = Path(tmp) / f"stats-{tune}-{iters}.json"
             proc = run([str(args.simtrain), *SHAPE, "--iters", str(iters)],
                        {**device_env, "SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
                         "SIMGPU_REPORT": "1", "OVERSUB_MODE": "swap",
                         # tuned: the default
                         **({"OVERSUB_TUNE": tune} if tune == "0" else {}),
+                        **({"SIMGPU_CUPTI_RECORDS": "when-done"} if tune == "late" else {}),
                         "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file)},
                        args.lib)
             if proc.returncode != 0:
@@ -87,6 +93,14 @@ def main() -> int:
         fail(f"a variant was timed twice: {trials}")
     timed = [t for t in trials if t["measured_ns"] > 0]
     best = min(timed, key=lambda t: t["measured_ns"])  # the first on a tie, as the engine
+    if sched["tune_record_waits"] != 0:
+        fail(f"records written at enqueue, yet the choice waited for them: {sched}")
+    late = results[("late", TUNED_ITERS + 4)][1]
+    if late is None or late["tune_status"] != "chosen" or late["tune_record_waits"] < 1 or \
+            late["trials"] != trials or late["rotation"] != sched["rotation"] or \
+            late["free_pages"] != sched["free_pages"]:
+        fail(f"with records only for finished kernels the choice should wait for them and be "
+             f"the same: {late}")
     if (sched["rotation"], sched["free_pages"]) != (best["rotation"], best["free_pages"]) or \
             sched["chosen_measured_ns"] != best["measured_ns"]:
         fail(f"kept {sched['rotation']}/{sched['free_pages']} at {sched['chosen_measured_ns']} ns, "
@@ -108,7 +122,9 @@ def main() -> int:
     print(f"swap at 1.5x: loss bits identical over {len(want)} iterations, no race; "
           f"{VARIANTS} variants timed, kept the loop body from launch {sched['rotation']} with "
           f"{sched['free_pages']} page{'' if sched['free_pages'] == 1 else 's'} free: {tuned_ms:.4f} ms per steady iteration against "
-          f"{untuned_ms:.4f} untuned ({results[('1', TUNED_ITERS + 4)][2]})")
+          f"{untuned_ms:.4f} untuned ({results[('1', TUNED_ITERS + 4)][2]}); with records "
+          f"only for finished kernels the same choice after {late['tune_record_waits']} "
+          f"loop start(s) waiting")
     return 0
 
 

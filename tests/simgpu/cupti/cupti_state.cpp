@@ -26,6 +26,8 @@ void load() noexcept {
       reinterpret_cast<decltype(g_driver.set_activity_sink)>(dlsym(h, "simgpuSetActivitySink"));
   g_driver.virtual_time_ns =
       reinterpret_cast<decltype(g_driver.virtual_time_ns)>(dlsym(h, "simgpuVirtualTimeNs"));
+  g_driver.activity_when_done = reinterpret_cast<decltype(g_driver.activity_when_done)>(
+      dlsym(h, "simgpuActivityWhenDone"));
   g_driver.cuCtxGetId = link::driver_proc<decltype(g_driver.cuCtxGetId)>(gpa, "cuCtxGetId");
   g_driver.cuCtxGetCurrent =
       link::driver_proc<decltype(g_driver.cuCtxGetCurrent)>(gpa, "cuCtxGetCurrent");

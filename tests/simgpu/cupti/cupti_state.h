@@ -20,6 +20,7 @@ struct libcuda {
   decltype(&::simgpuSetApiSink) set_api_sink = nullptr;
   decltype(&::simgpuSetActivitySink) set_activity_sink = nullptr;
   decltype(&::simgpuVirtualTimeNs) virtual_time_ns = nullptr;
+  decltype(&::simgpuActivityWhenDone) activity_when_done = nullptr;
   decltype(&::cuCtxGetId) cuCtxGetId = nullptr;
   decltype(&::cuCtxGetCurrent) cuCtxGetCurrent = nullptr;
   decltype(&::cuCtxGetDevice) cuCtxGetDevice = nullptr;

@@ -137,6 +137,12 @@ config load() {
   }
   if (const char* v = env("SIMGPU_LAUNCH_LOG")) c.launch_log = v;
   if (const char* v = env("SIMGPU_TIMELINE")) c.timeline = v;
+  if (const char* v = env("SIMGPU_CUPTI_RECORDS")) {
+    std::string s(v);
+    if (s == "when-done") c.cupti_when_done = true;
+    else if (s == "at-enqueue") c.cupti_when_done = false;
+    else config_error("SIMGPU_CUPTI_RECORDS='%s' is not valid: expected at-enqueue or when-done", v);
+  }
   return c;
 }
 

@@ -31,6 +31,10 @@ struct config {
   race_mode race = race_mode::report;
   std::string launch_log;     // SIMGPU_LAUNCH_LOG: a path; empty: off
   std::string timeline;       // SIMGPU_TIMELINE: a path; empty: off (Note [The timeline])
+  // SIMGPU_CUPTI_RECORDS=when-done: CUPTI's activity records are handed back only once
+  // the virtual clock has passed their end, as a real GPU's (Note [Records when done]
+  // in cupti/activity.cpp); at-enqueue (the default): as soon as they are enqueued.
+  bool cupti_when_done = false;
 };
 
 // Parsed on first call; exits 2 on a malformed value.

@@ -100,6 +100,8 @@ void uncharge_device_bytes(uint64_t bytes) {
 
 }  // namespace simgpu
 
+SIMGPU_EXPORT int simgpuActivityWhenDone(void) { return simgpu::get_config().cupti_when_done ? 1 : 0; }
+
 SIMGPU_EXPORT uint64_t simgpuVirtualTimeNs(void) {
   if (!simgpu::g_initialized.load()) return 0;
   simgpu::lock_guard lock;

@@ -151,6 +151,10 @@ void simgpuSetActivitySink(simgpuActivitySink sink, void* user);
 // The virtual clock now, in ns (what cuptiGetTimestamp returns).
 uint64_t simgpuVirtualTimeNs(void);
 
+// 1 when SIMGPU_CUPTI_RECORDS=when-done: libcupti keeps each record until the virtual
+// clock has passed its end (Note [Records when done] in cupti/activity.cpp).
+int simgpuActivityWhenDone(void);
+
 #ifdef __cplusplus
 }
 #endif
