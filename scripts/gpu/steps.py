@@ -253,7 +253,81 @@ def simtrain(k: kit, progs: programs) -> step_result:
         else:
             row(name, f"{limit} ({label})", f"CRASH exit {proc.returncode}", first_line(proc.stderr, 100), proc, stats)
             res.fail(f"{name} at {label}: exit {proc.returncode}")
+    if built.get("swap", (False, ""))[0]:
+        tuning(k, res, progs, sim_env)
     return res
+
+
+TUNE_ITERS = 64  # the schedule's tuning is done by then (about 53 iterations after learning)
+
+
+def virtual_cells(base, proc) -> list[str]:
+    """simgpu's virtual ms of proc and its ratio to base's."""
+    v, b = VIRTUAL_RE.search(proc.stderr), VIRTUAL_RE.search(base.stderr)
+    if v is None:
+        return ["", ""]
+    ratio = f"{float(v.group(1)) / float(b.group(1)):.2f}" if b and float(b.group(1)) > 0 else ""
+    return [v.group(1), ratio]
+
+
+def tuning(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -> None:
+    """swap at peak/3 long enough for the schedule's variants to be timed on the device
+    from CUPTI's kernel records and the fastest kept (Note [Timing on the device] in
+    interpose/swap_schedule.cc): the losses of a run as long without the library, and
+    what the stats' "schedule" section says of the choice. On simgpu a smaller batch
+    (64 iterations of the step's shape take a minute of wall time there), and CUPTI's
+    records only once their kernels are done, as on a GPU (SIMGPU_CUPTI_RECORDS)."""
+    name = f"OVERSUB_MODE=swap, {TUNE_ITERS} iterations (schedule tuning)"
+    if k.out_of_time():
+        res.notes.append(f"{name}: skipped: time budget spent")
+        return
+    size = ["8", "512", "16"] if k.sim else simtrain_args(k)[1:6:2]
+    long_cmd = [str(progs.simtrain), *[f for pair in zip(["--depth", "--width", "--batch"], size)
+                                       for f in pair], "--iters", str(TUNE_ITERS)]
+    if k.sim:
+        sim_env = {**sim_env, "SIMGPU_CUPTI_RECORDS": "when-done"}
+    base = k.run(long_cmd, sim_env, timeout_s=900, label=f"simtrain unlimited, {TUNE_ITERS} iterations")
+    want = ITER_RE.findall(base.stdout)
+    peak_match = PEAK_RE.search(base.stdout)
+    if base.returncode != 0 or peak_match is None:
+        res.fail(f"{name}: simtrain fails without the library: exit {base.returncode}")
+        return
+    limit = max(MiB, int(peak_match.group(1)) // 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        stats_file = Path(tmp) / "stats.json"
+        proc = k.run(long_cmd, {**sim_env, "OVERSUB_MODE": "swap", "OVERSUB_DEVICE_LIMIT": str(limit),
+                                "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file)},
+                     preload=True, timeout_s=900, label=f"simtrain {name} at peak/3")
+        lines = stats_file.read_text().splitlines() if stats_file.exists() else []
+        lines = [l for l in lines if l.startswith('{"oversub_stats"')]
+        sched = json.loads(lines[-1]).get("schedule") if lines else None
+    got = ITER_RE.findall(proc.stdout)
+    same = proc.returncode == 0 and base.returncode == 0 and got == want and len(want) == TUNE_ITERS
+    res.rows.append([name, f"{limit} (peak/3)", "ran" if proc.returncode == 0 else
+                     f"exit {proc.returncode}", "bit-identical" if same else "DIFFER",
+                     f"{proc.seconds:.2f}", f"{proc.seconds / base.seconds:.2f}" if base.seconds else "",
+                     *(virtual_cells(base, proc) if k.sim else []), ""])
+    if not same:
+        res.fail(f"{name}: losses differ from the unlimited run of {TUNE_ITERS} iterations "
+                 f"(exit {proc.returncode}: {first_line(proc.stderr)})")
+        return
+    if sched is None:
+        res.fail(f"{name}: no schedule section in the stats")
+        return
+    res.data["tuning"] = {key: sched.get(key) for key in (
+        "tune_status", "tune_trials", "rotation", "free_pages", "first_measured_ns",
+        "chosen_measured_ns", "tune_record_waits", "durations_source", "link_source", "period")}
+    res.notes.append(
+        f"schedule tuning: {sched.get('tune_status')}; {sched.get('tune_trials')} variants timed "
+        f"by their kernels' starts after {sched.get('tune_record_waits')} loop start(s) waiting "
+        f"for CUPTI's records; kept the loop body from launch {sched.get('rotation')} of "
+        f"{sched.get('period')} with {sched.get('free_pages')} page(s) free: "
+        f"{sched.get('chosen_measured_ns', 0) / 1e6:.3f} ms per iteration against "
+        f"{sched.get('first_measured_ns', 0) / 1e6:.3f} ms for the plan as learned; durations "
+        f"{sched.get('durations_source')}, link {sched.get('link_source')}")
+    if sched.get("tune_status") != "chosen":
+        res.fail(f"{name}: the schedule's variants were not chosen among by kernel times "
+                 f"(tune_status {sched.get('tune_status')})")
 
 
 def profiler(k: kit, progs: programs) -> step_result:
