@@ -134,22 +134,22 @@ bool report_section(std::string& json, std::string& text) {
                           R"("evictions":{},"clean_evictions":{},"dead_evictions":{},)"
                           R"("fetches":{},"dead_fetches":{},)"
                           R"("bytes_to_host":{},"bytes_to_device":{},"waits":{},"failures":{},)"
-                          R"("copies":{},"mapping_calls":{},"spare_reuses":{},"spare_bytes":{}}})",
+                          R"("copies":{},"mapping_calls":{},"spare_reuses":{},"spare_bytes":{},"lends":{}}})",
                           s->engine->capacity_bytes(), e.pages, e.resident_bytes,
                           e.peak_resident_bytes, e.host_bytes, e.peak_host_bytes, e.evictions,
                           e.clean_evictions, e.dead_evictions, e.fetches, e.dead_fetches,
                           e.bytes_to_host, e.bytes_to_device, e.waits, e.failures, e.copies,
-                          e.mapping_calls, e.spare_reuses, e.spare_bytes);
+                          e.mapping_calls, e.spare_reuses, e.spare_bytes, e.lends);
       text += fmt::format(
           "oversub:   swap device {}: capacity {}  resident {} (peak {})  on host {} (peak {})  "
           "evictions {} ({} clean, {} dead)  fetches {} ({} dead)  to host {}  to device {}  "
-          "waits {}  failures {}  copies {}  mapping calls {}  spares reused {}\n",
+          "waits {}  failures {}  copies {}  mapping calls {}  spares reused {}  lent {}\n",
           d, format_bytes(s->engine->capacity_bytes()), format_bytes(e.resident_bytes),
           format_bytes(e.peak_resident_bytes), format_bytes(e.host_bytes),
           format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.dead_evictions,
           e.fetches, e.dead_fetches,
           format_bytes(e.bytes_to_host), format_bytes(e.bytes_to_device), e.waits, e.failures,
-          e.copies, e.mapping_calls, e.spare_reuses);
+          e.copies, e.mapping_calls, e.spare_reuses, e.lends);
     }
     if (const std::optional<managed_stats> maybe_m =
             s->managed ? s->managed->try_stats() : std::nullopt) {

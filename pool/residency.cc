@@ -2,6 +2,8 @@
 #include "pool/residency.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "common/log.h"
 #include "pool/driver_api.h"
@@ -27,7 +29,8 @@ residency_engine::~residency_engine() {
   for (auto& [va, p] : pages_) {
     wait_copy_locked(p);
     d.cuMemUnmap(va, cfg_.page_bytes);
-    if (p.device != 0) d.cuMemRelease(p.device);
+    // A lender's device memory is its borrower's (Note [Lending an evicting page's memory]).
+    if (p.device != 0 && p.lent_to == 0) d.cuMemRelease(p.device);
     if (p.host != 0) {
       d.cuMemUnmap(p.shadow, cfg_.page_bytes);
       d.cuMemRelease(p.host);
@@ -105,8 +108,17 @@ void residency_engine::destroy_page(std::uintptr_t va) {
   page* p = find_locked(va);
   if (p == nullptr) return;
   const driver_table& d = driver();
+  // Note [Lending an evicting page's memory]: the memory this page borrowed leaves no
+  // other address mapping it; a lender's memory is its borrower's, not released here.
+  if (p->lender != 0) finish_lender_locked(p->lender);
   wait_copy_locked(*p);
   unmap_locked(va);
+  if (p->lent_to != 0) {
+    if (page* b = find_locked(p->lent_to); b != nullptr && b->lender == va) b->lender = 0;
+    p->lent_to = 0;
+    p->device = 0;
+    --lent_pages_;
+  }
   if (p->device != 0) {
     // The arena gives memory back (its trim): release it, no spare.
     ++stats_.mapping_calls;
@@ -256,6 +268,7 @@ CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> va
       recorded.push_back(ev[i]);
     }
     p.where = state::evicting;
+    p.planned = false;
     ++stats_.evictions;
     if (!copy[i]) {
       ++stats_.clean_evictions;
@@ -270,10 +283,19 @@ CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> va
 // where its device memory was and keeps the device memory as a spare.
 CUresult residency_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
   CUresult first_error = CUDA_SUCCESS;
+  // Note [Lending an evicting page's memory]: a page's device memory goes to the spares
+  // only once no lender's address maps it too. The lender's copy out is complete: this
+  // page's copy in waited for it, and this page's copy out for its copy in.
+  for (std::uintptr_t va : vas) {
+    if (const std::uintptr_t l = pages_[va].lender; l != 0) {
+      if (CUresult r = finish_lender_locked(l); r != CUDA_SUCCESS) return r;
+    }
+  }
   std::vector<std::uintptr_t> mapped;
   mapped.reserve(vas.size());
   for (std::uintptr_t va : vas) {
     page& p = pages_[va];
+    if (p.where != state::evicting) continue;  // a lender of another, finished just now
     release_copy_locked(p);
     if (CUresult r = unmap_locked(va); r != CUDA_SUCCESS) {
       first_error = r;
@@ -301,8 +323,15 @@ CUresult residency_engine::evict_finish_locked(std::span<const std::uintptr_t> v
   for (std::size_t k = 0; k < mapped.size(); ++k) {
     if (!ok[k]) continue;
     page& p = pages_[mapped[k]];
-    stats_.resident_bytes -= cfg_.page_bytes;
-    give_device_locked(p.device);
+    if (p.lent_to != 0) {
+      // Its bytes went to the borrower when it lent them (still held there).
+      if (page* b = find_locked(p.lent_to); b != nullptr && b->lender == mapped[k]) b->lender = 0;
+      p.lent_to = 0;
+      --lent_pages_;
+    } else {
+      stats_.resident_bytes -= cfg_.page_bytes;
+      give_device_locked(p.device);
+    }
     p.device = 0;
     p.where = state::on_host;
     p.host_current = true;
@@ -386,7 +415,7 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait,
   const auto leaving_bytes = [&] {
     std::uint64_t leaving = 0;
     for (auto& [va, p] : pages_) {
-      if (p.where == state::evicting) leaving += cfg_.page_bytes;
+      if (p.where == state::evicting && p.lent_to == 0) leaving += cfg_.page_bytes;
     }
     return leaving;
   };
@@ -418,7 +447,8 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
   int oldest = -1;
   bool any = false;
   for (auto& [va, p] : pages_) {
-    if (p.where != state::evicting) continue;
+    // A lender's memory is its borrower's already: waiting for it frees nothing.
+    if (p.where != state::evicting || p.lent_to != 0) continue;
     any = true;
     if (p.copy >= 0 && !copies_[p.copy].done &&
         (oldest < 0 || copies_[p.copy].seq < copies_[oldest].seq)) {
@@ -443,6 +473,12 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
 CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                                         std::vector<std::uintptr_t>* deferred,
                                         const victim_rank& rank) {
+  // Note [Lending an evicting page's memory]: a lender wanted again has no device
+  // memory of its own any more: it finishes its eviction and is fetched like any page.
+  for (std::uintptr_t va : vas) {
+    if (pages_[va].lent_to == 0) continue;
+    if (CUresult r = finish_lender_locked(va); r != CUDA_SUCCESS) return r;
+  }
   std::erase_if(vas, [&](std::uintptr_t va) {
     page& p = pages_[va];
     if (p.where != state::evicting) return false;
@@ -462,6 +498,15 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
         vas.size(),
         stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes);
     if (fit == 0) {
+      // Note [Lending an evicting page's memory]: the memory of evictions under way.
+      if (const std::vector<std::uintptr_t> from = lenders_locked(vas.size(), rank, !wait || getenv("PLONLY")); !from.empty()) {
+        std::vector<std::uintptr_t> now(vas.begin(),
+                                        vas.begin() + static_cast<std::ptrdiff_t>(from.size()));
+        vas.erase(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(from.size()));
+        if (getenv("DBGL")) for (size_t q = 0; q < from.size(); ++q) fprintf(stderr, "LEND %lx -> %lx wait=%d\n", (unsigned long)from[q], (unsigned long)now[q], (int)wait);
+        if (CUresult r = fetch_batch_locked(std::move(now), from); r != CUDA_SUCCESS) return r;
+        continue;
+      }
       if (!wait) {
         deferred->insert(deferred->end(), vas.begin(), vas.end());
         return CUDA_SUCCESS;
@@ -476,8 +521,42 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
   return CUDA_SUCCESS;
 }
 
-// Fetches vas (sorted pages on the host, room made for all of them).
-CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas) {
+// Up to n evicting pages whose copies out are under way and whose memory is not lent
+// yet, the oldest copy first (Note [Lending an evicting page's memory]).
+std::vector<std::uintptr_t> residency_engine::lenders_locked(std::size_t n,
+                                                             const victim_rank& rank,
+                                                             bool planned_only) {
+  std::vector<std::pair<std::uint64_t, std::uintptr_t>> all;
+  for (auto& [va, p] : pages_) {
+    // An eviction known complete is finished by make_room_locked (its memory a spare).
+    if (p.where != state::evicting || p.lent_to != 0 || p.device == 0 || p.copy < 0 ||
+        copies_[p.copy].done || (planned_only && !p.planned) || (rank && rank(va) == 0)) {
+      continue;
+    }
+    all.emplace_back(getenv("LRUL") ? p.last_use : copies_[p.copy].seq, va);
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<std::uintptr_t> out;
+  for (std::size_t i = 0; i < all.size() && i < n; ++i) out.push_back(all[i].second);
+  return out;
+}
+
+// The lender at va, if it still is one, waits for its copy out and finishes its
+// eviction: its address maps its host handle again.
+CUresult residency_engine::finish_lender_locked(std::uintptr_t va) {
+  page* l = find_locked(va);
+  if (l == nullptr || l->lent_to == 0) return CUDA_SUCCESS;
+  if (l->copy >= 0 && !copies_[l->copy].done) { ++stats_.waits; if (getenv("DBGL")) fprintf(stderr, "LENDWAIT %lx lent_to %lx\n", (unsigned long)(va - 0), (unsigned long)l->lent_to); }
+  if (CUresult r = wait_copy_locked(*l); r != CUDA_SUCCESS) return r;
+  const std::uintptr_t one[] = {va};
+  return evict_finish_locked(one);
+}
+
+// Fetches vas (sorted pages on the host, room made for all of them). The first
+// lenders.size() of them take the device memory of those evicting pages instead
+// (Note [Lending an evicting page's memory]).
+CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
+                                              std::span<const std::uintptr_t> lenders) {
   const driver_table& d = driver();
   std::vector<page*> ps;
   ps.reserve(vas.size());
@@ -498,20 +577,23 @@ CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas) {
   std::size_t mapped = 0;
   for (; mapped < vas.size(); ++mapped) {
     page& p = *ps[mapped];
-    if (CUresult r = take_device_locked(p.device); r != CUDA_SUCCESS) {
+    const bool borrow = mapped < lenders.size();
+    if (borrow) {
+      p.device = pages_[lenders[mapped]].device;
+    } else if (CUresult r = take_device_locked(p.device); r != CUDA_SUCCESS) {
       p.device = 0;
       first_error = r;
       break;
     }
     if (CUresult r = unmap_locked(vas[mapped]); r != CUDA_SUCCESS) {
-      give_device_locked(p.device);
+      if (!borrow) give_device_locked(p.device);
       p.device = 0;
       first_error = r;
       break;
     }
     if (CUresult r = map_only_locked(vas[mapped], p.device); r != CUDA_SUCCESS) {
       map_locked(vas[mapped], p.host);
-      give_device_locked(p.device);
+      if (!borrow) give_device_locked(p.device);
       p.device = 0;
       first_error = r;
       break;
@@ -519,6 +601,15 @@ CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas) {
   }
   vas.resize(mapped);
   ps.resize(mapped);
+  // The lent memory is the borrower's from here: it leaves the lender's count.
+  const std::size_t borrowed = std::min(mapped, lenders.size());
+  for (std::size_t k = 0; k < borrowed; ++k) {
+    pages_[lenders[k]].lent_to = vas[k];
+    ps[k]->lender = lenders[k];
+    ++lent_pages_;
+    ++stats_.lends;
+    stats_.resident_bytes -= cfg_.page_bytes;
+  }
   std::vector<char> ok(vas.size(), 1);
   for_runs(vas, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
     if (CUresult r = set_access_locked(vas[first], count); r != CUDA_SUCCESS) {
@@ -534,7 +625,39 @@ CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas) {
   std::vector<char> copy(n);
   for (std::size_t i = 0; i < n; ++i) copy[i] = ok[i] && !content_dead(*ps[i], fetch_epoch_);
   std::vector<int> ev(n, -1);
-  const std::size_t done = copy_runs_locked(vas, ps, copy, to_device_, ev, first_error);
+  // Borrowed memory is written only after its lender's copy out (each event once).
+  std::vector<int> waited;
+  CUresult wait_error = CUDA_SUCCESS;
+  for (std::size_t k = 0; k < borrowed && wait_error == CUDA_SUCCESS; ++k) {
+    const int c = pages_[lenders[k]].copy;
+    if (!ok[k] || c < 0 || copies_[c].done ||
+        std::find(waited.begin(), waited.end(), c) != waited.end()) {
+      continue;
+    }
+    wait_error = d.cuStreamWaitEvent(to_device_, copies_[c].event, 0);
+    waited.push_back(c);
+  }
+  std::size_t done = 0;
+  if (wait_error != CUDA_SUCCESS) {
+    if (first_error == CUDA_SUCCESS) first_error = wait_error;
+  } else {
+    done = copy_runs_locked(vas, ps, copy, to_device_, ev, first_error);
+  }
+  // A borrowed page with no copy in (dead content) is still not written before then.
+  if (done == n && !waited.empty()) {
+    int after = -1;
+    for (std::size_t k = 0; k < borrowed; ++k) {
+      if (!ok[k] || copy[k]) continue;
+      if (after < 0) {
+        if (CUresult r = record_copy_locked(to_device_, after); r != CUDA_SUCCESS) {
+          if (first_error == CUDA_SUCCESS) first_error = r;
+          done = k;
+          break;
+        }
+      }
+      ev[k] = after;
+    }
+  }
   if (done < n) {
     // The copies of pages from done on never started (or cannot be waited for): put
     // the host memory back at their addresses, so their bytes stay where their state
@@ -552,7 +675,7 @@ CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas) {
     if (!ok[k]) continue;
     page& p = *ps[k];
     stats_.resident_bytes += cfg_.page_bytes;
-    if (copy[k]) hold_copy_locked(p, ev[k]);
+    if (ev[k] >= 0) hold_copy_locked(p, ev[k]);
     p.where = state::resident;
     p.host_current = true;
     p.clean_epoch = write_epoch_;
@@ -615,6 +738,9 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
   if (wanted.empty() && !reaches) return result;
   if (capturing(stream)) return result;  // nothing may be enqueued for us now
   const driver_table& d = driver();
+  // Note [Lending an evicting page's memory]: lenders whose copies are done map their
+  // host handles again (best effort: a failure leaves them for later).
+  if (lent_pages_ != 0) finish_completed_locked();
   const unpin_at_exit unpin{epoch_};
   std::vector<std::uintptr_t> missing;
   for (std::uintptr_t va : wanted) {
@@ -664,8 +790,14 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
       auto it = pages_.find(a);
       if (it == pages_.end()) continue;
       page& p = it->second;
-      if (p.where == state::evicting) p.where = state::resident;
-      if (CUresult rc = order_and_use(p); rc != CUDA_SUCCESS) {
+      CUresult rc = CUDA_SUCCESS;
+      if (p.lent_to != 0) {
+        rc = finish_lender_locked(a);  // reached through its host mapping from now
+      } else if (p.where == state::evicting) {
+        p.where = state::resident;
+      }
+      if (rc == CUDA_SUCCESS) rc = order_and_use(p);
+      if (rc != CUDA_SUCCESS) {
         result.driver = rc;
         result.code = residency_errc::driver_error;
         return result;
@@ -680,7 +812,11 @@ bool residency_engine::evict(std::span<const byte_range> ranges) {
   if (!ready_) return false;
   std::vector<std::uintptr_t> vas = pages_of(ranges);
   std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where != state::resident; });
-  return evict_begin_locked(vas) == CUDA_SUCCESS;
+  const bool ok = evict_begin_locked(vas) == CUDA_SUCCESS;
+  for (std::uintptr_t va : vas) {
+    if (pages_[va].where == state::evicting) pages_[va].planned = true;
+  }
+  return ok;
 }
 
 bool residency_engine::prefetch(std::span<const byte_range> ranges) {

@@ -95,6 +95,22 @@
 // with no host wait: it keeps its device memory, and the work that uses it waits on
 // the eviction's copy event, which is ordered after the page's earlier users.
 //
+// Note [Lending an evicting page's memory]: a fetch that finds no room while
+// evictions are under way does not wait on the host for one to finish. It takes the
+// device memory of the evicting page whose copy out is oldest (the lender), maps it at
+// its own address as well, and queues its copy in on the copy-to-device stream behind a
+// wait on the lender's copy event: the GPU orders the copy in after the copy out, and
+// the host goes on issuing work (in a host-bound job the host's time is the
+// iteration's). The work that uses the fetched page waits on its copy in, as always.
+// The lender's address keeps mapping that memory until the host finds the lender's copy
+// complete (finish_completed_locked, also asked at each prepare() while any page is
+// lent) and maps the lender's host handle there, as for any eviction; the bytes moved
+// to the borrower when lending, so the capacity is never exceeded. Until then a
+// lender's address must not be used: work that asks for it (prepare(), any range kind)
+// makes the host wait for the lender's copy and finish its eviction first, so it reaches
+// its host copy. Only an access that no prepare() announced could touch a lender in
+// that window, and it would see the borrower's bytes: the window is one copy out long.
+//
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
 // call could have its page evicted in between; training loops launch from one thread
 // per device, and a later issue may hold the gate across the launch.
@@ -153,6 +169,9 @@ struct residency_stats {
   std::uint64_t mapping_calls = 0;       // cuMemCreate/Release/Map/Unmap/SetAccess
   std::uint64_t spare_reuses = 0;        // device memory reused instead of created
   std::uint64_t spare_bytes = 0;         // device memory held spare now
+  // Note [Lending an evicting page's memory]: fetches that took the device memory of
+  // an eviction still under way instead of waiting for it on the host.
+  std::uint64_t lends = 0;
 };
 
 struct byte_range {
@@ -263,6 +282,12 @@ class residency_engine {
     std::uint32_t occupants = 0;
     bool dead = false;  // a page is live until a vacancy says otherwise
     std::uint64_t fresh_epoch = 0;
+    // Note [Lending an evicting page's memory]: an evicting page whose device memory
+    // (still mapped here, still `device`) was taken by the page at lent_to; the page
+    // that took it names its lender until the lender's eviction is finished.
+    std::uintptr_t lent_to = 0;
+    std::uintptr_t lender = 0;
+    bool planned = false;
   };
   // Note [Dead pages], at write epoch `epoch`.
   // The fresh-block half needs every write seen (Note [What counts as a write]).
@@ -295,7 +320,11 @@ class residency_engine {
   CUresult fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                         std::vector<std::uintptr_t>* deferred,
                         const victim_rank& rank = {});
-  CUresult fetch_batch_locked(std::vector<std::uintptr_t> vas);
+  CUresult fetch_batch_locked(std::vector<std::uintptr_t> vas,
+                              std::span<const std::uintptr_t> lenders = {});
+  std::vector<std::uintptr_t> lenders_locked(std::size_t n, const victim_rank& rank = {},
+                                             bool planned_only = false);
+  CUresult finish_lender_locked(std::uintptr_t va);
   std::size_t copy_runs_locked(std::span<const std::uintptr_t> vas, std::span<page* const> ps,
                                std::span<const char> copy, CUstream s, std::vector<int>& ev,
                                CUresult& error);
@@ -340,6 +369,7 @@ class residency_engine {
   std::vector<int> free_copies_;
   std::vector<CUmemGenericAllocationHandle> spare_;  // Note [Spare device memory]
   std::uint64_t copy_seq_ = 0;
+  std::size_t lent_pages_ = 0;  // pages with lent_to set
   std::uint64_t tick_ = 0;
   std::uint64_t write_epoch_ = 1;  // Note [What counts as a write]
   // Note [Dead pages]: the epoch a fetch compares with (prepare() fetches for work

@@ -74,6 +74,9 @@ void residency_engine::trim_spares_locked() {
 void residency_engine::back_to_host_locked(std::uintptr_t va, page& p) {
   unmap_locked(va);
   map_locked(va, p.host);
+  // Borrowed memory becomes a spare only once its lender's copy out is done and no
+  // other address maps it (Note [Lending an evicting page's memory]).
+  if (p.lender != 0) finish_lender_locked(p.lender);
   if (p.device != 0) give_device_locked(p.device);
   p.device = 0;
 }
