@@ -88,6 +88,20 @@ struct unit {
 // OVERSUB_TUNE=0 keeps the first plan: scripts/bench-swap's "swap cost untuned" rows,
 // and the short replays of its trace tables and of scripts/papers-tables.
 //
+// Note [Lending as a variant]: once the 24 variants are timed, the fastest is timed once
+// more with the engine lending evicting pages' memory to fetches that find no room (Note
+// [Lending an evicting page's memory] in pool/residency.h: the copy in is ordered after
+// the copy out on the GPU instead of the host waiting for it), and the faster of the
+// two is kept. Session 9 measured lending alone as 7-16% faster at some simtrain points
+// and 7-13% slower at others (docs/swap.md); as the 25th variant (after the grid, so it
+// costs about two iterations) it makes 6 of the 10 bench points faster: H100-PCIe
+// activation-heavy 1.5x 0.6333 -> 0.6273 ms per iteration, 3x 1.7745 -> 1.7423,
+// weight-heavy 3x 3.1277 -> 3.0915, 10x 4.6035 -> 4.2930; Titan X weight-heavy 1.5x
+// 5.2398 -> 5.1790, 10x 16.4170 -> 16.0213. It is kept at H100-PCIe weight-heavy 1.5x
+// too, at the same 1.631 ms; at the other three it was slower and not kept.
+// Timing it on every variant of the grid would double the tuning. um mode has no
+// pages to lend: 24 variants there.
+//
 // Note [Timing on the device]: an iteration of a variant is the time between the
 // starts, on the device, of the last launch of one loop body and of the next, from
 // CUPTI's kernel records (profiler::timing::kernel_starts; the learner tags those
@@ -113,6 +127,7 @@ struct unit {
 struct variant {
   std::size_t rotation = 0;    // the loop body starts this many launches into the period
   std::size_t free_pages = 0;  // pages left out of the plan's capacity past Note [Headroom]
+  bool lend = false;           // Note [Lending an evicting page's memory] (pool/residency.h)
   bool operator==(const variant&) const = default;
 };
 
@@ -194,6 +209,7 @@ struct learner {
   bool awaiting = false;             // all timed; the kernels' records are still to come
   int waited = 0;                    // loop starts passed awaiting them
   bool no_times_logged = false;
+  bool lend_tried = false;           // Note [Lending as a variant]
   std::vector<std::uint32_t> tuned_for;  // the learned period the choice below is for
   variant tuned;
 };
@@ -350,6 +366,7 @@ bool plan_variant(learner& l, int device, variant v) {
   l.uses_of_id = std::move(uses_of_id);
   l.plan = std::move(r.value);
   l.current = v;
+  if (current_config().mode == run_mode::swap) pool::device_set_lending(device, v.lend);
   const policy::simulation predicted = policy::simulate(model, l.plan, l.costs);
   l.stats.predicted_ns = predicted.iteration_ns;
   l.stats.predicted_h2d_bytes = predicted.h2d_bytes;
@@ -401,6 +418,7 @@ bool learn(learner& l, int device) {
     else log::info("{}", line);
   }
   l.trials.clear();
+  l.lend_tried = false;
   l.wrap_seen = false;
   l.timed.clear();
   l.awaiting = false;
@@ -495,6 +513,18 @@ void choose(learner& l, int device) {
     if (complete && t.ns != 0 && t.ns < best->ns) best = &t;
   }
   const trial chosen = *best;
+  // Note [Lending as a variant]: the fastest, lending, is timed last.
+  if (complete && !l.lend_tried && current_config().mode == run_mode::swap) {
+    l.lend_tried = true;
+    variant v = chosen.v;
+    v.lend = true;
+    if (switch_to(l, device, v)) {
+      l.awaiting = false;
+      l.waited = 0;
+      l.wrap_seen = false;
+      return;
+    }
+  }
   if (!(chosen.v == l.current) && !switch_to(l, device, chosen.v)) {
     switch_to(l, device, first.v);  // planned once already: cannot fail
   }
@@ -510,10 +540,11 @@ void choose(learner& l, int device) {
   const std::string line =
       complete
           ? fmt::format("swap: timed {} variants of the schedule on the device; kept the loop "
-                        "body from launch {} of {} with {} {} free: {:.3f} ms per iteration "
+                        "body from launch {} of {} with {} {} free{}: {:.3f} ms per iteration "
                         "against {:.3f} ms for the first",
                         l.trials.size(), l.current.rotation, l.learned.size(),
                         l.current.free_pages, l.current.free_pages == 1 ? "page" : "pages",
+                        l.current.lend ? ", lending evicting pages' memory" : "",
                         static_cast<double>(l.stats.chosen_measured_ns) / 1e6,
                         static_cast<double>(first.ns) / 1e6)
           : fmt::format("swap: no kernel times from CUPTI for the {} variants of the schedule "
@@ -694,7 +725,7 @@ bool report_section(std::string& json, std::string& text) {
                       R"("d2h_gbps":{:.3f},"copy_setup_ns":{},"period_first_launch":{},)"
                       R"("predicted_ns":{},"predicted_unlimited_ns":{},"predicted_h2d_bytes":{},)"
                       R"("predicted_d2h_bytes":{},"tune":{},"tuned":{},"tune_trials":{},)"
-                      R"("rotation":{},"free_pages":{},"tune_status":"{}","first_measured_ns":{},)"
+                      R"("rotation":{},"free_pages":{},"lend":{},"tune_status":"{}","first_measured_ns":{},)"
                       R"("chosen_measured_ns":{},"tune_record_waits":{},"durations_ns":[)",
                       st.learned, st.period, st.pages, st.followed,
                       st.deviations, st.plan_failures, profiler::timing::to_string(src),
@@ -703,14 +734,15 @@ bool report_section(std::string& json, std::string& text) {
                       st.predicted_ns, st.predicted_unlimited_ns,
                       st.predicted_h2d_bytes, st.predicted_d2h_bytes,
                       current_config().tune ? "true" : "false", st.tuned,
-                      st.tune_trials, st.rotation, st.free_pages, status_name(l.status),
+                      st.tune_trials, st.rotation, st.free_pages, l.current.lend, status_name(l.status),
                       st.first_measured_ns, st.chosen_measured_ns, st.tune_record_waits);
   const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
   for (std::size_t i = 0; i < n; ++i) json += fmt::format("{}{}", i == 0 ? "" : ",", l.durations_ns[i]);
   json += R"(],"trials":[)";
   for (std::size_t i = 0; i < l.trials.size(); ++i) {
-    json += fmt::format(R"({}{{"rotation":{},"free_pages":{},"measured_ns":{}}})", i == 0 ? "" : ",",
-                        l.trials[i].v.rotation, l.trials[i].v.free_pages, l.trials[i].ns);
+    json += fmt::format(R"({}{{"rotation":{},"free_pages":{},"lend":{},"measured_ns":{}}})",
+                        i == 0 ? "" : ",", l.trials[i].v.rotation, l.trials[i].v.free_pages,
+                        l.trials[i].v.lend, l.trials[i].ns);
   }
   json += ']';
   text += fmt::format(
@@ -731,9 +763,9 @@ bool report_section(std::string& json, std::string& text) {
       : l.status == tune_status::off || st.tuned == 0
           ? std::string()
           : fmt::format("; timed {} variants, kept the loop body from launch {} with {} {} "
-                        "free ({:.3f} ms per iteration, the first {:.3f} ms)",
+                        "free{} ({:.3f} ms per iteration, the first {:.3f} ms)",
                         st.tune_trials, st.rotation, st.free_pages,
-                        st.free_pages == 1 ? "page" : "pages",
+                        st.free_pages == 1 ? "page" : "pages", l.current.lend ? ", lending" : "",
                         static_cast<double>(st.chosen_measured_ns) / 1e6,
                         static_cast<double>(st.first_measured_ns) / 1e6));
   return true;

@@ -289,6 +289,15 @@ bool device_prefetch_now(int device, std::span<const byte_range> ranges,
   return e == nullptr || e->prefetch_now(ranges, later, rank);
 }
 
+void device_set_lending(int device, bool on) noexcept {
+  if (residency_engine* e = engine_of(device)) {
+    try {
+      e->set_lending(on);
+    } catch (...) {  // a mutex that cannot be locked: lending stays as it was
+    }
+  }
+}
+
 residency_stats device_residency(int device) {
   residency_engine* e = engine_of(device);
   return e == nullptr ? residency_stats{} : e->stats();

@@ -62,6 +62,8 @@ bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          std::vector<byte_range>& later,
                          const victim_rank& rank = {}) noexcept;
+// Swap mode: Note [Lending an evicting page's memory] on or off (nothing otherwise).
+void device_set_lending(int device, bool on) noexcept;
 // Swap mode: the engine's figures and capacity (zeros otherwise).
 residency_stats device_residency(int device);
 std::uint64_t device_residency_capacity(int device) noexcept;

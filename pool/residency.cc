@@ -2,8 +2,6 @@
 #include "pool/residency.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 #include "common/log.h"
 #include "pool/driver_api.h"
@@ -499,11 +497,13 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
         stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes);
     if (fit == 0) {
       // Note [Lending an evicting page's memory]: the memory of evictions under way.
-      if (const std::vector<std::uintptr_t> from = lenders_locked(vas.size(), rank, !wait || getenv("PLONLY")); !from.empty()) {
+      // A scheduled prefetch (no wait) borrows only from the schedule's own evictions.
+      if (const std::vector<std::uintptr_t> from =
+              lending_ ? lenders_locked(vas.size(), rank, !wait) : std::vector<std::uintptr_t>{};
+          !from.empty()) {
         std::vector<std::uintptr_t> now(vas.begin(),
                                         vas.begin() + static_cast<std::ptrdiff_t>(from.size()));
         vas.erase(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(from.size()));
-        if (getenv("DBGL")) for (size_t q = 0; q < from.size(); ++q) fprintf(stderr, "LEND %lx -> %lx wait=%d\n", (unsigned long)from[q], (unsigned long)now[q], (int)wait);
         if (CUresult r = fetch_batch_locked(std::move(now), from); r != CUDA_SUCCESS) return r;
         continue;
       }
@@ -533,7 +533,7 @@ std::vector<std::uintptr_t> residency_engine::lenders_locked(std::size_t n,
         copies_[p.copy].done || (planned_only && !p.planned) || (rank && rank(va) == 0)) {
       continue;
     }
-    all.emplace_back(getenv("LRUL") ? p.last_use : copies_[p.copy].seq, va);
+    all.emplace_back(copies_[p.copy].seq, va);
   }
   std::sort(all.begin(), all.end());
   std::vector<std::uintptr_t> out;
@@ -546,7 +546,7 @@ std::vector<std::uintptr_t> residency_engine::lenders_locked(std::size_t n,
 CUresult residency_engine::finish_lender_locked(std::uintptr_t va) {
   page* l = find_locked(va);
   if (l == nullptr || l->lent_to == 0) return CUDA_SUCCESS;
-  if (l->copy >= 0 && !copies_[l->copy].done) { ++stats_.waits; if (getenv("DBGL")) fprintf(stderr, "LENDWAIT %lx lent_to %lx\n", (unsigned long)(va - 0), (unsigned long)l->lent_to); }
+  if (l->copy >= 0 && !copies_[l->copy].done) ++stats_.waits;
   if (CUresult r = wait_copy_locked(*l); r != CUDA_SUCCESS) return r;
   const std::uintptr_t one[] = {va};
   return evict_finish_locked(one);
@@ -865,6 +865,11 @@ bool residency_engine::reserve_foreign(std::int64_t bytes) {
   } while (!foreign_bytes_.compare_exchange_weak(have, have + static_cast<std::uint64_t>(bytes),
                                                   std::memory_order_relaxed));
   return true;
+}
+
+void residency_engine::set_lending(bool on) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lending_ = on;
 }
 
 residency_stats residency_engine::stats() const {

@@ -110,6 +110,12 @@
 // makes the host wait for the lender's copy and finish its eviction first, so it reaches
 // its host copy. Only an access that no prepare() announced could touch a lender in
 // that window, and it would see the borrower's bytes: the window is one copy out long.
+// (Without lending, such an access in the same window reads the right bytes, and a
+// write is lost once the eviction finishes: an unannounced access to an evicting page
+// is outside what the engine keeps correct either way.) A scheduled prefetch (no wait)
+// borrows only from the schedule's own evictions, an on-demand fetch from any. Off
+// unless set_lending(true): it is faster at some points and slower at others (the
+// swap learner times it, Note [Lending as a variant] in interpose/swap_schedule.cc).
 //
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
 // call could have its page evicted in between; training loops launch from one thread
@@ -241,6 +247,10 @@ class residency_engine {
   // candidates, when room is short. Without it, the least recently used leave first.
   bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
                     const victim_rank& rank = {});
+  // Note [Lending an evicting page's memory]: off until turned on (the swap learner
+  // times it as a variant of its schedule); turning it off leaves the pages lent
+  // already to finish as usual.
+  void set_lending(bool on);
 
   residency_stats stats() const;
   // stats() unless the engine is locked (the exit report never blocks).
@@ -370,6 +380,7 @@ class residency_engine {
   std::vector<CUmemGenericAllocationHandle> spare_;  // Note [Spare device memory]
   std::uint64_t copy_seq_ = 0;
   std::size_t lent_pages_ = 0;  // pages with lent_to set
+  bool lending_ = false;        // set_lending
   std::uint64_t tick_ = 0;
   std::uint64_t write_epoch_ = 1;  // Note [What counts as a write]
   // Note [Dead pages]: the epoch a fetch compares with (prepare() fetches for work

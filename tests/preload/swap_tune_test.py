@@ -6,8 +6,9 @@ oversubscription on simgpu's H100-PCIe model, long enough for the tuning to fini
 - The loss bits of every iteration are those of a run with enough memory, with the
   race detector aborting at the first race (strict residency included), while the
   engine switches plans.
-- The stats' "schedule" section lists the 24 variants timed; the one kept is the
-  fastest of them, and its figures are the section's.
+- The stats' "schedule" section lists the 25 variants timed: the 24 of the grid, then
+  the fastest of them lending evicting pages' memory; the one kept is the fastest of
+  all, and its figures are the section's.
 - It is the default: the tuned runs set no OVERSUB_TUNE; OVERSUB_TUNE=0 times none.
 - With CUPTI's records handed back only once their kernels are done, as on a GPU
   (SIMGPU_CUPTI_RECORDS=when-done), the choice waits for the last ones (at least one
@@ -35,7 +36,8 @@ PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
 VIRTUAL_RE = re.compile(r"virtual time ([0-9.]+) ms")
 SHAPE = ["--depth", "8", "--width", "512", "--batch", "16"]
 TUNED_ITERS = 60  # the tuning is done by then (about 2 iterations per variant)
-VARIANTS = 24
+GRID = 24  # 8 loop starts x 0, 1 and 2 steps of pages free
+VARIANTS = GRID + 1  # and the fastest of them, lending evicting pages' memory
 
 
 def steady_ms(short: float, long: float, extra: int) -> float:
@@ -89,8 +91,15 @@ def main() -> int:
     trials = sched["trials"]
     if sched["tune_trials"] != VARIANTS or len(trials) != VARIANTS:
         fail(f"{len(trials)} variants timed ({sched['tune_trials']} counted), not {VARIANTS}")
-    if len({(t["rotation"], t["free_pages"]) for t in trials}) != VARIANTS:
+    grid = [t for t in trials if not t["lend"]]
+    if len(grid) != GRID or len({(t["rotation"], t["free_pages"]) for t in grid}) != GRID:
         fail(f"a variant was timed twice: {trials}")
+    # Note [Lending as a variant]: the fastest of the grid, timed last, lending.
+    grid_best = min((t for t in grid if t["measured_ns"] > 0), key=lambda t: t["measured_ns"])
+    if trials[-1]["lend"] is not True or (trials[-1]["rotation"], trials[-1]["free_pages"]) != \
+            (grid_best["rotation"], grid_best["free_pages"]):
+        fail(f"the last variant timed should be the grid's fastest, lending: {trials[-1]}, "
+             f"fastest {grid_best}")
     timed = [t for t in trials if t["measured_ns"] > 0]
     best = min(timed, key=lambda t: t["measured_ns"])  # the first on a tie, as the engine
     if sched["tune_record_waits"] != 0:
@@ -98,10 +107,11 @@ def main() -> int:
     late = results[("late", TUNED_ITERS + 4)][1]
     if late is None or late["tune_status"] != "chosen" or late["tune_record_waits"] < 1 or \
             late["trials"] != trials or late["rotation"] != sched["rotation"] or \
-            late["free_pages"] != sched["free_pages"]:
+            late["free_pages"] != sched["free_pages"] or late["lend"] != sched["lend"]:
         fail(f"with records only for finished kernels the choice should wait for them and be "
              f"the same: {late}")
-    if (sched["rotation"], sched["free_pages"]) != (best["rotation"], best["free_pages"]) or \
+    if (sched["rotation"], sched["free_pages"], sched["lend"]) != \
+            (best["rotation"], best["free_pages"], best["lend"]) or \
             sched["chosen_measured_ns"] != best["measured_ns"]:
         fail(f"kept {sched['rotation']}/{sched['free_pages']} at {sched['chosen_measured_ns']} ns, "
              f"the fastest timed is {best}")
@@ -121,7 +131,8 @@ def main() -> int:
         fail(f"tuned {tuned_ms:.4f} ms per iteration, slower than untuned {untuned_ms:.4f}")
     print(f"swap at 1.5x: loss bits identical over {len(want)} iterations, no race; "
           f"{VARIANTS} variants timed, kept the loop body from launch {sched['rotation']} with "
-          f"{sched['free_pages']} page{'' if sched['free_pages'] == 1 else 's'} free: {tuned_ms:.4f} ms per steady iteration against "
+          f"{sched['free_pages']} page{'' if sched['free_pages'] == 1 else 's'} free"
+          f"{', lending' if sched['lend'] else ''}: {tuned_ms:.4f} ms per steady iteration against "
           f"{untuned_ms:.4f} untuned ({results[('1', TUNED_ITERS + 4)][2]}); with records "
           f"only for finished kernels the same choice after {late['tune_record_waits']} "
           f"loop start(s) waiting")

@@ -88,6 +88,42 @@ TEST_F(Residency, PagesSwappedOutAndBackKeepTheirBytes) {
   EXPECT_EQ(st.failures, 0u);
 }
 
+// Note [Lending an evicting page's memory] (pool/residency.h): with lending on, a fetch
+// that finds no room while evictions are under way takes an evicting page's device
+// memory and orders its copy in after that page's copy out on the GPU, instead of
+// waiting on the host. Every page keeps its bytes through two rounds of 16 pages in 4
+// pages of room (the race detector aborts on a copy in not ordered after the copy out
+// it overwrites), the device never holds more than the capacity, and the pages lent
+// from are reached through their host copies when used again.
+TEST_F(Residency, LendingAnEvictingPagesMemoryKeepsEveryByte) {
+  residency_engine e(config(4, 16));
+  e.set_lending(true);
+  for (std::size_t i = 0; i < kPages; ++i) {
+    ASSERT_TRUE(e.create_page(va(i))) << i;
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), static_cast<int>(0x40 + i), kPage, s_), cudaSuccess);
+  }
+  for (std::size_t round = 0; round < 2; ++round) {
+    for (std::size_t i = 0; i < kPages; ++i) {
+      const byte_range next{va((i + 1) % kPages), kPage};
+      ASSERT_TRUE(e.evict({&next, 1}));  // an eviction under way when page i is wanted
+      ASSERT_TRUE(use(e, i, false));
+      expect_bytes(i, static_cast<unsigned char>(0x40 + i));
+    }
+  }
+  const residency_stats st = e.stats();
+  EXPECT_GT(st.lends, 0u);
+  EXPECT_LE(st.peak_resident_bytes, 4 * kPage);
+  EXPECT_EQ(st.failures, 0u);
+  // Off again: no more lending, and the pages still hold their bytes.
+  e.set_lending(false);
+  for (std::size_t i = 0; i < kPages; ++i) {
+    ASSERT_TRUE(use(e, i, false));
+    expect_bytes(i, static_cast<unsigned char>(0x40 + i));
+  }
+  EXPECT_EQ(e.stats().lends, st.lends);
+}
+
 TEST_F(Residency, DeviceMemoryHeldStaysUnderTheCapacity) {
   std::size_t free0 = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
