@@ -128,7 +128,8 @@ struct config {
     "the capacity allows)")                                                         \
   X(TUNE, tune, parse_bool, "1", "0 | 1 | off | on | no | yes | false | true",      \
     "swap and um modes, cost policy: once the iteration is learned, follow 24 "     \
-    "variants of its schedule (where the loop body starts, pages left free) for "   \
+    "variants of its schedule (where the loop body starts, pages left free; in "    \
+    "swap mode then the fastest lending evicting pages' memory) for "              \
     "about two iterations each, timed on the device by CUPTI's kernel records, "    \
     "and keep the fastest (without CUPTI: the plan as learned)")                    \
   X(LOG, log_level, parse_log_level, "warn", "error | warn | info | debug | trace", \
