@@ -23,6 +23,8 @@
 #include "interpose/real.h"
 #include "pool/device_pool.h"
 #include "pool/host_pool.h"
+#include "policy/placement.h"
+#include "profiler/session.h"
 
 namespace oversub::interpose {
 
@@ -68,6 +70,35 @@ cudaError_t refuse(call_site at, int device, std::size_t bytes, pool::pool_errc 
 
 // OVERSUB_DEVICE_LIMIT as the swap capacity: a fraction of the real device's total,
 // or bytes; 0 (none) lets the pool take the device's free memory less a headroom.
+// Note [Long-lived layout from a profile] (policy/placement.h): the saved profile's
+// long-lived buffers (in address order there: the order a fresh arena allocated
+// them) and the launch that first uses each, planned by policy, given to the pool.
+void lay_out_from_profile() {
+  const profiler::profile* p = profiler::loaded_input();
+  if (p == nullptr) return;
+  std::vector<std::size_t> index(p->allocations.size(), SIZE_MAX);
+  std::vector<std::size_t> expected;
+  for (std::size_t a = 0; a < p->allocations.size(); ++a) {
+    if (!p->allocations[a].long_lived || p->allocations[a].bytes == 0) continue;
+    index[a] = expected.size();
+    expected.push_back(static_cast<std::size_t>(p->allocations[a].bytes));
+  }
+  if (expected.empty()) return;
+  std::vector<std::uint32_t> first_use(expected.size(), policy::no_first_use);
+  for (std::size_t i = p->launches.size(); i-- > 0;) {
+    for (std::uint32_t a : p->launches[i].buffers) {
+      if (a < index.size() && index[a] != SIZE_MAX) first_use[index[a]] = static_cast<std::uint32_t>(i);
+    }
+  }
+  std::size_t bytes = 0;
+  for (std::size_t b : expected) bytes += b;
+  log::info("pool: laying out the profile's {} long-lived buffers ({}) by the launch that first "
+            "uses them",
+            expected.size(), format_bytes(bytes));
+  std::vector<std::uint32_t> order = policy::long_lived_order(first_use);
+  pool::set_long_lived_layout(std::move(expected), std::move(order));
+}
+
 std::uint64_t resolve_swap_capacity(const device_limit& limit) {
   if (limit.how == device_limit::kind::none) return 0;
   size_t free_bytes = 0;
@@ -92,6 +123,12 @@ bool decide_pool_mode() noexcept {
         settings.um = cfg.mode == run_mode::um;
         settings.um_naive = cfg.policy == swap_policy::naive;
         settings.swap_capacity_bytes = resolve_swap_capacity(cfg.limit);
+        if (settings.swap) {
+          try {
+            lay_out_from_profile();
+          } catch (...) {  // out of memory: no layout
+          }
+        }
       }
       pool::configure(settings);
       on = pool::available();

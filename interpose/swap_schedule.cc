@@ -375,6 +375,20 @@ bool plan_variant(learner& l, int device, variant v) {
   return true;
 }
 
+// Note [Long-lived layout from a profile] (policy/placement.h): once an iteration is
+// learned every long-lived buffer has been allocated; the blocks laid out for none go
+// back to the arena, and the log says how many were claimed.
+void end_layout(int device) {
+  const pool::layout_result r = pool::device_end_long_lived_layout(device);
+  if (r.expected == 0) return;
+  const std::string line = fmt::format(
+      "pool: the profile's layout placed {} of its {} long-lived buffers ({} laid out for "
+      "none given back)",
+      r.claimed, r.expected, r.returned);
+  if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
+  else log::info("{}", line);
+}
+
 // The last period of the trace, planned; the schedule is followed from the next
 // launch (the period's first position).
 bool learn(learner& l, int device) {
@@ -432,6 +446,7 @@ bool learn(learner& l, int device) {
   l.period_first = l.trace_first + l.trace.size() - l.period.size();
   profiler::timing::forget_before(l.trace_first + l.trace.size());
   ++l.stats.learned;
+  if (cfg.mode == run_mode::swap) end_layout(device);
   l.stats.period = l.period.size();
   l.stats.pages = l.page_of_id.size();
   log::info("swap: learned an iteration of {} launches over {} pages after {} launches; "

@@ -561,4 +561,14 @@ bool placement_is_valid(std::span<const buffer_lifetime> lifetimes, const placem
   return true;
 }
 
+// Note [Long-lived layout from a profile] in placement.h.
+std::vector<std::uint32_t> long_lived_order(std::span<const std::uint32_t> first_use) {
+  std::vector<std::uint32_t> order(first_use.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = static_cast<std::uint32_t>(k);
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return first_use[a] < first_use[b];
+  });
+  return order;
+}
+
 }  // namespace oversub::policy

@@ -66,6 +66,22 @@ placement plan_placement(std::span<const buffer_lifetime> lifetimes,
 bool placement_is_valid(std::span<const buffer_lifetime> lifetimes, const placement& p,
                         std::size_t alignment_bytes = 256);
 
+// Note [Long-lived layout from a profile]
+// In swap mode the residency engine moves 2 MiB pages, and the buffers allocated once
+// (weights, gradients, optimizer state) lie on them in the order the program allocated
+// them: a framework allocates a layer's weight, gradient and two Adam moments one after
+// another, so a page holds parts of buffers used in the forward pass, in the backward
+// pass and in the update, and moves whenever any of them must. With a saved profile
+// (OVERSUB_PROFILE_IN) the pool knows, before the first of them is allocated, every
+// long-lived buffer the iteration uses (its size, in allocation order) and where the
+// iteration first uses it; it lays them out in order of that first use instead, so
+// buffers used together share pages (measured: docs/swap.md, "Long-lived layout from a
+// profile"). first_use[k]: the launch of the profiled iteration that first uses the
+// k-th long-lived buffer, or no_first_use. Returns the k in address order: by first
+// use, the allocation order among equals, the unused last.
+inline constexpr std::uint32_t no_first_use = 0xffffffffu;
+std::vector<std::uint32_t> long_lived_order(std::span<const std::uint32_t> first_use);
+
 }  // namespace oversub::policy
 
 #endif  // OVERSUB_POLICY_PLACEMENT_H

@@ -66,6 +66,23 @@ std::size_t swap_range_bytes(const pool_settings& s) {
                                             : s.host_budget_bytes);
 }
 
+// Note [Long-lived layout from a profile] (device_pool.h): what set_long_lived_layout
+// asked, and each device's blocks.
+struct long_lived_layout {
+  std::vector<std::size_t> expected;
+  std::vector<std::uint32_t> order;
+};
+long_lived_layout g_layout;
+
+struct layout_slots {
+  std::mutex mutex;
+  bool placed = false;  // the blocks are taken (or could not be)
+  bool ended = false;
+  std::vector<void*> block;  // per expected allocation; null once claimed
+  std::size_t next = 0;      // the expected allocation to come
+  std::uint64_t claimed = 0;
+};
+
 struct device_state {
   explicit device_state(int device, const pool_settings& s)
       : engine(make_engine(device, s)),
@@ -79,6 +96,7 @@ struct device_state {
   std::unique_ptr<managed_residency> managed;  // um mode: serves every allocation
   vmm_arena online;
   std::unique_ptr<planned_region> planned;
+  layout_slots layout;
 };
 
 pool_settings g_settings;
@@ -198,10 +216,74 @@ void configure(const pool_settings& s) {
 
 bool available() { return driver().complete; }
 
+namespace {
+
+// Note [Long-lived layout from a profile]: the block laid out for this allocation, or
+// null. The blocks are taken at the device's first allocation; those are plain arena
+// blocks, so the allocation that claims one frees it as any other.
+void* claim_laid_out(device_state& s, std::size_t bytes, CUstream stream) {
+  layout_slots& l = s.layout;
+  std::lock_guard<std::mutex> lock(l.mutex);
+  if (l.ended) return nullptr;
+  if (!l.placed) {
+    l.placed = true;
+    l.block.assign(g_layout.expected.size(), nullptr);
+    for (std::uint32_t k : g_layout.order) {
+      const allocation_result r = s.online.allocate(g_layout.expected[k], stream);
+      if (!r) break;  // the rest are served as always
+      l.block[k] = r.ptr;
+    }
+  }
+  if (l.next >= l.block.size() || g_layout.expected[l.next] != bytes) return nullptr;
+  void* p = l.block[l.next];
+  l.block[l.next++] = nullptr;
+  if (p != nullptr) ++l.claimed;
+  return p;
+}
+
+}  // namespace
+
+void set_long_lived_layout(std::vector<std::size_t> expected, std::vector<std::uint32_t> order) {
+  if (order.size() != expected.size()) return;
+  for (std::uint32_t k : order) {
+    if (k >= expected.size()) return;
+  }
+  g_layout = long_lived_layout{std::move(expected), std::move(order)};
+}
+
+layout_result device_end_long_lived_layout(int device) noexcept {
+  device_state* s = device >= 0 && device < max_devices
+                        ? g_devices[device].load(std::memory_order_acquire)
+                        : nullptr;
+  if (s == nullptr || s->managed || !s->engine || g_layout.expected.empty()) return {};
+  try {
+    layout_slots& l = s->layout;
+    std::lock_guard<std::mutex> lock(l.mutex);
+    if (l.ended) return {};
+    l.ended = true;
+    layout_result r{g_layout.expected.size(), l.claimed, 0};
+    for (std::size_t k = 0; k < l.block.size(); ++k) {
+      if (l.block[k] == nullptr) continue;
+      s->online.deallocate(l.block[k], g_layout.expected[k], no_stream);
+      l.block[k] = nullptr;
+      ++r.returned;
+    }
+    return r;
+  } catch (...) {  // a mutex that cannot be locked: the blocks stay
+    return {};
+  }
+}
+
 allocation_result device_allocate(int device, std::size_t bytes, CUstream stream) {
   device_state* s = state(device);
   if (s == nullptr) return {nullptr, pool_errc::out_of_memory};
   if (s->managed) return s->managed->allocate(bytes);
+  if (s->engine && !g_layout.expected.empty()) {
+    if (void* p = claim_laid_out(*s, bytes, stream)) {
+      s->engine->occupy(reinterpret_cast<std::uintptr_t>(p), bytes);
+      return {p, pool_errc::ok};
+    }
+  }
   allocation_result r = s->front().allocate(bytes, stream);
   // Note [Dead pages] in residency.h: every block users get passes here.
   if (r && s->engine) s->engine->occupy(reinterpret_cast<std::uintptr_t>(r.ptr), bytes);

@@ -72,6 +72,24 @@ std::uint64_t device_residency_capacity(int device) noexcept;
 // them back). False when they would leave no room; true when no residency runs.
 bool device_reserve_foreign(int device, std::int64_t bytes) noexcept;
 
+// Note [Long-lived layout from a profile] (policy/placement.h), swap mode: expected[k]
+// is the size of the k-th long-lived buffer the saved profile's iteration uses, in
+// allocation order, and order the k in the address order wanted. At a device's first
+// allocation the pool takes a block for each, in that order (contiguous in a fresh
+// arena), and the allocation that comes when the k-th is next expected, with exactly
+// its size, gets the k-th block. Any other allocation is served as always, so a
+// program that allocates otherwise than the profile says only loses the layout. Set
+// once, before the first allocation.
+void set_long_lived_layout(std::vector<std::size_t> expected, std::vector<std::uint32_t> order);
+struct layout_result {
+  std::uint64_t expected = 0;  // blocks laid out (0: no layout on this device)
+  std::uint64_t claimed = 0;   // given to the allocations expected
+  std::uint64_t returned = 0;  // given back to the arena unclaimed
+};
+// The iteration is learned (every long-lived buffer is allocated by then): the blocks
+// no allocation claimed go back to the arena. Once per device; later calls return {}.
+layout_result device_end_long_lived_layout(int device) noexcept;
+
 // The pinned host pool (budget from configure()).
 host_pool& pinned_host();
 

@@ -370,6 +370,12 @@ void after_call() noexcept {
   }
 }
 
+namespace {
+const profile* g_input = nullptr;
+}  // namespace
+
+const profile* loaded_input() noexcept { return g_input; }
+
 void load_input(const std::string& path) noexcept {
   try {
     auto r = read_file(path);
@@ -380,6 +386,7 @@ void load_input(const std::string& path) noexcept {
     const profile& p = std::get<profile>(r);
     log::info("profile: loaded {}: one iteration of {} launches ({}), {} buffers", path,
               p.launches.size(), to_string(p.source), p.allocations.size());
+    g_input = new profile(std::move(std::get<profile>(r)));  // never freed: hooks may run at exit
   } catch (...) {
     log::warn("profile: {} could not be read (out of memory); running without it", path);
   }

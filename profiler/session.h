@@ -97,6 +97,9 @@ void after_call() noexcept;
 // Reads and validates a profile (OVERSUB_PROFILE_IN); a refused one is a warning
 // naming the file and the reason, and the run goes on without it.
 void load_input(const std::string& path) noexcept;
+// The profile load_input accepted, or null (none given, or refused). Set before any
+// hook runs (the library's constructor) and never changed after.
+const profile* loaded_input() noexcept;
 
 // Writes the profile if not yet written (the exit handler calls it).
 void finish() noexcept;

@@ -380,5 +380,25 @@ TEST(PlacementPages, TemporariesReuseTheBytesOfDeadLongLivedBuffers) {
   EXPECT_EQ(p.region_bytes, 1024 * KiB);
 }
 
+// Note [Long-lived layout from a profile]: a layer's weight, gradient and two Adam
+// moments are allocated together; the weights are first used in the forward pass, the
+// gradients and moments in the backward pass, layer by layer from the last.
+TEST(LongLivedLayout, OrdersByFirstUseKeepingAllocationOrderAmongEquals) {
+  // Layers 0..2, each [weight, gradient, m, v]; forward uses weight l at launch l,
+  // backward layer l's gradient at 10 + 2 * (2 - l) and its update m, v (and gradient
+  // again) at 11 + 2 * (2 - l). Buffer 12 is never used.
+  std::vector<std::uint32_t> first(13, no_first_use);
+  for (std::uint32_t l = 0; l < 3; ++l) {
+    first[4 * l] = l;
+    first[4 * l + 1] = 10 + 2 * (2 - l);
+    first[4 * l + 2] = 11 + 2 * (2 - l);
+    first[4 * l + 3] = 11 + 2 * (2 - l);
+  }
+  const std::vector<std::uint32_t> order = long_lived_order(first);
+  const std::vector<std::uint32_t> want = {0, 4, 8, 9, 10, 11, 5, 6, 7, 1, 2, 3, 12};
+  EXPECT_EQ(order, want);
+  EXPECT_TRUE(long_lived_order({}).empty());
+}
+
 }  // namespace
 }  // namespace oversub::policy
