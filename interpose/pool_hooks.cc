@@ -23,8 +23,8 @@
 #include "interpose/real.h"
 #include "pool/device_pool.h"
 #include "pool/host_pool.h"
-#include "policy/placement.h"
 #include "profiler/session.h"
+#include "tools/simulate/page_model.h"
 
 namespace oversub::interpose {
 
@@ -70,33 +70,45 @@ cudaError_t refuse(call_site at, int device, std::size_t bytes, pool::pool_errc 
 
 // OVERSUB_DEVICE_LIMIT as the swap capacity: a fraction of the real device's total,
 // or bytes; 0 (none) lets the pool take the device's free memory less a headroom.
-// Note [Long-lived layout from a profile] (policy/placement.h): the saved profile's
-// long-lived buffers (in address order there: the order a fresh arena allocated
-// them) and the launch that first uses each, planned by policy, given to the pool.
-void lay_out_from_profile() {
+// Note [Long-lived layout from a profile] (policy/placement.h): with a saved profile,
+// swap mode lays out its long-lived buffers by first use where the page model of its
+// iteration (tools/simulate/page_model.h) predicts that faster at the capacity; the
+// pool is told the sizes it expects (in allocation order) and where each goes.
+void lay_out_from_profile(std::uint64_t limit_bytes) {
   const profiler::profile* p = profiler::loaded_input();
   if (p == nullptr) return;
-  std::vector<std::size_t> index(p->allocations.size(), SIZE_MAX);
   std::vector<std::size_t> expected;
-  for (std::size_t a = 0; a < p->allocations.size(); ++a) {
-    if (!p->allocations[a].long_lived || p->allocations[a].bytes == 0) continue;
-    index[a] = expected.size();
-    expected.push_back(static_cast<std::size_t>(p->allocations[a].bytes));
+  for (const profiler::allocation_record& a : p->allocations) {
+    if (a.long_lived && a.bytes != 0) expected.push_back(static_cast<std::size_t>(a.bytes));
   }
   if (expected.empty()) return;
-  std::vector<std::uint32_t> first_use(expected.size(), policy::no_first_use);
-  for (std::size_t i = p->launches.size(); i-- > 0;) {
-    for (std::uint32_t a : p->launches[i].buffers) {
-      if (a < index.size() && index[a] != SIZE_MAX) first_use[index[a]] = static_cast<std::uint32_t>(i);
-    }
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  if (limit_bytes == 0) {
+    call_real<hook_id::cudaMemGetInfo>(hook_id::cudaMemGetInfo, &free_bytes, &total_bytes);
   }
+  const std::uint64_t capacity = pool::swap_capacity_of(limit_bytes, free_bytes, total_bytes);
+  // The learner's stand-ins where the profile has no figure (Note [Launch durations] in
+  // swap_schedule.cc), and a device memory rate for kernels it did not time.
+  const tools::layout_choice c =
+      tools::choose_long_lived_layout(*p, static_cast<std::size_t>(capacity), 25e9, 10'000, 2e12);
   std::size_t bytes = 0;
   for (std::size_t b : expected) bytes += b;
-  log::info("pool: laying out the profile's {} long-lived buffers ({}) by the launch that first "
-            "uses them",
-            expected.size(), format_bytes(bytes));
-  std::vector<std::uint32_t> order = policy::long_lived_order(first_use);
-  pool::set_long_lived_layout(std::move(expected), std::move(order));
+  const std::string line =
+      !c.error.empty()
+          ? fmt::format("pool: the profile's {} long-lived buffers keep their order (no "
+                        "prediction: {})",
+                        expected.size(), c.error)
+          : fmt::format("pool: the profile's {} long-lived buffers ({}) {} by the launch that "
+                        "first uses them: predicted {:.3f} ms per iteration in {}, against "
+                        "{:.3f} ms in allocation order",
+                        expected.size(), format_bytes(bytes),
+                        c.first_use ? "laid out" : "not laid out",
+                        static_cast<double>(c.first_use_ns) / 1e6, format_bytes(capacity),
+                        static_cast<double>(c.profile_order_ns) / 1e6);
+  if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
+  else log::info("{}", line);
+  if (c.first_use) pool::set_long_lived_layout(std::move(expected), c.order);
 }
 
 std::uint64_t resolve_swap_capacity(const device_limit& limit) {
@@ -125,7 +137,7 @@ bool decide_pool_mode() noexcept {
         settings.swap_capacity_bytes = resolve_swap_capacity(cfg.limit);
         if (settings.swap) {
           try {
-            lay_out_from_profile();
+            lay_out_from_profile(settings.swap_capacity_bytes);
           } catch (...) {  // out of memory: no layout
           }
         }

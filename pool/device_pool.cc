@@ -19,6 +19,17 @@
 
 namespace oversub::pool {
 
+std::uint64_t swap_capacity_of(std::uint64_t limit_bytes, std::uint64_t free_bytes,
+                               std::uint64_t total_bytes) {
+  std::uint64_t bytes = limit_bytes;
+  if (bytes == 0) {
+    const std::uint64_t headroom = std::min<std::uint64_t>(total_bytes / 16, std::uint64_t{1} << 30);
+    bytes = free_bytes > headroom ? free_bytes - headroom : 0;
+  }
+  constexpr std::uint64_t page = std::uint64_t{2} << 20;
+  return bytes / page * page;
+}
+
 namespace {
 
 constexpr int max_devices = 16;
@@ -28,17 +39,11 @@ constexpr int max_devices = 16;
 // 1/16 of the device (at most 1 GiB) for what others allocate after us (cuBLAS
 // workspaces, the runtime's own buffers), rounded down to whole pages.
 std::uint64_t swap_capacity(const pool_settings& s) {
-  std::uint64_t bytes = s.swap_capacity_bytes;
-  if (bytes == 0) {
-    std::size_t free_bytes = 0;
-    std::size_t total_bytes = 0;
-    if (driver().cuMemGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS) {
-      const std::uint64_t headroom = std::min<std::uint64_t>(total_bytes / 16, std::uint64_t{1} << 30);
-      bytes = free_bytes > headroom ? free_bytes - headroom : 0;
-    }
-  }
-  constexpr std::uint64_t page = std::uint64_t{2} << 20;
-  return bytes / page * page;
+  if (s.swap_capacity_bytes != 0) return swap_capacity_of(s.swap_capacity_bytes, 0, 0);
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  if (driver().cuMemGetInfo(&free_bytes, &total_bytes) != CUDA_SUCCESS) return 0;
+  return swap_capacity_of(0, free_bytes, total_bytes);
 }
 
 std::unique_ptr<managed_residency> make_managed(int device, const pool_settings& s) {

@@ -30,6 +30,12 @@ struct pool_settings {
   bool all_writes_seen = false;
 };
 
+// Note [Swap capacity] (device_pool.cc): the bytes swap mode's pages may hold, from
+// OVERSUB_DEVICE_LIMIT resolved (limit_bytes), else from the device's free and total
+// memory.
+std::uint64_t swap_capacity_of(std::uint64_t limit_bytes, std::uint64_t free_bytes,
+                               std::uint64_t total_bytes);
+
 // Set once, before the first allocation (the interposer does it at first use).
 void configure(const pool_settings& s);
 

@@ -4,11 +4,12 @@
 Note [Long-lived layout from a profile] (policy/placement.h). simtrain's weight-heavy
 shape is profiled (OVERSUB_PROFILE_OUT, pool mode, plenty of memory), then run at 3x
 past the device's memory under OVERSUB_MODE=swap with that profile: the log must say
+that the page model predicts the layout by first use faster there (it does at 3x) and
 that every long-lived buffer of the profile was placed by it, and the loss bits must be
 those of the run with unlimited memory, with simgpu's race detector aborting at the first
 unordered access and no kernel reaching a swapped-out page. Then the same run with the
-profile of another shape (other sizes): nothing is claimed, every block laid out goes
-back to the arena, and the losses are still identical.
+profile of another width (other sizes, laid out too): nothing is claimed, every block
+laid out goes back to the arena, and the losses are still identical.
 
   swap_layout_test.py --lib liboversub.so --simtrain simtrain
 """
@@ -24,10 +25,13 @@ from swap_checks import check_swap, fail, read_stats, run
 
 ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
 PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
+CHOSEN_RE = re.compile(r"pool: the profile's \d+ long-lived buffers \(.*\) laid out by the launch "
+                       r"that first uses them: predicted ([0-9.]+) ms per iteration in .*, "
+                       r"against ([0-9.]+) ms in allocation order")
 PLACED_RE = re.compile(r"pool: the profile's layout placed (\d+) of its (\d+) long-lived "
                        r"buffers \((\d+) laid out for none given back\)")
 SHAPE = ["--depth", "32", "--width", "512", "--batch", "16"]
-OTHER = ["--depth", "8", "--width", "256", "--batch", "16"]
+OTHER = ["--depth", "32", "--width", "384", "--batch", "16"]
 
 
 def profile(args: argparse.Namespace, shape: list[str], out: Path) -> None:
@@ -67,6 +71,9 @@ def main() -> int:
             got = ITER_RE.findall(proc.stdout)
             if got != want:
                 fail(f"loss bits differ with {prof.name}: {got} != {want}", proc)
+            chosen = CHOSEN_RE.search(proc.stderr)
+            if chosen is None or not float(chosen.group(1)) < float(chosen.group(2)):
+                fail(f"the layout by first use was not chosen with {prof.name}", proc)
             m = PLACED_RE.search(proc.stderr)
             if m is None:
                 fail(f"no word of the profile's layout with {prof.name}", proc)

@@ -7,6 +7,10 @@
 #include <vector>
 
 #include "policy/placement.h"
+#include "policy/schedule.h"
+#include "policy/simulate.h"
+#include "tools/simulate/device_model.h"
+#include "tools/simulate/profile_model.h"
 
 namespace oversub::tools {
 
@@ -19,7 +23,8 @@ std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a;
 }  // namespace
 
 page_model pages_of_profile(const profiler::profile& p, const policy::iteration_model& buffers,
-                            std::size_t page_bytes, std::size_t region_alignment) {
+                            std::size_t page_bytes, std::size_t region_alignment,
+                            std::span<const std::uint32_t> long_lived) {
   page_model r;
   r.page_bytes = page_bytes;
   const std::size_t n = buffers.launches.size();
@@ -30,13 +35,30 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
   }
   constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
   std::vector<std::size_t> offset(p.allocations.size(), none);
-  // 1. The long-lived zone, in the profile's order.
-  std::size_t end = 0;
+  // 1. The long-lived zone, in the profile's order or the one given.
+  std::vector<std::size_t> zone;  // the long-lived allocations, in the profile's order
   for (std::size_t b = 0; b < p.allocations.size(); ++b) {
-    const profiler::allocation_record& a = p.allocations[b];
-    if (!a.long_lived || a.bytes == 0) continue;
+    if (p.allocations[b].long_lived && p.allocations[b].bytes != 0) zone.push_back(b);
+  }
+  if (!long_lived.empty()) {
+    if (long_lived.size() != zone.size()) {
+      r.error = "the long-lived order does not match the profile";
+      return r;
+    }
+    std::vector<std::size_t> ordered;
+    for (std::uint32_t k : long_lived) {
+      if (k >= zone.size()) {
+        r.error = "the long-lived order does not match the profile";
+        return r;
+      }
+      ordered.push_back(zone[k]);
+    }
+    zone = std::move(ordered);
+  }
+  std::size_t end = 0;
+  for (std::size_t b : zone) {
     offset[b] = end;
-    end += align_up(a.bytes, arena_alignment);
+    end += align_up(p.allocations[b].bytes, arena_alignment);
   }
   r.long_lived_bytes = end;
   // 2. The per-iteration buffers' events in the replay's order: at each launch
@@ -114,6 +136,55 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
   r.pages = r.model.buffers.size();
   r.error = policy::validate_model(r.model);
   return r;
+}
+
+layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t capacity_bytes,
+                                       double link_bytes_per_s, std::uint64_t copy_setup_ns,
+                                       double memory_bandwidth) {
+  layout_choice c;
+  // Where the profile's iteration first uses each long-lived allocation.
+  std::vector<std::size_t> index(p.allocations.size(), SIZE_MAX);
+  std::size_t zone = 0;
+  for (std::size_t a = 0; a < p.allocations.size(); ++a) {
+    if (p.allocations[a].long_lived && p.allocations[a].bytes != 0) index[a] = zone++;
+  }
+  std::vector<std::uint32_t> first_use(zone, policy::no_first_use);
+  for (std::size_t i = p.launches.size(); i-- > 0;) {
+    for (std::uint32_t a : p.launches[i].buffers) {
+      if (a < index.size() && index[a] != SIZE_MAX) first_use[index[a]] = static_cast<std::uint32_t>(i);
+    }
+  }
+  c.order = policy::long_lived_order(first_use);
+  device_model device;
+  device.memory_bandwidth = memory_bandwidth;
+  // A rate under 1 GB/s comes from copies of a few bytes (a loss read back), not the
+  // link: a direction without a usable one takes the other's, else the stand-in.
+  auto usable = [](std::uint64_t r) { return r >= 1'000'000'000 ? static_cast<double>(r) : 0.0; };
+  const double h2d = usable(p.device.h2d_bytes_per_s);
+  const double d2h = usable(p.device.d2h_bytes_per_s);
+  device.costs.h2d_bytes_per_s = h2d > 0 ? h2d : d2h > 0 ? d2h : link_bytes_per_s;
+  device.costs.d2h_bytes_per_s = d2h > 0 ? d2h : h2d > 0 ? h2d : link_bytes_per_s;
+  device.costs.copy_setup_ns = copy_setup_ns;
+  const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
+  if (!buffers.error.empty()) {
+    c.error = buffers.error;
+    return c;
+  }
+  constexpr std::size_t page = std::size_t{2} << 20;
+  const std::size_t capacity = policy::planning_capacity(capacity_bytes, page);
+  auto predict = [&](std::span<const std::uint32_t> order, std::uint64_t& ns) {
+    const page_model m = pages_of_profile(p, buffers.model, page, 256, order);
+    if (!m.error.empty()) return m.error;
+    policy::schedule_result r =
+        policy::plan_schedule(m.model, capacity, device.costs, policy::policy_kind::cost, 0);
+    if (!r.ok()) return r.error;
+    ns = policy::simulate(m.model, r.value, device.costs).iteration_ns;
+    return std::string();
+  };
+  c.error = predict({}, c.profile_order_ns);
+  if (c.error.empty()) c.error = predict(c.order, c.first_use_ns);
+  c.first_use = c.error.empty() && c.first_use_ns < c.profile_order_ns;
+  return c;
 }
 
 }  // namespace oversub::tools

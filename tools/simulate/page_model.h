@@ -12,7 +12,9 @@
 // does under `oversub-replay`, then builds the learner's model over the pages:
 //   1. long-lived allocations (weights, optimizer state) are allocated first, in the
 //      profile's order, each at the end of the one before (the arena's TLSF index
-//      splits the start off its one free block), 256-byte aligned, from offset 0;
+//      splits the start off its one free block), 256-byte aligned, from offset 0 (or
+//      in the order given: Note [Long-lived layout from a profile] in
+//      policy/placement.h);
 //   2. the per-iteration ones are placed by policy::plan_placement over the
 //      iteration's allocation and free events in the replay's order (at each launch
 //      position: the frees there, then the allocations), as pool/planned_region does
@@ -29,7 +31,10 @@
 #define OVERSUB_TOOLS_SIMULATE_PAGE_MODEL_H
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "policy/iteration_model.h"
 #include "profiler/profile_format.h"
@@ -47,9 +52,30 @@ struct page_model {
 
 // Note [Page model]. buffers: the profile's model (tools/simulate/profile_model.h), whose
 // launches' durations and widened lifetimes it keeps.
+// long_lived: where the long-lived allocations lie, as policy::long_lived_order gives it
+// (indices among the profile's long-lived allocations of nonzero size, in its order,
+// in address order); empty: in the profile's order, as a fresh arena allocates them.
 page_model pages_of_profile(const profiler::profile& p, const policy::iteration_model& buffers,
                             std::size_t page_bytes = std::size_t{2} << 20,
-                            std::size_t region_alignment = 256);
+                            std::size_t region_alignment = 256,
+                            std::span<const std::uint32_t> long_lived = {});
+
+// Note [Long-lived layout from a profile] (policy/placement.h): which layout of the
+// long-lived buffers to take in swap mode at capacity_bytes. The profile's page model
+// is planned (policy::plan_schedule, cost, at policy::planning_capacity) and simulated
+// with each layout, its kernels at the profile's durations (Note [Duration model]
+// where 0, with memory_bandwidth) and its link at the profile's measured rates (else
+// link_bytes_per_s); by first use is taken when its iteration is predicted faster.
+struct layout_choice {
+  std::string error;                 // empty: both were planned
+  std::vector<std::uint32_t> order;  // policy::long_lived_order of the profile
+  std::uint64_t profile_order_ns = 0;  // the predicted iteration with the profile's order
+  std::uint64_t first_use_ns = 0;      // ... laid out by first use
+  bool first_use = false;              // take the order above
+};
+layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t capacity_bytes,
+                                       double link_bytes_per_s, std::uint64_t copy_setup_ns,
+                                       double memory_bandwidth);
 
 }  // namespace oversub::tools
 
