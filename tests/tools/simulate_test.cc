@@ -281,6 +281,59 @@ TEST(PageModel, DisjointLifetimesShareAPage) {
   EXPECT_EQ(m.model.launches[1].uses, (std::vector<policy::buffer_id>{0}));
 }
 
+// Note [Long-lived layout from a profile]: four long-lived buffers of half a page, used
+// A, C, B, D. In allocation order A and B share a page, C and D the other, so every
+// launch uses another page than the one before; by first use A and C share one, B and
+// D the other.
+profiler::profile alternating_profile(std::uint64_t bytes) {
+  profiler::profile p;
+  for (int k = 0; k < 4; ++k) {
+    profiler::allocation_record a;
+    a.bytes = bytes;
+    a.long_lived = true;
+    a.address = 0x100000 * static_cast<std::uint64_t>(k + 1);
+    p.allocations.push_back(a);
+  }
+  p.launches = {{p.intern("k0"), 1000, 0, {0}}, {p.intern("k1"), 1000, 0, {2}},
+                {p.intern("k2"), 1000, 0, {1}}, {p.intern("k3"), 1000, 0, {3}}};
+  return p;
+}
+
+TEST(PageModel, LongLivedOrderPutsBuffersUsedTogetherOnAPage) {
+  const profiler::profile p = alternating_profile(2048);
+  const profile_model pm = model_from_profile(p, toy_device(), duration_source::automatic);
+  ASSERT_EQ(pm.error, "");
+  const page_model given = pages_of_profile(p, pm.model, 4096, 4096);
+  ASSERT_EQ(given.error, "");
+  std::vector<policy::buffer_id> pages;
+  for (const policy::model_launch& l : given.model.launches) pages.push_back(l.uses.at(0));
+  EXPECT_EQ(pages, (std::vector<policy::buffer_id>{0, 1, 0, 1}));
+  const std::vector<std::uint32_t> order = {0, 2, 1, 3};
+  const page_model first = pages_of_profile(p, pm.model, 4096, 4096, order);
+  ASSERT_EQ(first.error, "");
+  pages.clear();
+  for (const policy::model_launch& l : first.model.launches) pages.push_back(l.uses.at(0));
+  EXPECT_EQ(pages, (std::vector<policy::buffer_id>{0, 0, 1, 1}));
+  const std::vector<std::uint32_t> short_order = {0, 1};
+  EXPECT_NE(pages_of_profile(p, pm.model, 4096, 4096, short_order).error, "");
+}
+
+TEST(PageModel, ChoosesTheLayoutByFirstUseWherePredictedFaster) {
+  // 1 MiB buffers on the swap engine's 2 MiB pages, in one page of room: in allocation
+  // order every launch swaps a page, by first use every second one.
+  const profiler::profile p = alternating_profile(std::uint64_t{1} << 20);
+  const layout_choice c = choose_long_lived_layout(p, std::size_t{2} << 20, 25e9, 10'000, 1e12);
+  ASSERT_EQ(c.error, "");
+  EXPECT_EQ(c.order, (std::vector<std::uint32_t>{0, 2, 1, 3}));
+  EXPECT_LT(c.first_use_ns, c.profile_order_ns);
+  EXPECT_TRUE(c.first_use);
+  // With room for both pages nothing moves either way: the allocation order is kept.
+  const layout_choice roomy = choose_long_lived_layout(p, std::size_t{8} << 20, 25e9, 10'000, 1e12);
+  ASSERT_EQ(roomy.error, "");
+  EXPECT_EQ(roomy.first_use_ns, roomy.profile_order_ns);
+  EXPECT_FALSE(roomy.first_use);
+}
+
 TEST(WhatIf, ToyIterationThatFitsMovesNothing) {
   const device_model d = toy_device();
   const profile_model pm =
