@@ -1,0 +1,137 @@
+// swap_learner: the swap schedule's learner as its two files share it
+// (swap_schedule.cc learns and follows the iteration; swap_tuning.cc chooses among
+// variants of its schedule by measured time). Internal to interpose/.
+#ifndef OVERSUB_INTERPOSE_SWAP_LEARNER_H
+#define OVERSUB_INTERPOSE_SWAP_LEARNER_H
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "interpose/swap_schedule.h"
+#include "policy/cost_model.h"
+#include "policy/iteration_model.h"
+#include "policy/schedule.h"
+#include "pool/residency.h"
+
+namespace oversub::interpose::schedule_internal {
+
+constexpr std::uintptr_t page_bytes = std::uintptr_t{2} << 20;  // the arena's granularity
+// Note [Choosing among schedules by measured time] (swap_tuning.cc).
+constexpr std::size_t timed_iterations = 2;  // per variant
+constexpr int max_record_wait = 8;  // loop starts to wait for the kernels' records
+constexpr std::size_t rotations = 8;  // loop starts tried
+
+// Note [What the learner moves]: in swap mode the unit is the arena's 2 MiB page
+// (what the engine moves); in um mode a whole managed buffer (what cuMemPrefetchAsync
+// moves there), its address and size as the launch's range gave them.
+struct unit {
+  std::uintptr_t addr = 0;
+  std::size_t bytes = 0;
+  bool operator==(const unit&) const = default;
+  bool operator<(const unit& o) const { return addr < o.addr || (addr == o.addr && bytes < o.bytes); }
+};
+
+// A variant of the learned iteration's schedule.
+struct variant {
+  std::size_t rotation = 0;    // the loop body starts this many launches into the period
+  std::size_t free_pages = 0;  // pages left out of the plan's capacity past Note [Headroom]
+  bool lend = false;           // Note [Lending an evicting page's memory] (pool/residency.h)
+  bool operator==(const variant&) const = default;
+};
+
+// Note [Timing on the device] (swap_tuning.cc): an iteration of a variant, from the last launch of one
+// loop body to the last launch of the next (their launch numbers, which tag their
+// kernels' records).
+struct interval {
+  std::uint64_t from = 0;
+  std::uint64_t to = 0;
+};
+
+struct trial {
+  variant v;
+  std::vector<interval> timed;  // empty: no plan at that capacity
+  std::uint64_t ns = 0;         // its measured iteration (the faster of two); 0: no plan
+};
+
+// Where the choice among variants stands (the stats' "tune_status").
+enum class tune_status : std::uint8_t {
+  off,              // OVERSUB_TUNE=0, a policy other than cost, or nothing learned yet
+  timing,           // variants being timed
+  chosen,           // the fastest kept
+  reused,           // the same iteration learned again keeps the choice made for it
+  no_kernel_times,  // CUPTI gave no kernel records: the plan as learned kept
+};
+
+const char* status_name(tune_status s);
+
+struct learner {
+  std::mutex mutex;
+  // Interned page sets: a token per distinct set.
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> tokens_by_hash;
+  std::vector<std::vector<unit>> pages_of_token;
+  std::vector<std::uint32_t> trace;
+  std::uint64_t trace_first = 0;  // launch number (tag) of trace[0]
+  std::uint64_t launches = 0;     // launches seen: the next launch's number
+  // The schedule being followed.
+  bool following = false;
+  int device = 0;
+  std::vector<std::uint32_t> learned;      // the period as found (tokens)
+  variant current;                         // what is followed
+  std::vector<std::uint32_t> period;       // expected tokens: learned, rotated
+  std::vector<unit> page_of_id;  // model buffer id -> page (or um buffer)
+  policy::schedule plan;
+  std::size_t cursor = 0;
+  std::vector<pool::byte_range> later;  // fetches that found no room yet
+  std::vector<std::uint64_t> later_due;  // the launch number each one's page is used at
+  // Note [Prefetch keeps what is needed sooner]: each page's positions of use in the
+  // period (sorted), by model id, and the ids by address.
+  std::vector<std::vector<std::uint32_t>> uses_of_id;
+  std::unordered_map<std::uintptr_t, policy::buffer_id> id_of_page;
+  swap_schedule_stats stats;
+  bool deviation_logged = false;
+  // What the current schedule was planned from (Note [Launch durations]).
+  bool durations_measured = false;
+  bool link_measured = false;
+  bool source_logged = false;
+  std::uint64_t period_first = 0;            // launch number of the period's first launch
+  std::uint64_t measured_launches = 0;       // positions with a measured duration
+  std::vector<std::uint64_t> durations_ns;   // per position of the learned period
+  policy::cost_model costs;
+  // Note [Choosing among schedules by measured time].
+  bool tuning = false;
+  std::vector<trial> trials;         // tried so far, in order
+  tune_status status = tune_status::off;
+  bool wrap_seen = false;            // the current variant's loop start has been passed
+  std::uint64_t wrap_tag = 0;        // the launch before it
+  std::vector<interval> timed;       // the current variant's iterations timed so far
+  int settle = 0;                    // iterations to pass untimed first
+  bool awaiting = false;             // all timed; the kernels' records are still to come
+  int waited = 0;                    // loop starts passed awaiting them
+  bool no_times_logged = false;
+  bool lend_tried = false;           // Note [Lending as a variant]
+  std::vector<std::uint32_t> tuned_for;  // the learned period the choice below is for
+  variant tuned;
+};
+
+// The process's learner (never destroyed: hooks may run during exit).
+learner& state();
+
+// The learned period rotated by v.rotation as a model over its pages, planned at the
+// engine's capacity less v.free_pages pages; on success it becomes what is followed
+// (l.period, the page ids, l.plan, the prediction), and l.current is v.
+bool plan_variant(learner& l, int device, variant v);
+
+// Note [Choosing among schedules by measured time] (swap_tuning.cc): follow v from
+// here on; the launch about to be carried out stays the same launch of the iteration.
+bool switch_to(learner& l, int device, variant v);
+
+// At each start of the followed loop body (cursor 0) while tuning, before its moves;
+// number is the launch about to run.
+void tune_step(learner& l, int device, std::uint64_t number);
+
+}  // namespace oversub::interpose::schedule_internal
+
+#endif  // OVERSUB_INTERPOSE_SWAP_LEARNER_H
