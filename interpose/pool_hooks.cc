@@ -71,9 +71,9 @@ cudaError_t refuse(call_site at, int device, std::size_t bytes, pool::pool_errc 
 // OVERSUB_DEVICE_LIMIT as the swap capacity: a fraction of the real device's total,
 // or bytes; 0 (none) lets the pool take the device's free memory less a headroom.
 // Note [Long-lived layout from a profile] (policy/placement.h): with a saved profile,
-// swap mode lays out its long-lived buffers by first use where the page model of its
-// iteration (tools/simulate/page_model.h) predicts that faster at the capacity; the
-// pool is told the sizes it expects (in allocation order) and where each goes.
+// swap mode lays out its long-lived buffers by first or last use where the page model
+// of its iteration (tools/simulate/page_model.h) predicts that faster at the capacity;
+// the pool is told the sizes it expects (in allocation order) and where each goes.
 void lay_out_from_profile(std::uint64_t limit_bytes) {
   const profiler::profile* p = profiler::loaded_input();
   if (p == nullptr) return;
@@ -94,21 +94,25 @@ void lay_out_from_profile(std::uint64_t limit_bytes) {
       tools::choose_long_lived_layout(*p, static_cast<std::size_t>(capacity), 25e9, 10'000, 2e12);
   std::size_t bytes = 0;
   for (std::size_t b : expected) bytes += b;
+  const auto ms = [&](tools::layout_kind k) {
+    return static_cast<double>(c.predicted_ns[static_cast<int>(k)]) / 1e6;
+  };
   const std::string line =
       !c.error.empty()
           ? fmt::format("pool: the profile's {} long-lived buffers keep their order (no "
                         "prediction: {})",
                         expected.size(), c.error)
-          : fmt::format("pool: the profile's {} long-lived buffers ({}) {} by the launch that "
-                        "first uses them: predicted {:.3f} ms per iteration in {}, against "
-                        "{:.3f} ms in allocation order",
-                        expected.size(), format_bytes(bytes),
-                        c.first_use ? "laid out" : "not laid out",
-                        static_cast<double>(c.first_use_ns) / 1e6, format_bytes(capacity),
-                        static_cast<double>(c.profile_order_ns) / 1e6);
+          : fmt::format("pool: the profile's {} long-lived buffers ({}) laid out in {}; "
+                        "predicted iteration in {}: {:.3f} ms in allocation order, {:.3f} by "
+                        "first use, {:.3f} by last use",
+                        expected.size(), format_bytes(bytes), tools::to_string(c.kind),
+                        format_bytes(capacity), ms(tools::layout_kind::allocation),
+                        ms(tools::layout_kind::first_use), ms(tools::layout_kind::last_use));
   if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
   else log::info("{}", line);
-  if (c.first_use) pool::set_long_lived_layout(std::move(expected), c.order);
+  if (c.kind != tools::layout_kind::allocation) {
+    pool::set_long_lived_layout(std::move(expected), c.order);
+  }
 }
 
 std::uint64_t resolve_swap_capacity(const device_limit& limit) {

@@ -4,7 +4,7 @@
 Note [Long-lived layout from a profile] (policy/placement.h). simtrain's weight-heavy
 shape is profiled (OVERSUB_PROFILE_OUT, pool mode, plenty of memory), then run at 3x
 past the device's memory under OVERSUB_MODE=swap with that profile: the log must say
-that the page model predicts the layout by first use faster there (it does at 3x) and
+that the page model predicts the layout by first use fastest there (it does at 3x) and
 that every long-lived buffer of the profile was placed by it, and the loss bits must be
 those of the run with unlimited memory, with simgpu's race detector aborting at the first
 unordered access and no kernel reaching a swapped-out page. Then the same run with the
@@ -25,9 +25,9 @@ from swap_checks import check_swap, fail, read_stats, run
 
 ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
 PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
-CHOSEN_RE = re.compile(r"pool: the profile's \d+ long-lived buffers \(.*\) laid out by the launch "
-                       r"that first uses them: predicted ([0-9.]+) ms per iteration in .*, "
-                       r"against ([0-9.]+) ms in allocation order")
+CHOSEN_RE = re.compile(r"pool: the profile's \d+ long-lived buffers \(.*\) laid out in first use; "
+                       r"predicted iteration in .*: ([0-9.]+) ms in allocation order, "
+                       r"([0-9.]+) by first use")
 PLACED_RE = re.compile(r"pool: the profile's layout placed (\d+) of its (\d+) long-lived "
                        r"buffers \((\d+) laid out for none given back\)")
 SHAPE = ["--depth", "32", "--width", "512", "--batch", "16"]
@@ -72,7 +72,7 @@ def main() -> int:
             if got != want:
                 fail(f"loss bits differ with {prof.name}: {got} != {want}", proc)
             chosen = CHOSEN_RE.search(proc.stderr)
-            if chosen is None or not float(chosen.group(1)) < float(chosen.group(2)):
+            if chosen is None or not float(chosen.group(2)) < float(chosen.group(1)):
                 fail(f"the layout by first use was not chosen with {prof.name}", proc)
             m = PLACED_RE.search(proc.stderr)
             if m is None:

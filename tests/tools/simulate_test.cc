@@ -318,20 +318,23 @@ TEST(PageModel, LongLivedOrderPutsBuffersUsedTogetherOnAPage) {
   EXPECT_NE(pages_of_profile(p, pm.model, 4096, 4096, short_order).error, "");
 }
 
-TEST(PageModel, ChoosesTheLayoutByFirstUseWherePredictedFaster) {
+TEST(PageModel, ChoosesTheLayoutPredictedFastest) {
   // 1 MiB buffers on the swap engine's 2 MiB pages, in one page of room: in allocation
   // order every launch swaps a page, by first use every second one.
   const profiler::profile p = alternating_profile(std::uint64_t{1} << 20);
   const layout_choice c = choose_long_lived_layout(p, std::size_t{2} << 20, 25e9, 10'000, 1e12);
   ASSERT_EQ(c.error, "");
+  // By first use and by last use give the same pages here; the first of equals is kept.
+  EXPECT_EQ(c.kind, layout_kind::first_use);
   EXPECT_EQ(c.order, (std::vector<std::uint32_t>{0, 2, 1, 3}));
-  EXPECT_LT(c.first_use_ns, c.profile_order_ns);
-  EXPECT_TRUE(c.first_use);
+  EXPECT_LT(c.predicted_ns[1], c.predicted_ns[0]);
+  EXPECT_EQ(c.predicted_ns[2], c.predicted_ns[1]);
   // With room for both pages nothing moves either way: the allocation order is kept.
   const layout_choice roomy = choose_long_lived_layout(p, std::size_t{8} << 20, 25e9, 10'000, 1e12);
   ASSERT_EQ(roomy.error, "");
-  EXPECT_EQ(roomy.first_use_ns, roomy.profile_order_ns);
-  EXPECT_FALSE(roomy.first_use);
+  EXPECT_EQ(roomy.predicted_ns[1], roomy.predicted_ns[0]);
+  EXPECT_EQ(roomy.kind, layout_kind::allocation);
+  EXPECT_TRUE(roomy.order.empty());
 }
 
 TEST(WhatIf, ToyIterationThatFitsMovesNothing) {

@@ -63,15 +63,18 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
 // Note [Long-lived layout from a profile] (policy/placement.h): which layout of the
 // long-lived buffers to take in swap mode at capacity_bytes. The profile's page model
 // is planned (policy::plan_schedule, cost, at policy::planning_capacity) and simulated
-// with each layout, its kernels at the profile's durations (Note [Duration model]
-// where 0, with memory_bandwidth) and its link at the profile's measured rates (else
-// link_bytes_per_s); by first use is taken when its iteration is predicted faster.
+// in allocation order, by first use and by last use, its kernels at the profile's
+// durations (Note [Duration model] where 0, with memory_bandwidth) and its link at the
+// profile's measured rates (else link_bytes_per_s); the layout predicted fastest is
+// taken where it is predicted at least min_layout_gain faster than allocation order.
+inline constexpr double min_layout_gain = 0.02;
+enum class layout_kind : std::uint8_t { allocation, first_use, last_use };
+const char* to_string(layout_kind k);
 struct layout_choice {
-  std::string error;                 // empty: both were planned
-  std::vector<std::uint32_t> order;  // policy::long_lived_order of the profile
-  std::uint64_t profile_order_ns = 0;  // the predicted iteration with the profile's order
-  std::uint64_t first_use_ns = 0;      // ... laid out by first use
-  bool first_use = false;              // take the order above
+  std::string error;                 // empty: every layout was planned
+  layout_kind kind = layout_kind::allocation;  // the one taken
+  std::vector<std::uint32_t> order;  // its policy::long_lived_order (empty: allocation)
+  std::uint64_t predicted_ns[3] = {};  // the predicted iteration, by layout_kind
 };
 layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t capacity_bytes,
                                        double link_bytes_per_s, std::uint64_t copy_setup_ns,
