@@ -154,8 +154,9 @@ struct config {
     "0 | a number of iterations (at most 1000000)",                                 \
     "profiling: write the profile once this many iterations are seen (0: at exit)") \
   X(PROFILE_IN, profile_in, parse_path, "", "a file path",                          \
-    "a profile to load at start; a corrupt or foreign one is refused with a warning " \
-    "and the run goes on without it")
+    "a profile to load at start; in swap mode its long-lived buffers are laid out by " \
+    "it; a corrupt or foreign one is refused with a warning and the run goes on "     \
+    "without it")
 
 // Value parsers: true and out set when text is an accepted form.
 bool parse_mode(std::string_view text, run_mode& out);
