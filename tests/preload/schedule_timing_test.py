@@ -31,10 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from swap_checks import fail, read_stats, run
+from swap_checks import LOSS_BITS_RE, fail, read_stats, reference, run
 
-ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
-PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
 SIMTRAIN = ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "6"]
 CONSTANT_NS = 20_000
 CONSTANT_GBPS = 25.0
@@ -141,11 +139,7 @@ def main() -> int:
     args = ap.parse_args()
 
     cmd = [str(args.simtrain), *SIMTRAIN]
-    base = run(cmd, {}, None)
-    if base.returncode != 0:
-        fail("simtrain fails with plenty of memory", base)
-    want = ITER_RE.findall(base.stdout)
-    device = int(int(PEAK_RE.search(base.stdout).group(1)) / 3)
+    want, device = reference(cmd, 3)
 
     with tempfile.TemporaryDirectory() as tmp:
         stats_file, log = Path(tmp) / "stats.json", Path(tmp) / "launches"
@@ -160,7 +154,7 @@ def main() -> int:
         proc = run(cmd, settings, args.lib)
         if proc.returncode != 0:
             fail(f"simtrain fails under OVERSUB_MODE={args.mode}", proc)
-        if ITER_RE.findall(proc.stdout) != want:
+        if LOSS_BITS_RE.findall(proc.stdout) != want:
             fail(f"loss bits differ under {args.mode}", proc)
         stats = read_stats(stats_file, proc)
         sched = stats.get("schedule")

@@ -36,6 +36,19 @@ def run(cmd: list[str], env_extra: dict[str, str], lib: Path | None) -> subproce
     return proc
 
 
+LOSS_BITS_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
+PEAK_BYTES_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
+
+
+def reference(cmd: list[str], ratio: float) -> tuple[list[str], int]:
+    """simtrain's loss bits with plenty of memory, and its peak over ratio (the device
+    size that oversubscribes it ratio times)."""
+    base = run(cmd, {}, None)
+    if base.returncode != 0:
+        fail("simtrain fails with plenty of memory", base)
+    return LOSS_BITS_RE.findall(base.stdout), int(int(PEAK_BYTES_RE.search(base.stdout).group(1)) / ratio)
+
+
 def fail(message: str, proc: subprocess.CompletedProcess[str] | None = None) -> NoReturn:
     if proc is not None:
         message += f"\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}---"

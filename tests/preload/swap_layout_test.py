@@ -21,10 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from swap_checks import check_swap, fail, read_stats, run
+from swap_checks import LOSS_BITS_RE, check_swap, fail, read_stats, reference, run
 
-ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
-PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
 CHOSEN_RE = re.compile(r"pool: the profile's \d+ long-lived buffers \(.*\) laid out in first use; "
                        r"predicted iteration in .*: ([0-9.]+) ms in allocation order, "
                        r"([0-9.]+) by first use")
@@ -48,11 +46,7 @@ def main() -> int:
     args = ap.parse_args()
 
     cmd = [str(args.simtrain), *SHAPE, "--iters", "6"]
-    base = run(cmd, {}, None)
-    if base.returncode != 0:
-        fail("simtrain fails with plenty of memory", base)
-    want = ITER_RE.findall(base.stdout)
-    device = int(int(PEAK_RE.search(base.stdout).group(1)) / 3)
+    want, device = reference(cmd, 3)
 
     with tempfile.TemporaryDirectory() as tmp:
         own, other = Path(tmp) / "own.oprof", Path(tmp) / "other.oprof"
@@ -68,7 +62,7 @@ def main() -> int:
                        args.lib)
             if proc.returncode != 0:
                 fail(f"simtrain fails under swap at 3x with {prof.name}", proc)
-            got = ITER_RE.findall(proc.stdout)
+            got = LOSS_BITS_RE.findall(proc.stdout)
             if got != want:
                 fail(f"loss bits differ with {prof.name}: {got} != {want}", proc)
             chosen = CHOSEN_RE.search(proc.stderr)
