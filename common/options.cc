@@ -429,6 +429,7 @@ const config& load_config() {
     ::_exit(2);
   }
   auto* cfg = new config(std::move(outcome.cfg));
+  resolve_profile_path(*cfg);
   log::set_level(cfg->log_level);
   if (!cfg->log_file.empty()) {
     int fd = open_append(cfg->log_file);
@@ -445,6 +446,15 @@ const config& load_config() {
 }
 
 }  // namespace
+
+void resolve_profile_path(config& cfg) {
+  if (cfg.profile.empty()) return;
+  if (::access(cfg.profile.c_str(), R_OK) == 0) {
+    if (cfg.profile_in.empty()) cfg.profile_in = cfg.profile;
+  } else if (cfg.profile_out.empty()) {
+    cfg.profile_out = cfg.profile;
+  }
+}
 
 const config& current_config() {
   static const config& cfg = load_config();

@@ -94,6 +94,7 @@ struct config {
   std::string iteration_marker;   // kernel-name substring starting an iteration
   std::uint64_t profile_iterations = 0;  // write the profile after this many; 0: at exit
   std::string profile_in;         // a profile to load at start (validated)
+  std::string profile;            // Note [One profile path]: read if there, else written
 };
 
 // X(NAME, field, parser, default, accepted forms, doc). NAME is the part after
@@ -156,7 +157,11 @@ struct config {
   X(PROFILE_IN, profile_in, parse_path, "", "a file path",                          \
     "a profile to load at start; in swap mode its long-lived buffers are laid out by " \
     "it; a corrupt or foreign one is refused with a warning and the run goes on "     \
-    "without it")
+    "without it")                                                                     \
+  X(PROFILE, profile, parse_path, "", "a file path",                                \
+    "start from the profile there when the file exists (as OVERSUB_PROFILE_IN), "   \
+    "else profile this run and write it there (as OVERSUB_PROFILE_OUT); those two, " \
+    "when set, win")
 
 // Value parsers: true and out set when text is an accepted form.
 bool parse_mode(std::string_view text, run_mode& out);
@@ -233,6 +238,13 @@ const config& current_config();
 
 // Opens cfg.stats_file for appending ("%p" expanded); -1 when unset or failing.
 int open_stats_destination(const config& cfg);
+
+// Note [One profile path]: OVERSUB_PROFILE=path is OVERSUB_PROFILE_IN=path when a file
+// is there (readable) and OVERSUB_PROFILE_OUT=path otherwise, so the same command
+// profiles its first run and starts every later one from that profile. An explicit
+// OVERSUB_PROFILE_IN or OVERSUB_PROFILE_OUT is kept. Applied once, when the
+// configuration is loaded.
+void resolve_profile_path(config& cfg);
 
 }  // namespace oversub
 

@@ -9,7 +9,8 @@ that every long-lived buffer of the profile was placed by it, and the loss bits 
 those of the run with unlimited memory, with simgpu's race detector aborting at the first
 unordered access and no kernel reaching a swapped-out page. Then the same run with the
 profile of another width (other sizes, laid out too): nothing is claimed, every block
-laid out goes back to the arena, and the losses are still identical.
+laid out goes back to the arena, and the losses are still identical. Last, OVERSUB_PROFILE
+twice: the first swap run writes its profile there, the second starts from it.
 
   swap_layout_test.py --lib liboversub.so --simtrain simtrain
 """
@@ -84,9 +85,24 @@ def main() -> int:
         if not (o_expected > 0 and o_placed == 0 and o_returned == o_expected):
             fail(f"another shape's profile placed {o_placed} of {o_expected} ({o_returned} "
                  "given back); expected none placed and all given back", o_proc)
+        # Note [One profile path]: OVERSUB_PROFILE writes the profile where there is none
+        # (this swap run profiles itself), and the next run with it starts from it.
+        one = Path(tmp) / "one.oprof"
+        for k in range(2):
+            proc = run(cmd, {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
+                             "OVERSUB_MODE": "swap", "OVERSUB_TUNE": "0", "OVERSUB_VERBOSE": "1",
+                             "OVERSUB_PROFILE": str(one)}, args.lib)
+            if proc.returncode != 0 or LOSS_BITS_RE.findall(proc.stdout) != want:
+                fail(f"OVERSUB_PROFILE run {k}: failed or other loss bits", proc)
+            if k == 0 and (not one.exists() or PLACED_RE.search(proc.stderr)):
+                fail("the first OVERSUB_PROFILE run did not write its profile (or laid out)", proc)
+            m = PLACED_RE.search(proc.stderr)
+            if k == 1 and (m is None or int(m.group(1)) != placed):
+                fail(f"the second OVERSUB_PROFILE run did not lay out its {placed} buffers", proc)
     print(f"swap at 3x with its own profile: {placed} of {expected} long-lived buffers laid "
           f"out by first use, loss bits identical over {len(want)} iterations; {moved}. "
-          f"With another shape's: 0 of {o_expected}, all given back, losses identical")
+          f"With another shape's: 0 of {o_expected}, all given back, losses identical. "
+          "OVERSUB_PROFILE: written by the first run, laid out by the second")
     return 0
 
 

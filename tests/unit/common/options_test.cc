@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+
 namespace oversub {
 namespace {
 
@@ -215,6 +218,36 @@ TEST(ParseOptions, ProfilingOptions) {
   parse_outcome d = parse_options({});
   EXPECT_TRUE(d.cfg.profile_out.empty());
   EXPECT_EQ(d.cfg.profile_iterations, 0u);
+}
+
+// Note [One profile path].
+TEST(ParseOptions, OneProfilePathIsReadWhenThereAndWrittenOtherwise) {
+  const std::string path = ::testing::TempDir() + "oversub_one_profile_path.oprof";
+  std::remove(path.c_str());
+  parse_outcome o = parse_options({"OVERSUB_PROFILE=" + path});
+  ASSERT_TRUE(o.errors.empty());
+  ASSERT_TRUE(o.unknown.empty());
+  config absent = o.cfg;
+  resolve_profile_path(absent);
+  EXPECT_EQ(absent.profile_out, path);
+  EXPECT_TRUE(absent.profile_in.empty());
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  config present = o.cfg;
+  resolve_profile_path(present);
+  EXPECT_EQ(present.profile_in, path);
+  EXPECT_TRUE(present.profile_out.empty());
+  // An explicit OVERSUB_PROFILE_IN wins.
+  parse_outcome both = parse_options({"OVERSUB_PROFILE=" + path, "OVERSUB_PROFILE_IN=mine.oprof"});
+  resolve_profile_path(both.cfg);
+  EXPECT_EQ(both.cfg.profile_in, "mine.oprof");
+  EXPECT_TRUE(both.cfg.profile_out.empty());
+  std::remove(path.c_str());
+  config none = parse_options({}).cfg;
+  resolve_profile_path(none);
+  EXPECT_TRUE(none.profile_in.empty());
+  EXPECT_TRUE(none.profile_out.empty());
 }
 
 TEST(ParseOptions, ProfileIterationsRejectsNonCounts) {
