@@ -147,27 +147,33 @@ const char* to_string(layout_kind k) {
   return "allocation order";
 }
 
-layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t capacity_bytes,
-                                       double link_bytes_per_s, std::uint64_t copy_setup_ns,
-                                       double memory_bandwidth) {
-  layout_choice c;
-  // Where the profile's iteration first and last uses each long-lived allocation.
+std::vector<std::uint32_t> long_lived_layout_order(const profiler::profile& p, layout_kind k) {
+  if (k == layout_kind::allocation) return {};
   std::vector<std::size_t> index(p.allocations.size(), SIZE_MAX);
   std::size_t zone = 0;
   for (std::size_t a = 0; a < p.allocations.size(); ++a) {
     if (p.allocations[a].long_lived && p.allocations[a].bytes != 0) index[a] = zone++;
   }
-  std::vector<std::uint32_t> first_use(zone, policy::no_first_use);
-  std::vector<std::uint32_t> last_use(zone, policy::no_first_use);
-  for (std::size_t i = p.launches.size(); i-- > 0;) {
+  std::vector<std::uint32_t> key(zone, policy::no_first_use);
+  const std::size_t n = p.launches.size();
+  for (std::size_t j = 0; j < n; ++j) {
+    // First use: the launches from the last back, the earliest one left; last use:
+    // from the first on, the latest.
+    const std::size_t i = k == layout_kind::first_use ? n - 1 - j : j;
     for (std::uint32_t a : p.launches[i].buffers) {
-      if (a >= index.size() || index[a] == SIZE_MAX) continue;
-      first_use[index[a]] = static_cast<std::uint32_t>(i);
-      if (last_use[index[a]] == policy::no_first_use) last_use[index[a]] = static_cast<std::uint32_t>(i);
+      if (a < index.size() && index[a] != SIZE_MAX) key[index[a]] = static_cast<std::uint32_t>(i);
     }
   }
-  const std::vector<std::uint32_t> orders[3] = {{}, policy::long_lived_order(first_use),
-                                                policy::long_lived_order(last_use)};
+  return policy::long_lived_order(key);
+}
+
+layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t capacity_bytes,
+                                       double link_bytes_per_s, std::uint64_t copy_setup_ns,
+                                       double memory_bandwidth) {
+  layout_choice c;
+  const std::vector<std::uint32_t> orders[3] = {
+      {}, long_lived_layout_order(p, layout_kind::first_use),
+      long_lived_layout_order(p, layout_kind::last_use)};
   device_model device;
   device.memory_bandwidth = memory_bandwidth;
   // A rate under 1 GB/s comes from copies of a few bytes (a loss read back), not the

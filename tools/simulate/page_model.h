@@ -76,6 +76,9 @@ struct layout_choice {
   std::vector<std::uint32_t> order;  // its policy::long_lived_order (empty: allocation)
   std::uint64_t predicted_ns[3] = {};  // the predicted iteration, by layout_kind
 };
+// The order of layout k (policy::long_lived_order by the launch of the profile's
+// iteration that first or last uses each long-lived allocation); empty for allocation.
+std::vector<std::uint32_t> long_lived_layout_order(const profiler::profile& p, layout_kind k);
 layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t capacity_bytes,
                                        double link_bytes_per_s, std::uint64_t copy_setup_ns,
                                        double memory_bandwidth);

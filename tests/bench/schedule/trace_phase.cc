@@ -3,10 +3,12 @@
 // policy/simulate.h), at the capacities of `oversub simulate --sweep N`. Prints a
 // markdown table; which points are link-bound in both halves, and how far cost is
 // from what any schedule could do. docs/policy.md, "How close to the bound".
-// Usage: trace_phase [--pages] PROFILE [DEVICE] [N] [CAPACITY...]   (DEVICE: h100-pcie;
+// Usage: trace_phase [--pages[=first-use|last-use]] PROFILE [DEVICE] [N] [CAPACITY...]
+//   (DEVICE: h100-pcie;
 // N: 5; capacities in bytes instead of the sweep's). --pages: the swap engine's view,
 // the profile's page model (Note [Page model] in tools/simulate/page_model.h),
-// planned at policy::planning_capacity and with the reuse floor in whole pages.
+// planned at policy::planning_capacity and with the reuse floor in whole pages; with
+// =first-use or =last-use, its long-lived buffers laid out so.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -48,13 +50,20 @@ std::string size_text(std::size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool pages = argc > 1 && std::string(argv[1]) == "--pages";
+  // --pages=first-use / --pages=last-use: the long-lived buffers laid out so (Note
+  // [Long-lived layout from a profile] in policy/placement.h).
+  const std::string flag = argc > 1 ? argv[1] : "";
+  const bool pages = flag.rfind("--pages", 0) == 0;
+  const tools::layout_kind layout = flag == "--pages=first-use" ? tools::layout_kind::first_use
+                                    : flag == "--pages=last-use" ? tools::layout_kind::last_use
+                                                                 : tools::layout_kind::allocation;
   if (pages) {
     --argc;
     ++argv;
   }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: trace_phase [--pages] PROFILE [DEVICE] [N] [CAPACITY...]\n");
+    std::fprintf(stderr, "usage: trace_phase [--pages[=first-use|last-use]] PROFILE [DEVICE] [N] "
+                 "[CAPACITY...]\n");
     return 2;
   }
   const std::string device_name = argc > 2 ? argv[2] : "h100-pcie";
@@ -76,7 +85,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const tools::page_model pg =
-      pages ? tools::pages_of_profile(std::get<profiler::profile>(read), pm.model)
+      pages ? tools::pages_of_profile(
+                  std::get<profiler::profile>(read), pm.model, std::size_t{2} << 20, 256,
+                  tools::long_lived_layout_order(std::get<profiler::profile>(read), layout))
             : tools::page_model{};
   if (!pg.error.empty()) {
     std::fprintf(stderr, "trace_phase: %s\n", pg.error.c_str());
