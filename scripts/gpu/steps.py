@@ -255,7 +255,62 @@ def simtrain(k: kit, progs: programs) -> step_result:
             res.fail(f"{name} at {label}: exit {proc.returncode}")
     if built.get("swap", (False, ""))[0]:
         tuning(k, res, progs, sim_env)
+        layout(k, res, progs, sim_env)
     return res
+
+
+LAYOUT_RE = re.compile(r"pool: the profile's (\d+) long-lived buffers \(.*\) laid out in ([a-z ]+);")
+PLACED_RE = re.compile(r"pool: the profile's layout placed (\d+) of its (\d+) long-lived buffers")
+
+
+def layout(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -> None:
+    """swap at peak/3 twice with OVERSUB_PROFILE=path (Note [One profile path]): the
+    first run writes its profile, the second lays out its long-lived buffers by it (Note
+    [Long-lived layout from a profile] in policy/placement.h): on real VMM, every block
+    laid out must be claimed and the losses stay those of the run without the library.
+    Weight-heavy (many layers, small batch), where the layout by first use is taken at
+    peak/3 on simgpu."""
+    name = "OVERSUB_MODE=swap, OVERSUB_PROFILE (long-lived layout)"
+    if k.out_of_time():
+        res.notes.append(f"{name}: skipped: time budget spent")
+        return
+    size = ["32", "512", "16", "6"] if k.sim else ["32", "2048", "64", "6"]
+    cmd = [str(progs.simtrain), *[f for pair in zip(["--depth", "--width", "--batch", "--iters"], size)
+                                  for f in pair]]
+    base = k.run(cmd, sim_env, timeout_s=900, label="simtrain weight-heavy unlimited")
+    want = ITER_RE.findall(base.stdout)
+    peak_match = PEAK_RE.search(base.stdout)
+    if base.returncode != 0 or peak_match is None:
+        res.fail(f"{name}: simtrain fails without the library: exit {base.returncode}")
+        return
+    limit = max(MiB, int(peak_match.group(1)) // 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**sim_env, "OVERSUB_MODE": "swap", "OVERSUB_DEVICE_LIMIT": str(limit),
+               "OVERSUB_VERBOSE": "1", "OVERSUB_PROFILE": str(Path(tmp) / "simtrain.oprof")}
+        runs = [k.run(cmd, env, preload=True, timeout_s=900, label=f"simtrain {name}, run {i + 1}")
+                for i in range(2)]
+    second = runs[1]
+    same = all(r.returncode == 0 and ITER_RE.findall(r.stdout) == want for r in runs)
+    chosen = LAYOUT_RE.search(second.stderr)
+    placed = PLACED_RE.search(second.stderr)
+    res.rows.append([name, f"{limit} (peak/3)", "ran" if second.returncode == 0 else
+                     f"exit {second.returncode}", "bit-identical" if same else "DIFFER",
+                     f"{second.seconds:.2f}", f"{second.seconds / base.seconds:.2f}" if base.seconds else "",
+                     *(virtual_cells(base, second) if k.sim else []), ""])
+    if not same:
+        res.fail(f"{name}: losses differ from the unlimited run (exit {second.returncode}: "
+                 f"{first_line(second.stderr)})")
+        return
+    if chosen is None:
+        res.fail(f"{name}: the second run did not start from the first run's profile")
+        return
+    res.data["layout"] = {"buffers": int(chosen.group(1)), "layout": chosen.group(2),
+                          "placed": int(placed.group(1)) if placed else None}
+    res.notes.append(f"long-lived layout: {chosen.group(1)} buffers laid out in {chosen.group(2)}"
+                     + (f"; {placed.group(1)} of {placed.group(2)} placed" if placed else ""))
+    if chosen.group(2) != "allocation order" and (placed is None or placed.group(1) != placed.group(2)):
+        res.fail(f"{name}: laid out in {chosen.group(2)} but not every block was claimed"
+                 + (f" ({placed.group(1)} of {placed.group(2)})" if placed else ""))
 
 
 TUNE_ITERS = 64  # the schedule's tuning is done by then (about 53 iterations after learning)
