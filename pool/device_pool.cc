@@ -78,6 +78,9 @@ struct long_lived_layout {
   std::vector<std::uint32_t> order;
 };
 long_lived_layout g_layout;
+// The device the layout is for: the first whose allocation asks (a process training on
+// one device may still touch another's context); -1 until then.
+std::atomic<int> g_layout_device{-1};
 
 struct layout_slots {
   std::mutex mutex;
@@ -283,7 +286,9 @@ allocation_result device_allocate(int device, std::size_t bytes, CUstream stream
   device_state* s = state(device);
   if (s == nullptr) return {nullptr, pool_errc::out_of_memory};
   if (s->managed) return s->managed->allocate(bytes);
-  if (s->engine && !g_layout.expected.empty()) {
+  int none = -1;
+  if (s->engine && !g_layout.expected.empty() &&
+      (g_layout_device.compare_exchange_strong(none, device) || none == device)) {
     if (void* p = claim_laid_out(*s, bytes, stream)) {
       s->engine->occupy(reinterpret_cast<std::uintptr_t>(p), bytes);
       return {p, pool_errc::ok};

@@ -84,8 +84,8 @@ bool device_reserve_foreign(int device, std::int64_t bytes) noexcept;
 // allocation the pool takes a block for each, in that order (contiguous in a fresh
 // arena), and the allocation that comes when the k-th is next expected, with exactly
 // its size, gets the k-th block. Any other allocation is served as always, so a
-// program that allocates otherwise than the profile says only loses the layout. Set
-// once, before the first allocation.
+// program that allocates otherwise than the profile says only loses the layout. Only
+// the first device that allocates is laid out. Set once, before the first allocation.
 void set_long_lived_layout(std::vector<std::size_t> expected, std::vector<std::uint32_t> order);
 struct layout_result {
   std::uint64_t expected = 0;  // blocks laid out (0: no layout on this device)
