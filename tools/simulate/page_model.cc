@@ -216,7 +216,7 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
       c.order = orders[k];
     }
   }
-  // Another layout only for a clear gain: the model's prediction is not the engine's time.
+  // Another layout only for a clear gain (min_layout_gain in page_model.h).
   if (static_cast<double>(c.predicted_ns[static_cast<int>(c.kind)]) >
       (1.0 - min_layout_gain) * static_cast<double>(c.predicted_ns[0])) {
     c.kind = layout_kind::allocation;
