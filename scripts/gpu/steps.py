@@ -293,10 +293,7 @@ def layout(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -
     same = all(r.returncode == 0 and ITER_RE.findall(r.stdout) == want for r in runs)
     chosen = LAYOUT_RE.search(second.stderr)
     placed = PLACED_RE.search(second.stderr)
-    res.rows.append([name, f"{limit} (peak/3)", "ran" if second.returncode == 0 else
-                     f"exit {second.returncode}", "bit-identical" if same else "DIFFER",
-                     f"{second.seconds:.2f}", f"{second.seconds / base.seconds:.2f}" if base.seconds else "",
-                     *(virtual_cells(base, second) if k.sim else []), ""])
+    peak3_row(k, res, name, limit, base, second, same)
     if not same:
         res.fail(f"{name}: losses differ from the unlimited run (exit {second.returncode}: "
                  f"{first_line(second.stderr)})")
@@ -323,6 +320,14 @@ def virtual_cells(base, proc) -> list[str]:
         return ["", ""]
     ratio = f"{float(v.group(1)) / float(b.group(1)):.2f}" if b and float(b.group(1)) > 0 else ""
     return [v.group(1), ratio]
+
+
+def peak3_row(k: kit, res: step_result, name: str, limit: int, base, proc, same: bool) -> None:
+    """The simtrain table's row for a run at peak/3 against the unlimited run base."""
+    res.rows.append([name, f"{limit} (peak/3)", "ran" if proc.returncode == 0 else
+                     f"exit {proc.returncode}", "bit-identical" if same else "DIFFER",
+                     f"{proc.seconds:.2f}", f"{proc.seconds / base.seconds:.2f}" if base.seconds else "",
+                     *(virtual_cells(base, proc) if k.sim else []), ""])
 
 
 def tuning(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -> None:
@@ -358,10 +363,7 @@ def tuning(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -
         sched = json.loads(lines[-1]).get("schedule") if lines else None
     got = ITER_RE.findall(proc.stdout)
     same = proc.returncode == 0 and base.returncode == 0 and got == want and len(want) == TUNE_ITERS
-    res.rows.append([name, f"{limit} (peak/3)", "ran" if proc.returncode == 0 else
-                     f"exit {proc.returncode}", "bit-identical" if same else "DIFFER",
-                     f"{proc.seconds:.2f}", f"{proc.seconds / base.seconds:.2f}" if base.seconds else "",
-                     *(virtual_cells(base, proc) if k.sim else []), ""])
+    peak3_row(k, res, name, limit, base, proc, same)
     if not same:
         res.fail(f"{name}: losses differ from the unlimited run of {TUNE_ITERS} iterations "
                  f"(exit {proc.returncode}: {first_line(proc.stderr)})")
