@@ -277,13 +277,10 @@ def layout(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -
     size = ["32", "512", "16", "6"] if k.sim else ["32", "2048", "64", "6"]
     cmd = [str(progs.simtrain), *[f for pair in zip(["--depth", "--width", "--batch", "--iters"], size)
                                   for f in pair]]
-    base = k.run(cmd, sim_env, timeout_s=900, label="simtrain weight-heavy unlimited")
-    want = ITER_RE.findall(base.stdout)
-    peak_match = PEAK_RE.search(base.stdout)
-    if base.returncode != 0 or peak_match is None:
-        res.fail(f"{name}: simtrain fails without the library: exit {base.returncode}")
+    ref = unlimited_reference(k, res, name, cmd, sim_env, "simtrain weight-heavy unlimited")
+    if ref is None:
         return
-    limit = max(MiB, int(peak_match.group(1)) // 3)
+    base, want, limit = ref
     with tempfile.TemporaryDirectory() as tmp:
         env = {**sim_env, "OVERSUB_MODE": "swap", "OVERSUB_DEVICE_LIMIT": str(limit),
                "OVERSUB_VERBOSE": "1", "OVERSUB_PROFILE": str(Path(tmp) / "simtrain.oprof")}
@@ -322,6 +319,18 @@ def virtual_cells(base, proc) -> list[str]:
     return [v.group(1), ratio]
 
 
+def unlimited_reference(k: kit, res: step_result, name: str, cmd: list[str],
+                        env: dict[str, str], label: str):
+    """cmd without the library: (its run, its loss bits, a third of its peak), or None
+    after recording the failure."""
+    base = k.run(cmd, env, timeout_s=900, label=label)
+    peak_match = PEAK_RE.search(base.stdout)
+    if base.returncode != 0 or peak_match is None:
+        res.fail(f"{name}: simtrain fails without the library: exit {base.returncode}")
+        return None
+    return base, ITER_RE.findall(base.stdout), max(MiB, int(peak_match.group(1)) // 3)
+
+
 def peak3_row(k: kit, res: step_result, name: str, limit: int, base, proc, same: bool) -> None:
     """The simtrain table's row for a run at peak/3 against the unlimited run base."""
     res.rows.append([name, f"{limit} (peak/3)", "ran" if proc.returncode == 0 else
@@ -346,13 +355,11 @@ def tuning(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -
                                        for f in pair], "--iters", str(TUNE_ITERS)]
     if k.sim:
         sim_env = {**sim_env, "SIMGPU_CUPTI_RECORDS": "when-done"}
-    base = k.run(long_cmd, sim_env, timeout_s=900, label=f"simtrain unlimited, {TUNE_ITERS} iterations")
-    want = ITER_RE.findall(base.stdout)
-    peak_match = PEAK_RE.search(base.stdout)
-    if base.returncode != 0 or peak_match is None:
-        res.fail(f"{name}: simtrain fails without the library: exit {base.returncode}")
+    ref = unlimited_reference(k, res, name, long_cmd, sim_env,
+                              f"simtrain unlimited, {TUNE_ITERS} iterations")
+    if ref is None:
         return
-    limit = max(MiB, int(peak_match.group(1)) // 3)
+    base, want, limit = ref
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
         proc = k.run(long_cmd, {**sim_env, "OVERSUB_MODE": "swap", "OVERSUB_DEVICE_LIMIT": str(limit),
