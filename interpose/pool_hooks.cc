@@ -68,8 +68,6 @@ cudaError_t refuse(call_site at, int device, std::size_t bytes, pool::pool_errc 
   return cudaErrorMemoryAllocation;
 }
 
-// OVERSUB_DEVICE_LIMIT as the swap capacity: a fraction of the real device's total,
-// or bytes; 0 (none) lets the pool take the device's free memory less a headroom.
 // Note [Long-lived layout from a profile] (policy/placement.h): with a saved profile,
 // swap mode lays out its long-lived buffers by first or last use where the page model
 // of its iteration (tools/simulate/page_model.h) predicts that faster at the capacity;
@@ -78,8 +76,8 @@ void lay_out_from_profile(std::uint64_t limit_bytes) {
   const profiler::profile* p = profiler::loaded_input();
   if (p == nullptr) return;
   std::vector<std::size_t> expected;
-  for (const profiler::allocation_record& a : p->allocations) {
-    if (a.long_lived && a.bytes != 0) expected.push_back(static_cast<std::size_t>(a.bytes));
+  for (std::size_t a : tools::long_lived_zone(*p)) {
+    expected.push_back(static_cast<std::size_t>(p->allocations[a].bytes));
   }
   if (expected.empty()) return;
   size_t free_bytes = 0;
@@ -119,6 +117,8 @@ void lay_out_from_profile(std::uint64_t limit_bytes) {
   }
 }
 
+// OVERSUB_DEVICE_LIMIT as the swap capacity: a fraction of the real device's total,
+// or bytes; 0 (none) lets the pool take the device's free memory less a headroom.
 std::uint64_t resolve_swap_capacity(const device_limit& limit) {
   if (limit.how == device_limit::kind::none) return 0;
   size_t free_bytes = 0;

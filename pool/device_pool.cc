@@ -83,6 +83,9 @@ long_lived_layout g_layout;
 std::atomic<int> g_layout_device{-1};
 
 struct layout_slots {
+  // Some allocation of this device may still claim a block: the allocation path's
+  // only cost once the layout is done (or when there is none).
+  std::atomic<bool> active{false};
   std::mutex mutex;
   bool placed = false;  // the blocks are taken (or could not be)
   bool ended = false;
@@ -98,6 +101,7 @@ struct device_state {
         online(vmm_arena_config{device, 0, static_cast<std::size_t>(s.large_bytes),
                                 engine.get(), swap_range_bytes(s)}) {
     if (s.planned) planned = std::make_unique<planned_region>(online);
+    layout.active.store(engine && !g_layout.expected.empty(), std::memory_order_release);
   }
   memory_resource& front() { return planned ? static_cast<memory_resource&>(*planned) : online; }
   std::unique_ptr<residency_engine> engine;  // swap mode; outlives the arena
@@ -229,10 +233,14 @@ namespace {
 // Note [Long-lived layout from a profile]: the block laid out for this allocation, or
 // null. The blocks are taken at the device's first allocation; those are plain arena
 // blocks, so the allocation that claims one frees it as any other.
-void* claim_laid_out(device_state& s, std::size_t bytes, CUstream stream) {
+void* claim_laid_out(device_state& s, int device, std::size_t bytes, CUstream stream) {
   layout_slots& l = s.layout;
   std::lock_guard<std::mutex> lock(l.mutex);
-  if (l.ended) return nullptr;
+  int none = -1;
+  if (l.ended || !(g_layout_device.compare_exchange_strong(none, device) || none == device)) {
+    l.active.store(false, std::memory_order_release);
+    return nullptr;
+  }
   if (!l.placed) {
     l.placed = true;
     l.block.assign(g_layout.expected.size(), nullptr);
@@ -246,6 +254,8 @@ void* claim_laid_out(device_state& s, std::size_t bytes, CUstream stream) {
   void* p = l.block[l.next];
   l.block[l.next++] = nullptr;
   if (p != nullptr) ++l.claimed;
+  // Every expected allocation has come: no block is left to claim or give back.
+  if (l.next == l.block.size()) l.active.store(false, std::memory_order_release);
   return p;
 }
 
@@ -269,6 +279,8 @@ layout_result device_end_long_lived_layout(int device) noexcept {
     std::lock_guard<std::mutex> lock(l.mutex);
     if (l.ended) return {};
     l.ended = true;
+    l.active.store(false, std::memory_order_release);
+    if (!l.placed) return {};  // not the device laid out
     layout_result r{g_layout.expected.size(), l.claimed, 0};
     for (std::size_t k = 0; k < l.block.size(); ++k) {
       if (l.block[k] == nullptr) continue;
@@ -286,10 +298,8 @@ allocation_result device_allocate(int device, std::size_t bytes, CUstream stream
   device_state* s = state(device);
   if (s == nullptr) return {nullptr, pool_errc::out_of_memory};
   if (s->managed) return s->managed->allocate(bytes);
-  int none = -1;
-  if (s->engine && !g_layout.expected.empty() &&
-      (g_layout_device.compare_exchange_strong(none, device) || none == device)) {
-    if (void* p = claim_laid_out(*s, bytes, stream)) {
+  if (s->layout.active.load(std::memory_order_acquire)) {
+    if (void* p = claim_laid_out(*s, device, bytes, stream)) {
       s->engine->occupy(reinterpret_cast<std::uintptr_t>(p), bytes);
       return {p, pool_errc::ok};
     }

@@ -36,10 +36,7 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
   constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
   std::vector<std::size_t> offset(p.allocations.size(), none);
   // 1. The long-lived zone, in the profile's order or the one given.
-  std::vector<std::size_t> zone;  // the long-lived allocations, in the profile's order
-  for (std::size_t b = 0; b < p.allocations.size(); ++b) {
-    if (p.allocations[b].long_lived && p.allocations[b].bytes != 0) zone.push_back(b);
-  }
+  std::vector<std::size_t> zone = long_lived_zone(p);
   if (!long_lived.empty()) {
     if (long_lived.size() != zone.size()) {
       r.error = "the long-lived order does not match the profile";
@@ -147,14 +144,20 @@ const char* to_string(layout_kind k) {
   return "allocation order";
 }
 
+std::vector<std::size_t> long_lived_zone(const profiler::profile& p) {
+  std::vector<std::size_t> zone;
+  for (std::size_t b = 0; b < p.allocations.size(); ++b) {
+    if (p.allocations[b].long_lived && p.allocations[b].bytes != 0) zone.push_back(b);
+  }
+  return zone;
+}
+
 std::vector<std::uint32_t> long_lived_layout_order(const profiler::profile& p, layout_kind k) {
   if (k == layout_kind::allocation) return {};
+  const std::vector<std::size_t> zone = long_lived_zone(p);
   std::vector<std::size_t> index(p.allocations.size(), SIZE_MAX);
-  std::size_t zone = 0;
-  for (std::size_t a = 0; a < p.allocations.size(); ++a) {
-    if (p.allocations[a].long_lived && p.allocations[a].bytes != 0) index[a] = zone++;
-  }
-  std::vector<std::uint32_t> key(zone, policy::no_first_use);
+  for (std::size_t z = 0; z < zone.size(); ++z) index[zone[z]] = z;
+  std::vector<std::uint32_t> key(zone.size(), policy::no_first_use);
   const std::size_t n = p.launches.size();
   for (std::size_t j = 0; j < n; ++j) {
     // First use: the launches from the last back, the earliest one left; last use:

@@ -96,6 +96,9 @@ struct layout_choice {
   std::size_t largest_launch_bytes = 0;  // over pages, in allocation order
   bool too_little_room[3] = {};  // not taken: Note [Room beyond the largest launch]
 };
+// The profile's long-lived allocations of nonzero size (what a layout places), as
+// indices into p.allocations in the profile's order.
+std::vector<std::size_t> long_lived_zone(const profiler::profile& p);
 // The order of layout k (policy::long_lived_order by the launch of the profile's
 // iteration that first or last uses each long-lived allocation); empty for allocation.
 std::vector<std::uint32_t> long_lived_layout_order(const profiler::profile& p, layout_kind k);
