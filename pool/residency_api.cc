@@ -1,0 +1,198 @@
+// The residency engine's entry points (see residency.h): what a launch's preparation,
+// the schedule's evictions and prefetches, and the reports ask of it, each taking the
+// engine's lock and driving the page moves of residency.cc.
+#include <algorithm>
+
+#include "pool/driver_api.h"
+#include "pool/residency.h"
+
+namespace oversub::pool {
+
+namespace {
+
+// Pages marked with the current epoch are pinned; a new epoch starts on entry and
+// another on exit, so nothing stays pinned once prepare() or prefetch() returns.
+struct unpin_at_exit {
+  std::uint64_t& epoch;
+  explicit unpin_at_exit(std::uint64_t& e) : epoch(++e) {}
+  ~unpin_at_exit() { ++epoch; }
+};
+
+bool capturing(CUstream s) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver().cuStreamIsCapturing(s, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+}  // namespace
+
+prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUstream stream,
+                                         bool writes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  prepare_result result;
+  fetch_epoch_ = write_epoch_;  // this work's own writes come after its fetches
+  if (writes) ++write_epoch_;
+  if (!ready_ || pages_.empty()) return result;
+  std::vector<std::uintptr_t> wanted = pages_of(ranges);
+  result.needed_bytes = wanted.size() * cfg_.page_bytes;
+  if (result.needed_bytes > capacity_bytes()) {
+    result.code = residency_errc::too_large;
+    return result;
+  }
+  // Note [Windows into large allocations]: optional pages while they fit, each
+  // window's first page (where its argument word points) before the rest.
+  const std::size_t room = capacity_bytes() / cfg_.page_bytes;
+  for (std::uintptr_t va : optional_pages_of(ranges)) {
+    if (wanted.size() >= room) break;
+    if (!std::binary_search(wanted.begin(), wanted.begin() + static_cast<std::ptrdiff_t>(
+                                                                  result.needed_bytes / cfg_.page_bytes),
+                            va)) {
+      wanted.push_back(va);
+    }
+  }
+  const bool reaches = std::any_of(ranges.begin(), ranges.end(),
+                                   [](const byte_range& r) { return r.reach && r.bytes != 0; });
+  if (wanted.empty() && !reaches) return result;
+  if (capturing(stream)) return result;  // nothing may be enqueued for us now
+  const driver_table& d = driver();
+  // Note [Lending an evicting page's memory]: lenders whose copies are done map their
+  // host handles again (best effort: a failure leaves them for later).
+  if (lent_pages_ != 0) finish_completed_locked();
+  const unpin_at_exit unpin{epoch_};
+  std::vector<std::uintptr_t> missing;
+  for (std::uintptr_t va : wanted) {
+    page& p = pages_[va];
+    p.pinned = epoch_;
+    p.last_use = ++tick_;
+    if (p.where != state::resident) missing.push_back(va);
+  }
+  if (!missing.empty()) {
+    std::sort(missing.begin(), missing.end());
+    if (CUresult r = fetch_locked(std::move(missing), true, nullptr); r != CUDA_SUCCESS) {
+      ++stats_.failures;
+      result.driver = r;
+      result.code = r == CUDA_ERROR_OUT_OF_MEMORY ? residency_errc::no_room
+                                                  : residency_errc::driver_error;
+      return result;
+    }
+  }
+  // The work waits for the copies its pages may still be under (each event once).
+  std::vector<int> waited;
+  const auto order_and_use = [&](page& p) -> CUresult {
+    if (p.copy >= 0 && std::find(waited.begin(), waited.end(), p.copy) == waited.end() &&
+        !copy_complete_locked(p)) {
+      if (CUresult r = d.cuStreamWaitEvent(stream, copies_[p.copy].event, 0); r != CUDA_SUCCESS) {
+        return r;
+      }
+      waited.push_back(p.copy);
+    }
+    if (std::find(p.users.begin(), p.users.end(), stream) == p.users.end()) {
+      p.users.push_back(stream);
+    }
+    return CUDA_SUCCESS;
+  };
+  for (std::uintptr_t va : wanted) {
+    if (CUresult r = order_and_use(pages_[va]); r != CUDA_SUCCESS) {
+      result.driver = r;
+      result.code = residency_errc::driver_error;
+      return result;
+    }
+  }
+  // Reachable pages: users only. One whose eviction is under way stays resident (it
+  // still has its device memory) and the work waits for the eviction's copy.
+  const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
+  for (const byte_range& r : ranges) {
+    if (!r.reach || r.bytes == 0) continue;
+    for (std::uintptr_t a = r.addr & mask; a < r.addr + r.bytes; a += cfg_.page_bytes) {
+      auto it = pages_.find(a);
+      if (it == pages_.end()) continue;
+      page& p = it->second;
+      CUresult rc = CUDA_SUCCESS;
+      if (p.lent_to != 0) {
+        rc = finish_lender_locked(a);  // reached through its host mapping from now
+      } else if (p.where == state::evicting) {
+        p.where = state::resident;
+      }
+      if (rc == CUDA_SUCCESS) rc = order_and_use(p);
+      if (rc != CUDA_SUCCESS) {
+        result.driver = rc;
+        result.code = residency_errc::driver_error;
+        return result;
+      }
+    }
+  }
+  return result;
+}
+
+bool residency_engine::evict(std::span<const byte_range> ranges) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!ready_) return false;
+  std::vector<std::uintptr_t> vas = pages_of(ranges);
+  std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where != state::resident; });
+  const bool ok = evict_begin_locked(vas) == CUDA_SUCCESS;
+  for (std::uintptr_t va : vas) {
+    if (pages_[va].where == state::evicting) pages_[va].planned = true;
+  }
+  return ok;
+}
+
+bool residency_engine::prefetch(std::span<const byte_range> ranges) {
+  return prefetch_pages(ranges, nullptr, {});
+}
+
+bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
+                                    std::vector<byte_range>& later,
+                                    const victim_rank& rank) {
+  return prefetch_pages(ranges, &later, rank);
+}
+
+// later null: fetch, waiting for room as needed; otherwise Note [Prefetch without
+// waiting]: pages that find no room yet go to later.
+bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
+                                      std::vector<byte_range>* later,
+                                      const victim_rank& rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!ready_) return false;
+  fetch_epoch_ = write_epoch_;
+  const unpin_at_exit unpin{epoch_};
+  std::vector<std::uintptr_t> missing;
+  for (std::uintptr_t va : pages_of(ranges)) {
+    page& p = pages_[va];
+    p.pinned = epoch_;
+    p.last_use = ++tick_;
+    if (p.where != state::resident) missing.push_back(va);
+  }
+  if (missing.empty()) return true;
+  std::vector<std::uintptr_t> deferred;
+  const CUresult r =
+      fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr,
+                   rank);
+  for (std::uintptr_t va : deferred) later->push_back(byte_range{va, cfg_.page_bytes});
+  return r == CUDA_SUCCESS;
+}
+
+bool residency_engine::reserve_foreign(std::int64_t bytes) {
+  if (bytes < 0) {
+    foreign_bytes_.fetch_sub(static_cast<std::uint64_t>(-bytes), std::memory_order_relaxed);
+    return true;
+  }
+  std::uint64_t have = foreign_bytes_.load(std::memory_order_relaxed);
+  do {
+    if (have + static_cast<std::uint64_t>(bytes) >= cfg_.capacity_bytes) return false;
+  } while (!foreign_bytes_.compare_exchange_weak(have, have + static_cast<std::uint64_t>(bytes),
+                                                  std::memory_order_relaxed));
+  return true;
+}
+
+residency_stats residency_engine::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+std::optional<residency_stats> residency_engine::try_stats() const {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  return stats_;
+}
+
+}  // namespace oversub::pool
