@@ -110,6 +110,7 @@ struct learner {
   int settle = 0;                    // iterations to pass untimed first
   bool awaiting = false;             // all timed; the kernels' records are still to come
   int waited = 0;                    // loop starts passed awaiting them
+  int record_waits = 0;              // the same, over the whole tuning (stats)
   bool no_times_logged = false;
   bool lend_tried = false;           // Note [Lending as a variant]
   std::vector<std::uint32_t> tuned_for;  // the learned period the choice below is for

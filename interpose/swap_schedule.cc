@@ -209,6 +209,7 @@ bool learn(learner& l, int device) {
     else log::info("{}", line);
   }
   l.trials.clear();
+  l.record_waits = 0;
   l.lend_tried = false;
   l.wrap_seen = false;
   l.timed.clear();

@@ -56,7 +56,8 @@ struct swap_schedule_stats {
   std::uint64_t tune_trials = 0;
   std::uint64_t first_measured_ns = 0;
   std::uint64_t chosen_measured_ns = 0;
-  // Note [Timing on the device]: loop starts the choice waited for kernel records.
+  // Note [Timing on the device]: loop starts the choice waited for kernel records (the
+  // grid's and the lending variant's together).
   std::uint64_t tune_record_waits = 0;
 };
 

@@ -28,7 +28,11 @@ namespace oversub::interpose::schedule_internal {
 // starting at each eighth of the period, each with 0, 1 and 2 steps of pages left
 // free (a step: one page, or 1/32 of the capacity where that is more). Each is timed
 // on the device (Note [Timing on the device]) for two iterations, and its time is the
-// faster of the two: the first may still carry the switch. The plan as learned passes
+// second: the first still carries the switch, which can make it slower or faster
+// (the faster of the two was taken until the engine's copies out went page by page,
+// Note [Evictions copy page by page] in pool/residency.h: then, on simtrain --depth 8
+// --width 512 --batch 16 at 1.5x on the H100-PCIe model, the variant kept was timed at
+// 0.6078 ms and ran at 0.6452 in its steady state). The plan as learned passes
 // one iteration untimed before its two: the first iterations after on-demand
 // residency settle more slowly (Titan X weight-heavy 1.5x: 6.013 ms timed without it,
 // 5.629 in its steady state). The fastest variant is kept (the first on a tie). A
@@ -134,14 +138,17 @@ bool time_trials(learner& l, bool* complete) {
   }
   std::vector<std::uint64_t> starts(tags.size(), profiler::timing::unknown);
   *complete = profiler::timing::kernel_starts(tags.data(), tags.size(), starts.data()) == tags.size();
-  if (!*complete) return l.waited++ >= max_record_wait;
+  if (!*complete) {
+    ++l.record_waits;
+    return l.waited++ >= max_record_wait;
+  }
   std::size_t k = 0;
   for (trial& t : l.trials) {
     t.ns = 0;
     for (std::size_t i = 0; i < t.timed.size(); ++i, k += 2) {
       const std::uint64_t ns = std::max<std::uint64_t>(
           starts[k + 1] > starts[k] ? starts[k + 1] - starts[k] : 0, 1);
-      t.ns = t.ns == 0 ? ns : std::min(t.ns, ns);
+      t.ns = ns;  // the last: Note [Choosing among schedules by measured time]
     }
   }
   return true;
@@ -181,7 +188,7 @@ void choose(learner& l, int device) {
   l.status = complete ? tune_status::chosen : tune_status::no_kernel_times;
   l.stats.first_measured_ns = first.ns;
   l.stats.chosen_measured_ns = l.current == chosen.v ? chosen.ns : first.ns;
-  l.stats.tune_record_waits = static_cast<std::uint64_t>(l.waited);
+  l.stats.tune_record_waits = static_cast<std::uint64_t>(l.record_waits);
   const std::string line =
       complete
           ? fmt::format("swap: timed {} variants of the schedule on the device; kept the loop "

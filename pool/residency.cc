@@ -68,7 +68,8 @@ bool residency_engine::owns_page(std::uintptr_t va) const {
 
 namespace {
 
-// Calls f(first, count) for each run of adjacent pages in vas (sorted).
+// Calls f(first, count) for each run of pages in vas that are adjacent in vas and at
+// their addresses (vas sorted: every such run).
 template <typename F>
 void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f) {
   for (std::size_t i = 0; i < vas.size();) {
@@ -464,7 +465,8 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
   return finish_completed_locked();
 }
 
-// Makes vas (sorted, not resident) resident (Note [Batched moves]). A page still
+// Makes vas (not resident; sorted, or in the order the schedule wants them: the first
+// room goes to the first) resident (Note [Batched moves]). A page still
 // being evicted keeps its device memory. The others are fetched as room appears, so
 // the first copies in overlap the evictions still going out. Without wait, pages that
 // find no room yet go to deferred.
@@ -521,9 +523,9 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
   return CUDA_SUCCESS;
 }
 
-// Fetches vas (sorted pages on the host, room made for all of them). The first
-// lenders.size() of them take the device memory of those evicting pages instead
-// (Note [Lending an evicting page's memory]).
+// Fetches vas (pages on the host, in fetch_locked's order, room made for all of them).
+// The first lenders.size() of them take the device memory of those evicting pages
+// instead (Note [Lending an evicting page's memory]).
 CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
                                               std::span<const std::uintptr_t> lenders) {
   const driver_table& d = driver();
@@ -595,22 +597,42 @@ CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
   for (std::size_t i = 0; i < n; ++i) copy[i] = ok[i] && !content_dead(*ps[i], fetch_epoch_);
   std::vector<int> ev(n, -1);
   // Borrowed memory is written only after its lender's copy out (each event once).
+  // Each copy waits only for the lenders of its own pages, so that a page whose lender
+  // is out already is copied in while the next lender is still going out: a run of
+  // copies in ends at each page with a new lender (whether or not its copy is known
+  // done, so that the copies do not depend on when the host looked).
+  std::vector<int> lender_copies;  // of the pages so far
   std::vector<int> waited;
-  CUresult wait_error = CUDA_SUCCESS;
-  for (std::size_t k = 0; k < borrowed && wait_error == CUDA_SUCCESS; ++k) {
+  const auto new_lender = [&](std::size_t k) {
+    if (k >= borrowed || !ok[k]) return -1;
     const int c = pages_[lenders[k]].copy;
-    if (!ok[k] || c < 0 || copies_[c].done ||
-        std::find(waited.begin(), waited.end(), c) != waited.end()) {
-      continue;
-    }
-    wait_error = d.cuStreamWaitEvent(to_device_, copies_[c].event, 0);
-    waited.push_back(c);
-  }
+    return c >= 0 && std::find(lender_copies.begin(), lender_copies.end(), c) ==
+                         lender_copies.end()
+               ? c
+               : -1;
+  };
   std::size_t done = 0;
-  if (wait_error != CUDA_SUCCESS) {
-    if (first_error == CUDA_SUCCESS) first_error = wait_error;
-  } else {
-    done = copy_runs_locked(vas, ps, copy, to_device_, ev, first_error);
+  while (done < n) {
+    if (const int c = new_lender(done); c >= 0) {
+      lender_copies.push_back(c);
+      if (!copies_[c].done) {
+        if (CUresult r = d.cuStreamWaitEvent(to_device_, copies_[c].event, 0);
+            r != CUDA_SUCCESS) {
+          if (first_error == CUDA_SUCCESS) first_error = r;
+          break;
+        }
+        waited.push_back(c);
+      }
+    }
+    std::size_t end = done + 1;
+    while (end < n && new_lender(end) < 0) ++end;
+    const std::size_t m = end - done;
+    const std::size_t copied =
+        copy_runs_locked(std::span(vas).subspan(done, m), std::span(ps).subspan(done, m),
+                         std::span(copy).subspan(done, m), to_device_,
+                         std::span(ev).subspan(done, m), first_error);
+    done += copied;
+    if (copied < m) break;
   }
   // A borrowed page with no copy in (dead content) is still not written before then.
   if (done == n && !waited.empty()) {

@@ -78,9 +78,10 @@
 // together:
 //   - one ordering per request: an event recorded once on each user stream of any of
 //     the pages, and one wait on each copy under way, instead of one per page;
-//   - one copy per run of pages adjacent both at their addresses and at their shadow
-//     addresses (a page's first eviction takes the next shadow slot, so pages first
-//     evicted together stay adjacent there), instead of one per page;
+//   - one copy in per run of pages adjacent both at their addresses and at their
+//     shadow addresses (a page's first eviction takes the next shadow slot, so pages
+//     first evicted together stay adjacent there), instead of one per page; copies
+//     out go page by page (Note [Evictions copy page by page]);
 //   - one copy event per run, shared by its pages (copy_event, counted), so that work
 //     waiting for one page never waits for the copies queued after it;
 //   - one cuMemSetAccess per run of adjacent pages remapped together (PyTorch's
@@ -94,6 +95,25 @@
 // A page whose eviction is still under way when it is wanted again is made resident
 // with no host wait: it keeps its device memory, and the work that uses it waits on
 // the eviction's copy event, which is ordered after the page's earlier users.
+//
+// Note [Evictions copy page by page]: a page's device memory is free once its own
+// copy out is done, and a fetch waiting for room waits for exactly that. One copy for
+// a run of evicted pages frees them all at its end, so the fetches that take their
+// room copy in only after the whole run has gone out: out, then in, where the plan
+// (policy/simulate.h) has the second page going out while the first page's fetch
+// comes in. So each eviction is its own copy with its own event, at one copy setup
+// (5 us on the H100-PCIe model against 47 us for 2 MiB) per page. Fetches keep their
+// runs: a fetched page's users wait for its copy, and the schedule's pages come in
+// the order it asks for them (prefetch_pages), soonest use first, so a run holds back
+// no page that is needed first. And a fetch into lent memory (below) waits only for
+// the lenders of its own pages, each copy in behind its own lender's copy out.
+// Weight-heavy simtrain at 10x on the H100-PCIe model, laid out by first use from its
+// profile (Note [Long-lived layout from a profile] in policy/placement.h), lending,
+// untuned: 6.413 ms per iteration against the plan's 3.726 with runs out and all
+// lenders waited for at once, 5.736 with copies in waiting for their own lenders,
+// 4.482 with page-by-page copies out as well, 3.807 with the pages asked for in the
+// schedule's order too. Every simtrain point of ./scripts/bench-swap in
+// docs/results.md, "Evictions copy page by page".
 //
 // Note [Lending an evicting page's memory]: a fetch that finds no room while
 // evictions are under way does not wait on the host for one to finish. It takes the
@@ -336,7 +356,7 @@ class residency_engine {
                                              bool planned_only = false);
   CUresult finish_lender_locked(std::uintptr_t va);
   std::size_t copy_runs_locked(std::span<const std::uintptr_t> vas, std::span<page* const> ps,
-                               std::span<const char> copy, CUstream s, std::vector<int>& ev,
+                               std::span<const char> copy, CUstream s, std::span<int> ev,
                                CUresult& error);
   CUresult wait_oldest_eviction_locked();
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later,

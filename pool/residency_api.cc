@@ -163,6 +163,26 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
     if (p.where != state::resident) missing.push_back(va);
   }
   if (missing.empty()) return true;
+  // In the order asked for (a schedule asks for the page needed soonest first), so
+  // that the first room, or the first lender's, goes to it (Note [Lending an evicting
+  // page's memory]).
+  if (missing.size() > 1) {
+    const auto asked = [&](std::uintptr_t va) {
+      for (std::size_t i = 0; i < ranges.size(); ++i) {
+        if (ranges[i].bytes != 0 && va + cfg_.page_bytes > ranges[i].addr &&
+            va < ranges[i].addr + ranges[i].bytes) {
+          return i;
+        }
+      }
+      return ranges.size();
+    };
+    std::vector<std::pair<std::size_t, std::uintptr_t>> order;
+    order.reserve(missing.size());
+    for (std::uintptr_t va : missing) order.emplace_back(asked(va), va);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = 0; i < order.size(); ++i) missing[i] = order[i].second;
+  }
   std::vector<std::uintptr_t> deferred;
   const CUresult r =
       fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr,

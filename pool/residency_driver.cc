@@ -151,13 +151,14 @@ CUresult residency_engine::wait_copy_locked(page& p) {
 
 // Note [Batched moves]: one copy on s (to_host_ or to_device_) per run of the pages
 // ps[i] with copy[i] set that are adjacent both at their addresses (vas[i]) and at
-// their shadow addresses, each run with its own event, written to ev. Returns the index
+// their shadow addresses (to the host, one copy per page: Note [Evictions copy page
+// by page] in residency.h), each with its own event, written to ev. Returns the index
 // of the first page whose copy did not start (ps.size() when all did), with the
 // driver's error in `error`.
 std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> vas,
                                                std::span<page* const> ps,
                                                std::span<const char> copy, CUstream s,
-                                               std::vector<int>& ev, CUresult& error) {
+                                               std::span<int> ev, CUresult& error) {
   const bool out = s == to_host_;
   const std::size_t n = ps.size();
   for (std::size_t i = 0; i < n;) {
@@ -166,7 +167,8 @@ std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> v
       continue;
     }
     std::size_t j = i + 1;
-    while (j < n && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
+    // Note [Evictions copy page by page].
+    while (!out && j < n && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
            ps[j]->shadow == ps[j - 1]->shadow + cfg_.page_bytes) {
       ++j;
     }
