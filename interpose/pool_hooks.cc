@@ -105,11 +105,7 @@ void lay_out_from_profile(std::uint64_t limit_bytes) {
                         "first use, {:.3f} by last use",
                         expected.size(), format_bytes(bytes), tools::to_string(c.kind),
                         format_bytes(capacity), ms(tools::layout_kind::allocation),
-                        ms(tools::layout_kind::first_use), ms(tools::layout_kind::last_use)) +
-                (c.too_little_room[1] || c.too_little_room[2]
-                     ? std::string(" (by first or last use, its largest launch would leave too "
-                                   "little room)")
-                     : std::string());
+                        ms(tools::layout_kind::first_use), ms(tools::layout_kind::last_use));
   if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
   else log::info("{}", line);
   if (c.kind != tools::layout_kind::allocation) {

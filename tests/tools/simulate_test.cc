@@ -337,20 +337,6 @@ TEST(PageModel, ChoosesTheLayoutPredictedFastest) {
   EXPECT_TRUE(roomy.order.empty());
 }
 
-// Note [Room beyond the largest launch]: a fifth launch uses A and B together, one page
-// in allocation order and two by first use; in two pages of room the layout by first
-// use would leave none beyond it, so it is not taken, whatever its prediction.
-TEST(PageModel, ALayoutThatLeavesNoRoomBeyondTheLargestLaunchIsNotTaken) {
-  profiler::profile p = alternating_profile(std::uint64_t{1} << 20);
-  p.launches.push_back({p.intern("k4"), 1000, 0, {0, 1}});
-  const layout_choice c = choose_long_lived_layout(p, std::size_t{4} << 20, 25e9, 10'000, 1e12);
-  ASSERT_EQ(c.error, "");
-  EXPECT_EQ(c.largest_launch_bytes, std::size_t{2} << 20);
-  EXPECT_TRUE(c.too_little_room[1]);
-  EXPECT_EQ(c.kind, layout_kind::allocation);
-  EXPECT_TRUE(c.order.empty());
-}
-
 TEST(WhatIf, ToyIterationThatFitsMovesNothing) {
   const device_model d = toy_device();
   const profile_model pm =

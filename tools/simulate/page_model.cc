@@ -207,13 +207,6 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
       return c;
     }
     c.predicted_ns[k] = policy::simulate(m.model, r.value, device.costs).iteration_ns;
-    // Note [Room beyond the largest launch] (page_model.h).
-    const std::size_t largest = policy::largest_launch_footprint(m.model).bytes;
-    if (k == 0) c.largest_launch_bytes = largest;
-    if (largest > c.largest_launch_bytes && capacity < 2 * largest) {
-      c.too_little_room[k] = true;
-      continue;
-    }
     if (c.predicted_ns[k] < c.predicted_ns[static_cast<int>(c.kind)]) {
       c.kind = static_cast<layout_kind>(k);
       c.order = orders[k];

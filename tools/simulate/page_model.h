@@ -69,20 +69,21 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
 // taken where it is predicted at least min_layout_gain (5%) faster than allocation
 // order.
 //
-// Note [Room beyond the largest launch]: a layout whose largest launch spans more pages
-// than in allocation order is taken only where the capacity holds that launch twice.
-// The simulator credits a plan with overlap the engine does not reach when the room
-// beyond the largest launch is a page or two: simtrain weight-heavy at 10x on the
-// H100-PCIe model (6 pages), laid out by first use, its Adam step spans 4 pages
-// instead of 3; the plan predicts 3.726 ms against 4.234 in allocation order, and the
-// engine runs 5.532 against 4.624 (untuned). At 3x (20 pages) the same layout runs
-// 15% faster. (Measured on these two points only: docs/results.md, "Long-lived layout
-// from a profile".)
+// From 61d8b01 to bee6f40 a layout whose largest launch spans more pages than in
+// allocation order was taken only where the capacity held that launch twice (Note
+// [Room beyond the largest launch]): simtrain weight-heavy at 10x on the H100-PCIe model
+// (6 pages), laid out by first use, its Adam step spanning 4 pages instead of 3, was
+// predicted 3.726 ms against 4.234 in allocation order and ran 5.532 against 4.624
+// (untuned). The engine fell short of that plan for want of the plan's overlap of
+// copies out and in (Note [Evictions copy page by page] in pool/residency.h); since
+// bee6f40 it runs 4.223 against 4.364 (Titan X 14.723 against 15.769), so the rule is
+// gone.
 //
 // min_layout_gain: the engine does not run every plan as well as the simulator, so a
 // small predicted gain is no gain. simtrain --depth 8 --width 2048 --batch 16 (16 MiB
 // weights) at 3x on the H100-PCIe model, by first use: predicted 2.2% faster, ran
-// 16.567 ms per iteration against 13.877 (untuned); the layouts kept on the bench's
+// 16.567 ms per iteration against 13.877 (untuned); since bee6f40 11.222 against
+// 10.876 (predicted 11.513 against 11.764); the layouts kept on the bench's
 // points were predicted 7.8% (activation-heavy 3x, last use, ran 4% faster) and 19%
 // (weight-heavy 3x, first use, ran 15% faster) ahead.
 inline constexpr double min_layout_gain = 0.05;
@@ -93,8 +94,6 @@ struct layout_choice {
   layout_kind kind = layout_kind::allocation;  // the one taken
   std::vector<std::uint32_t> order;  // its policy::long_lived_order (empty: allocation)
   std::uint64_t predicted_ns[3] = {};  // the predicted iteration, by layout_kind
-  std::size_t largest_launch_bytes = 0;  // over pages, in allocation order
-  bool too_little_room[3] = {};  // not taken: Note [Room beyond the largest launch]
 };
 // The profile's long-lived allocations of nonzero size (what a layout places), as
 // indices into p.allocations in the profile's order.
