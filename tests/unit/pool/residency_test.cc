@@ -333,6 +333,35 @@ TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   ASSERT_NO_FATAL_FAILURE(expect_only_page_3_left(e, 0x20));
 }
 
+// Note [Evictions copy page by page] (pool/residency.h): two adjacent pages evicted
+// together go out in a copy each, and a prefetch that finds room for only some of its
+// pages fetches them in the order asked for (the schedule's: soonest use first), not
+// in address order.
+TEST_F(Residency, EvictionsCopyPageByPageAndPrefetchesKeepTheOrderAsked) {
+  residency_engine e(config(4, 16));
+  ASSERT_NO_FATAL_FAILURE(five_pages(e, 0x50));  // page 0 on the host
+  const std::uint64_t copies = e.stats().copies;
+  const byte_range two{va(1), 2 * kPage};
+  ASSERT_TRUE(e.evict({&two, 1}));
+  EXPECT_EQ(e.stats().copies, copies + 2);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE(use(e, 0, false));  // finishes both evictions: pages 1 and 2 on the host
+  // Room for one of them; pages 0, 3 and 4 are kept. Page 2 is asked for first.
+  const byte_range asked[] = {{va(2), kPage}, {va(1), kPage}};
+  const std::vector<std::uintptr_t> keep{va(0), va(3), va(4)};
+  std::vector<byte_range> later;
+  ASSERT_TRUE(e.prefetch_now(asked, later, victim_rank([&keep](std::uintptr_t a) -> std::uint64_t {
+                                return std::find(keep.begin(), keep.end(), a) != keep.end() ? 0 : 1;
+                              })));
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].addr, va(1));
+  const std::uint64_t fetches = e.stats().fetches;
+  ASSERT_TRUE(use(e, 2, false));
+  EXPECT_EQ(e.stats().fetches, fetches);
+  for (std::size_t i = 0; i < 5; ++i) expect_bytes(i, static_cast<unsigned char>(0x50 + i));
+  EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+}
+
 // Of the pages a prefetch may take, those of highest rank (used furthest off) leave
 // first, not the least recently used; dead pages before any.
 TEST_F(Residency, PrefetchNowEvictsTheHighestRankFirst) {
