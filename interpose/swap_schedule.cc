@@ -20,6 +20,7 @@
 #include "pool/device_pool.h"
 #include "policy/schedule.h"
 #include "policy/simulate.h"
+#include "profiler/cupti_source.h"
 #include "profiler/launch_timing.h"
 #include "interpose/swap_learner.h"
 #include "profiler/period.h"
@@ -125,6 +126,9 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
     const int fitted = int{link.h2d.fitted} + int{link.d2h.fitted};
     l.costs.copy_setup_ns =
         fitted == 0 ? 0 : (link.h2d.setup_ns + link.d2h.setup_ns) / static_cast<std::uint64_t>(fitted);
+    // Note [Not asking too early] (pool/residency.h): CUPTI's clock is the clock the
+    // rates were measured on.
+    pool::device_set_copy_clock(l.device, &profiler::cupti::timestamp_ns, h2d, d2h);
   }
   if (!l.source_logged) {
     // Once, in the OVERSUB_VERBOSE=1 output (and at OVERSUB_LOG=info).

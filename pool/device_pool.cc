@@ -400,6 +400,16 @@ void device_set_lending(int device, bool on) noexcept {
   }
 }
 
+void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
+                           double h2d_bytes_per_s, double d2h_bytes_per_s) noexcept {
+  if (residency_engine* e = engine_of(device)) {
+    try {
+      e->set_copy_clock(now_ns, h2d_bytes_per_s, d2h_bytes_per_s);
+    } catch (...) {  // a mutex that cannot be locked: the engine asks as before
+    }
+  }
+}
+
 residency_stats device_residency(int device) {
   residency_engine* e = engine_of(device);
   return e == nullptr ? residency_stats{} : e->stats();

@@ -70,6 +70,10 @@ bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          const victim_rank& rank = {}) noexcept;
 // Swap mode: Note [Lending an evicting page's memory] on or off (nothing otherwise).
 void device_set_lending(int device, bool on) noexcept;
+// Swap mode: Note [Not asking too early] (residency.h): the host clock and the
+// measured link rates (nothing otherwise).
+void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
+                           double h2d_bytes_per_s, double d2h_bytes_per_s) noexcept;
 // Swap mode: the engine's figures and capacity (zeros otherwise).
 residency_stats device_residency(int device);
 std::uint64_t device_residency_capacity(int device) noexcept;

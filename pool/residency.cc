@@ -160,9 +160,7 @@ CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstrea
     }
   }
   for (int c : pending) {
-    if (CUresult r = d.cuStreamWaitEvent(copy_stream, copies_[c].event, 0); r != CUDA_SUCCESS) {
-      return r;
-    }
+    if (CUresult r = order_after_copy_locked(c, copy_stream); r != CUDA_SUCCESS) return r;
   }
   for (CUstream u : users) {
     CUevent e = stream_event_locked(u);
@@ -346,13 +344,29 @@ CUresult residency_engine::finish_completed_locked() {
   for (auto& [va, p] : pages_) {
     if (p.where == state::evicting && (p.copy < 0 || copies_[p.copy].done)) done.push_back(va);
   }
+  // Note [Asking the driver once]: copies complete in their stream's order, so the
+  // driver is asked about the oldest on each stream first, and about no later one on
+  // a stream once one there is not done.
   std::vector<int> asked;
   for (auto& [va, p] : pages_) {
     if (p.where != state::evicting || p.copy < 0 || copies_[p.copy].done) continue;
     if (std::find(asked.begin(), asked.end(), p.copy) != asked.end()) continue;
     asked.push_back(p.copy);
-    copy_event& c = copies_[p.copy];
-    if (driver().cuEventQuery(c.event) == CUDA_SUCCESS) c.done = true;
+  }
+  std::sort(asked.begin(), asked.end(),
+            [&](int a, int b) { return copies_[a].seq < copies_[b].seq; });
+  std::vector<CUstream> busy;
+  const std::uint64_t now = clock_ != nullptr && !asked.empty() ? clock_() : 0;
+  for (int c : asked) {
+    if (copies_[c].done) continue;  // an older one's completion said so
+    if (std::find(busy.begin(), busy.end(), copies_[c].stream) != busy.end()) continue;
+    if (now != 0 && now < copies_[c].not_before_ns) {  // Note [Not asking too early]
+      busy.push_back(copies_[c].stream);
+    } else if (driver().cuEventQuery(copies_[c].event) == CUDA_SUCCESS) {
+      copy_done_locked(c);
+    } else {
+      busy.push_back(copies_[c].stream);
+    }
   }
   for (auto& [va, p] : pages_) {
     if (p.where == state::evicting && p.copy >= 0 && copies_[p.copy].done &&
@@ -460,7 +474,7 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
     if (CUresult r = driver().cuEventSynchronize(copies_[oldest].event); r != CUDA_SUCCESS) {
       return r;
     }
-    copies_[oldest].done = true;
+    copy_done_locked(oldest);
   }
   return finish_completed_locked();
 }

@@ -54,7 +54,6 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
                                    [](const byte_range& r) { return r.reach && r.bytes != 0; });
   if (wanted.empty() && !reaches) return result;
   if (capturing(stream)) return result;  // nothing may be enqueued for us now
-  const driver_table& d = driver();
   // Note [Lending an evicting page's memory]: lenders whose copies are done map their
   // host handles again (best effort: a failure leaves them for later).
   if (lent_pages_ != 0) finish_completed_locked();
@@ -76,16 +75,10 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
       return result;
     }
   }
-  // The work waits for the copies its pages may still be under (each event once).
-  std::vector<int> waited;
+  // The work waits for the copies its pages may still be under (each event once per
+  // stream: Note [Asking the driver once]).
   const auto order_and_use = [&](page& p) -> CUresult {
-    if (p.copy >= 0 && std::find(waited.begin(), waited.end(), p.copy) == waited.end() &&
-        !copy_complete_locked(p)) {
-      if (CUresult r = d.cuStreamWaitEvent(stream, copies_[p.copy].event, 0); r != CUDA_SUCCESS) {
-        return r;
-      }
-      waited.push_back(p.copy);
-    }
+    if (CUresult r = use_after_copy_locked(p, stream); r != CUDA_SUCCESS) return r;
     if (std::find(p.users.begin(), p.users.end(), stream) == p.users.end()) {
       p.users.push_back(stream);
     }

@@ -3,6 +3,8 @@
 // events that pages hold while their copies are under way, and the batched copies
 // themselves (Note [Batched moves]).
 // Split from residency.cc, which moves the pages.
+#include <algorithm>
+
 #include "pool/driver_api.h"
 #include "pool/residency.h"
 
@@ -91,12 +93,15 @@ int residency_engine::new_copy_locked() {
   } else {
     CUevent e = nullptr;
     if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return -1;
-    copies_.push_back(copy_event{e});
+    copies_.push_back(copy_event{.event = e, .waiters = {}});
     c = static_cast<int>(copies_.size()) - 1;
   }
   copies_[c].refs = 0;
   copies_[c].done = false;
   copies_[c].seq = ++copy_seq_;
+  copies_[c].stream = nullptr;
+  copies_[c].not_before_ns = 0;
+  copies_[c].waiters.clear();
   return c;
 }
 
@@ -113,6 +118,7 @@ CUresult residency_engine::record_copy_locked(CUstream s, int& c) {
     c = -1;
     return r;
   }
+  copies_[c].stream = s;
   return CUDA_SUCCESS;
 }
 
@@ -128,14 +134,37 @@ void residency_engine::release_copy_locked(page& p) {
   p.copy = -1;
 }
 
-// True when p has no copy under way (asking the driver at most once per event).
-bool residency_engine::copy_complete_locked(page& p) {
-  if (p.copy < 0) return true;
-  copy_event& c = copies_[p.copy];
-  if (!c.done && driver().cuEventQuery(c.event) == CUDA_SUCCESS) c.done = true;
-  if (!c.done) return false;
-  release_copy_locked(p);
-  return true;
+// Note [Asking the driver once]: stream s ordered after copy c, with no call when c is
+// known done, is on s already (stream order), or s waited for it before.
+CUresult residency_engine::order_after_copy_locked(int c, CUstream s) {
+  copy_event& e = copies_[c];
+  if (e.done || e.stream == s ||
+      std::find(e.waiters.begin(), e.waiters.end(), s) != e.waiters.end()) {
+    return CUDA_SUCCESS;
+  }
+  if (CUresult r = driver().cuStreamWaitEvent(s, e.event, 0); r != CUDA_SUCCESS) return r;
+  e.waiters.push_back(s);
+  return CUDA_SUCCESS;
+}
+
+// Work on s uses p: s waits for p's copy if one may be under way (Note [Asking the
+// driver once]); a copy known done is let go.
+CUresult residency_engine::use_after_copy_locked(page& p, CUstream s) {
+  if (p.copy < 0) return CUDA_SUCCESS;
+  if (copies_[p.copy].done) {
+    release_copy_locked(p);
+    return CUDA_SUCCESS;
+  }
+  return order_after_copy_locked(p.copy, s);
+}
+
+// c is complete, and so is every copy recorded before it on its stream.
+void residency_engine::copy_done_locked(int c) {
+  const copy_event& done = copies_[c];
+  for (copy_event& e : copies_) {
+    if (!e.done && e.stream == done.stream && e.seq <= done.seq) e.done = true;
+  }
+  copies_[c].done = true;
 }
 
 CUresult residency_engine::wait_copy_locked(page& p) {
@@ -143,7 +172,7 @@ CUresult residency_engine::wait_copy_locked(page& p) {
   copy_event& c = copies_[p.copy];
   if (!c.done) {
     if (CUresult r = driver().cuEventSynchronize(c.event); r != CUDA_SUCCESS) return r;
-    c.done = true;
+    copy_done_locked(p.copy);
   }
   release_copy_locked(p);
   return CUDA_SUCCESS;
@@ -183,6 +212,14 @@ std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> v
       return i;
     }
     if (out) stats_.bytes_to_host += bytes;
+    // Note [Not asking too early]: the earliest this copy can be done.
+    const double rate = out ? d2h_rate_ : h2d_rate_;
+    if (const std::uint64_t now = clock_ != nullptr && rate > 0 ? clock_() : 0; now != 0) {
+      std::uint64_t& tail = out ? to_host_not_before_ : to_device_not_before_;
+      tail = std::max(tail, now) +
+             static_cast<std::uint64_t>(0.9e9 * static_cast<double>(bytes) / rate);
+      copies_[c].not_before_ns = tail;
+    }
     for (std::size_t k = i; k < j; ++k) ev[k] = c;
     i = j;
   }

@@ -13,6 +13,14 @@ void residency_engine::set_lending(bool on) {
   lending_ = on;
 }
 
+void residency_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
+                                      double h2d_bytes_per_s, double d2h_bytes_per_s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  clock_ = now_ns;
+  h2d_rate_ = h2d_bytes_per_s;
+  d2h_rate_ = d2h_bytes_per_s;
+}
+
 // Up to n evicting pages whose copies out are under way and whose memory is not lent
 // yet, the oldest copy first (Note [Lending an evicting page's memory]).
 std::vector<std::uintptr_t> residency_engine::lenders_locked(std::size_t n,

@@ -21,6 +21,7 @@ struct api {
   decltype(&::cuptiActivityFlushAll) flush_all = nullptr;
   decltype(&::cuptiActivityGetNextRecord) next_record = nullptr;
   decltype(&::cuptiGetResultString) result_string = nullptr;
+  decltype(&::cuptiGetTimestamp) timestamp = nullptr;  // optional
 };
 
 api g_api;
@@ -267,6 +268,7 @@ outcome first_subscribe(std::string* detail) {
     *detail = "libcupti.so.13 lacks cuptiSubscribe_v2 or the activity API";
     return outcome::unavailable;
   }
+  resolve(lib, "cuptiGetTimestamp", a.timestamp);
   g_api = a;
   char holder[CUPTI_SUBSCRIBER_NAME_MAX_LEN + 1] = {};
   CUpti_SubscriberParams params{};
@@ -324,6 +326,12 @@ outcome subscribe(sink* to, std::string* detail) noexcept {
     *detail = "out of memory while subscribing";
     return outcome::unavailable;
   }
+}
+
+std::uint64_t timestamp_ns() noexcept {
+  if (!g_subscribed.load(std::memory_order_acquire) || g_api.timestamp == nullptr) return 0;
+  std::uint64_t t = 0;
+  return g_api.timestamp(&t) == CUPTI_SUCCESS ? t : 0;
 }
 
 void flush() noexcept {

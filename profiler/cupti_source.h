@@ -71,6 +71,11 @@ outcome subscribe(sink* to, std::string* detail) noexcept;
 // Delivers every activity record still buffered (forced flush).
 void flush() noexcept;
 
+// CUPTI's clock (cuptiGetTimestamp): the host's time in ns on the clock of the
+// activity records, so it can be set against copy durations. 0 before a successful
+// subscription or when the library lacks the function.
+std::uint64_t timestamp_ns() noexcept;
+
 }  // namespace oversub::profiler::cupti
 
 #endif  // OVERSUB_PROFILER_CUPTI_SOURCE_H

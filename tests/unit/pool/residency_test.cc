@@ -5,6 +5,7 @@
 // without a copy, and the limits are clean errors.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -360,6 +361,81 @@ TEST_F(Residency, EvictionsCopyPageByPageAndPrefetchesKeepTheOrderAsked) {
   EXPECT_EQ(e.stats().fetches, fetches);
   for (std::size_t i = 0; i < 5; ++i) expect_bytes(i, static_cast<unsigned char>(0x50 + i));
   EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+}
+
+// simgpu's host clock (simgpuVirtualTimeNs in libcuda.so.1, which the driver table
+// has loaded).
+std::uint64_t host_ns() {
+  using fn = std::uint64_t (*)();
+  static const fn f = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return lib == nullptr ? nullptr : reinterpret_cast<fn>(dlsym(lib, "simgpuVirtualTimeNs"));
+  }();
+  return f == nullptr ? 0 : f();
+}
+
+// Note [Asking the driver once] (pool/residency.h): work that uses a page whose fetch
+// is still under way waits for the copy without asking the driver first, and later
+// work on the same stream neither asks nor waits again (stream order holds it). On
+// simgpu every driver question costs host time, so ten prepares of that page cost the
+// host no more than one question; before, each asked (cuEventQuery) and waited.
+TEST_F(Residency, WorkWaitsForAFetchOnceWithoutAsking) {
+  residency_engine e(config(2, 16));
+  for (std::size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(e.create_page(va(i)));
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x30 + static_cast<int>(i), kPage, s_), cudaSuccess);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  // What one question costs the host (the clock moves only with driver calls here).
+  CUevent probe = nullptr;
+  ASSERT_EQ(driver().cuEventCreate(&probe, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  const std::uint64_t q0 = host_ns();
+  driver().cuEventQuery(probe);
+  const std::uint64_t question = host_ns() - q0;
+  driver().cuEventDestroy(probe);
+  ASSERT_GT(question, 0u);
+  ASSERT_TRUE(use(e, 0, false));  // page 0 comes back; its copy in is under way
+  const std::uint64_t t0 = host_ns();
+  for (int k = 0; k < 10; ++k) ASSERT_TRUE(use(e, 0, false));
+  EXPECT_LE(host_ns() - t0, question);
+  expect_bytes(0, 0x30);
+}
+
+std::uint64_t g_fake_now = 1000;
+std::uint64_t fake_clock() noexcept { return g_fake_now; }
+
+// Note [Not asking too early] (pool/residency.h): with a clock and the link's rates,
+// the engine does not ask about a copy out before the clock says it could be done,
+// even when it is (here the device has finished it): a fetch waiting for its room is
+// deferred until the clock has passed the copy's earliest end, then goes ahead.
+TEST_F(Residency, NoQuestionBeforeACopyCouldBeDone) {
+  residency_engine e(config(1, 16));
+  ASSERT_TRUE(e.create_page(va(0)));
+  ASSERT_TRUE(use(e, 0));
+  ASSERT_EQ(cudaMemsetAsync(ptr(0), 0x51, kPage, s_), cudaSuccess);
+  ASSERT_TRUE(e.create_page(va(1)));  // page 0 out (the host waits for it)
+  ASSERT_TRUE(use(e, 1));
+  ASSERT_EQ(cudaMemsetAsync(ptr(1), 0x52, kPage, s_), cudaSuccess);
+  // 1 GB/s: page 1's copy out cannot be done before 0.9 x 2.1 ms on the clock.
+  e.set_copy_clock(&fake_clock, 1e9, 1e9);
+  const byte_range one{va(1), kPage};
+  ASSERT_TRUE(e.evict({&one, 1}));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // done on the device
+  const byte_range zero{va(0), kPage};
+  std::vector<byte_range> later;
+  g_fake_now += 1'000'000;  // 1 ms on: too early to ask
+  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later));
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(e.stats().evictions, 2u);  // no other page was sent out for the room
+  later.clear();
+  g_fake_now += 1'000'000;  // 2 ms: past 0.9 x 2.1 ms
+  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later));
+  EXPECT_TRUE(later.empty());
+  ASSERT_TRUE(use(e, 0, false));
+  expect_bytes(0, 0x51);
+  ASSERT_TRUE(use(e, 1, false));
+  expect_bytes(1, 0x52);
 }
 
 // Of the pages a prefetch may take, those of highest rank (used furthest off) leave
