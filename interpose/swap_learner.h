@@ -75,6 +75,10 @@ struct learner {
   std::vector<std::uint32_t> trace;
   std::uint64_t trace_first = 0;  // launch number (tag) of trace[0]
   std::uint64_t launches = 0;     // launches seen: the next launch's number
+  // Note [The pool's layout changed] (swap_schedule.cc): the planned pool's layout
+  // generation the trace was taken under.
+  std::uint64_t layout_generation = 0;
+  bool layout_change_logged = false;
   // The schedule being followed.
   bool following = false;
   int device = 0;

@@ -485,6 +485,17 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   return true;
 }
 
+// Note [The pool's layout changed]: the pages a launch uses depend on where the pool
+// placed its buffers, and the planned pool (pool/planned_region.h) lays them out anew
+// when it makes a plan from the iterations it watched, or retires one. A schedule
+// learned before that would deviate at the first launch whose buffers moved. So the
+// learner watches the pool's layout generation: when it changes, the schedule is
+// dropped and the trace cleared without counting a deviation, and learning starts over
+// on the new layout. Until session 15 the online arena's layout of the first
+// iterations did not repeat before the planned pool took over; since the frees of a
+// one-stream program carry no tickets (Note [One stream needs no events] in
+// pool/stream_fences.h), it repeats in the first two, and the learner learned from it
+// at launch 144, to deviate at launch 20 of the next iteration.
 void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) noexcept {
   // swap and um follow the learned schedule (Note [um follows the schedule] in
   // pool/managed_residency.h); lru and naive are on demand only.
@@ -518,6 +529,21 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
   std::lock_guard<std::mutex> lock(l.mutex);
   const std::uint32_t token = intern(l, pages);
   const std::uint64_t number = l.launches++;
+  // Note [The pool's layout changed].
+  if (const std::uint64_t generation = pool::device_layout_generation(device);
+      generation != l.layout_generation) {
+    l.layout_generation = generation;
+    if (l.following && !l.layout_change_logged) {
+      l.layout_change_logged = true;
+      log::info("swap: the pool laid out the iteration's buffers anew; back to on-demand "
+                "residency and learning again");
+    }
+    l.following = false;
+    l.tuning = false;
+    l.later.clear();
+    l.later_due.clear();
+    clear_trace(l);
+  }
   if (l.following) {
     if (device == l.device && token == l.period[l.cursor]) {
       profiler::timing::tag_next_launch(profiler::timing::no_tag);

@@ -410,6 +410,13 @@ void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
   }
 }
 
+std::uint64_t device_layout_generation(int device) noexcept {
+  device_state* s = device >= 0 && device < max_devices
+                        ? g_devices[device].load(std::memory_order_acquire)
+                        : nullptr;
+  return s != nullptr && s->planned ? s->planned->layout_generation() : 0;
+}
+
 residency_stats device_residency(int device) {
   residency_engine* e = engine_of(device);
   return e == nullptr ? residency_stats{} : e->stats();

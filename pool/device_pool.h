@@ -74,6 +74,9 @@ void device_set_lending(int device, bool on) noexcept;
 // measured link rates (nothing otherwise).
 void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
                            double h2d_bytes_per_s, double d2h_bytes_per_s) noexcept;
+// Note [The pool's layout changed] (interpose/swap_schedule.cc): how many times the
+// planned pool has made or retired a plan on device (0 without one).
+std::uint64_t device_layout_generation(int device) noexcept;
 // Swap mode: the engine's figures and capacity (zeros otherwise).
 residency_stats device_residency(int device);
 std::uint64_t device_residency_capacity(int device) noexcept;

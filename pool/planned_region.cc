@@ -46,6 +46,7 @@ void planned_region::make_plan_locked(CUstream stream) {
   allocs_since_start_ = 0;
   // The learning iterations' blocks are free now: give their chunks back.
   online_.trim();
+  layout_generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 bool planned_region::can_serve_locked(std::size_t offset, std::size_t size, int consumer,
@@ -108,6 +109,7 @@ void planned_region::retire_plan_locked() {
   freed_.clear();
   plan_.reset();
   iteration_.reset();
+  layout_generation_.fetch_add(1, std::memory_order_acq_rel);
   base_ = 0;
   next_ = 0;
   deviated_ = false;

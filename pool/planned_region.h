@@ -33,6 +33,7 @@
 #ifndef OVERSUB_POOL_PLANNED_REGION_H
 #define OVERSUB_POOL_PLANNED_REGION_H
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -76,6 +77,11 @@ class planned_region final : public memory_resource {
   // The plan in use (tests check its offsets); empty before one is made.
   std::optional<policy::placement> current_plan() const;
   std::uintptr_t region_base() const;
+  // Note [The pool's layout changed] (interpose/swap_schedule.cc): counts the plans
+  // made and retired, each a new layout of the iteration's buffers.
+  std::uint64_t layout_generation() const noexcept {
+    return layout_generation_.load(std::memory_order_acquire);
+  }
 
  private:
   struct live_block {
@@ -95,6 +101,7 @@ class planned_region final : public memory_resource {
   stream_fences& fences_;
   mutable std::mutex mutex_;
   policy::allocation_iteration_learner learner_;
+  std::atomic<std::uint64_t> layout_generation_{0};
   std::optional<policy::learned_iteration> iteration_;
   std::optional<policy::placement> plan_;
   std::uintptr_t base_ = 0;

@@ -19,8 +19,49 @@ int stream_fences::slot_of(CUstream stream) noexcept {
   }
   if (n == max_slots) return no_slot;
   slots_[n].stream.store(key, std::memory_order_relaxed);
+  if (n == 1) {
+    // Note [One stream needs no events]: the first other stream; the floor before
+    // its slot is handed out.
+    std::lock_guard<std::mutex> lock(mutex_);
+    one_stream_ = false;
+    floor_owed_ = true;
+    floor_seq_.store(never_completes, std::memory_order_release);
+    record_floor_locked();
+  }
   used_slots_.store(n + 1, std::memory_order_release);
   return n;
+}
+
+void stream_fences::record_floor_locked() noexcept {
+  if (!floor_owed_) return;
+  slot& sl = slots_[0];
+  const CUstream stream = sl.stream.load(std::memory_order_relaxed);
+  const driver_table& d = driver();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUevent e = nullptr;
+  if (d.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS) {
+    if (status != CU_STREAM_CAPTURE_STATUS_NONE) return;  // owed still: no event now
+    e = take_event();
+    if (e == nullptr) return;
+    if (d.cuEventRecord(e, stream) != CUDA_SUCCESS) {
+      spare_events_.push_back(e);
+      return;
+    }
+  } else {
+    // The stream is gone (destroyed: its work may still be the device's). Once, the
+    // whole device is waited for instead; then there is nothing left to fence.
+    if (d.cuCtxSynchronize() == CUDA_SUCCESS) {
+      floor_owed_ = false;
+      floor_seq_.store(0, std::memory_order_release);
+    }
+    return;
+  }
+  ++events_recorded_;
+  outstanding_.fetch_add(1, std::memory_order_relaxed);
+  sl.recorded_work = sl.last_work.load(std::memory_order_relaxed);
+  sl.outstanding.emplace_back(++sl.seq, e);
+  floor_owed_ = false;
+  floor_seq_.store(sl.seq, std::memory_order_release);
 }
 
 void stream_fences::note_work(CUstream stream) noexcept {
@@ -48,6 +89,7 @@ CUevent stream_fences::take_event() noexcept {
 }
 
 ticket stream_fences::ticket_locked(int s) noexcept {
+  record_floor_locked();
   slot& sl = slots_[s];
   const std::uint64_t work = sl.last_work.load(std::memory_order_relaxed);
   if (sl.seq != 0 && sl.recorded_work >= work) {
@@ -70,6 +112,7 @@ ticket stream_fences::ticket_locked(int s) noexcept {
 
 void stream_fences::tickets_since(std::uint64_t alloc_epoch, ticket_set& out) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (one_stream_) return;  // Note [One stream needs no events]
   const int n = used_slots_.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     if (slots_[i].last_work.load(std::memory_order_relaxed) > alloc_epoch) {
@@ -86,6 +129,7 @@ void stream_fences::ticket_on(CUstream stream, ticket_set& out) noexcept {
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  if (one_stream_) return;  // Note [One stream needs no events]
   out.add(ticket_locked(s));
 }
 
@@ -112,6 +156,7 @@ bool stream_fences::advance_locked(slot& sl, bool wait) noexcept {
 
 std::size_t stream_fences::poll() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
+  record_floor_locked();
   std::size_t n = 0;
   const int used = used_slots_.load(std::memory_order_acquire);
   for (int i = 0; i < used; ++i) n += advance_locked(slots_[i], false) ? 1 : 0;
@@ -120,7 +165,8 @@ std::size_t stream_fences::poll() noexcept {
 
 bool stream_fences::wait_all() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  bool ok = true;
+  record_floor_locked();
+  bool ok = !floor_owed_;
   const int used = used_slots_.load(std::memory_order_acquire);
   for (int i = 0; i < used; ++i) {
     advance_locked(slots_[i], true);

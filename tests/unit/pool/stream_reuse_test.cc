@@ -44,11 +44,52 @@ class StreamReuse : public ::testing::Test {
   cudaStream_t b_ = nullptr;
 };
 
+// Note [One stream needs no events] (pool/stream_fences.h). First in the file: it
+// needs the process's fences before any test has used a second stream (meson also
+// runs it alone).
+TEST_F(StreamReuse, OneStreamRecordsNoEventsAndASecondWaitsForTheFloor) {
+  vmm_arena arena(vmm_arena_config{0, 512 * MiB, 256 * MiB});
+  const std::size_t bytes = 64 * MiB;
+  allocation_result x = arena.allocate(bytes, cu(a_));
+  ASSERT_TRUE(x);
+  busy(a_, x.ptr, bytes);
+  arena.deallocate(x.ptr, bytes, cu(a_));
+  allocation_result z = arena.allocate(bytes, cu(a_));  // the same stream: at once
+  ASSERT_TRUE(z);
+  EXPECT_EQ(z.ptr, x.ptr);
+  busy(a_, z.ptr, bytes);
+  arena.deallocate(z.ptr, bytes, cu(a_));
+  EXPECT_EQ(fences().events_recorded(), 0u) << "frees on the only stream recorded events";
+  // A second stream: the floor is recorded on a, and b gets none of a's bytes while
+  // a's work runs (with SIMGPU_RACE=abort an unordered overlap would abort).
+  allocation_result y = arena.allocate(bytes, cu(b_));
+  ASSERT_TRUE(y);
+  EXPECT_EQ(fences().events_recorded(), 1u);
+  EXPECT_FALSE(overlaps(x.ptr, y.ptr, bytes)) << "reused on b before a's work completed";
+  fences().note_work(cu(b_));
+  ASSERT_EQ(cudaMemsetAsync(y.ptr, 7, bytes, b_), cudaSuccess);
+  // Frees take tickets again from here on.
+  arena.deallocate(y.ptr, bytes, cu(b_));
+  EXPECT_EQ(fences().events_recorded(), 2u);
+  // Once the floor is known complete, b may have a's bytes.
+  ASSERT_EQ(cudaStreamSynchronize(a_), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(b_), cudaSuccess);
+  allocation_result w = arena.allocate(2 * bytes, cu(b_));
+  ASSERT_TRUE(w);
+  fences().note_work(cu(b_));
+  ASSERT_EQ(cudaMemsetAsync(w.ptr, 1, 2 * bytes, b_), cudaSuccess);
+  arena.deallocate(w.ptr, 2 * bytes, cu(b_));
+}
+
 TEST_F(StreamReuse, FreedOnAWithPendingWorkIsNotGivenToB) {
   vmm_arena arena(vmm_arena_config{0, 512 * MiB, 256 * MiB});
   const std::size_t bytes = 64 * MiB;
   allocation_result x = arena.allocate(bytes, cu(a_));
   ASSERT_TRUE(x);
+  // Live after x, so that x's block stays its own size when freed (a free with no
+  // tickets, Note [One stream needs no events], would merge with free neighbours).
+  allocation_result guard = arena.allocate(bytes, cu(a_));
+  ASSERT_TRUE(guard);
   busy(a_, x.ptr, bytes);                     // ~0.6 ms of virtual work on a
   arena.deallocate(x.ptr, bytes, cu(a_));     // cudaFreeAsync(x, a)
   allocation_result y = arena.allocate(bytes, cu(b_));
@@ -73,6 +114,7 @@ TEST_F(StreamReuse, FreedOnAWithPendingWorkIsNotGivenToB) {
   fences().note_work(cu(b_));
   ASSERT_EQ(cudaMemsetAsync(w.ptr, 1, bytes, b_), cudaSuccess);
   arena.deallocate(w.ptr, bytes, cu(b_));
+  arena.deallocate(guard.ptr, bytes, cu(a_));
   EXPECT_GT(fences().events_recorded(), 0u);
 }
 
