@@ -485,6 +485,17 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   return true;
 }
 
+namespace {
+// Back to on-demand residency: the schedule is no longer followed, its deferred
+// fetches dropped.
+void stop_following(learner& l) {
+  l.following = false;
+  l.tuning = false;
+  l.later.clear();
+  l.later_due.clear();
+}
+}  // namespace
+
 // Note [The pool's layout changed]: the pages a launch uses depend on where the pool
 // placed its buffers, and the planned pool (pool/planned_region.h) lays them out anew
 // when it makes a plan from the iterations it watched, or retires one. A schedule
@@ -538,10 +549,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
       log::info("swap: the pool laid out the iteration's buffers anew; back to on-demand "
                 "residency and learning again");
     }
-    l.following = false;
-    l.tuning = false;
-    l.later.clear();
-    l.later_due.clear();
+    stop_following(l);
     clear_trace(l);
   }
   if (l.following) {
@@ -566,10 +574,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
                 "back to on-demand residency and learning again",
                 l.cursor);
     }
-    l.following = false;
-    l.tuning = false;
-    l.later.clear();
-    l.later_due.clear();
+    stop_following(l);
   }
   if (l.trace.empty()) l.trace_first = number;
   l.trace.push_back(token);

@@ -117,6 +117,12 @@ std::mutex g_create_mutex;
 
 bool report_section(std::string& json, std::string& text);
 
+// The device's state if it was made, else null (never makes one).
+device_state* existing(int device) {
+  return device >= 0 && device < max_devices ? g_devices[device].load(std::memory_order_acquire)
+                                             : nullptr;
+}
+
 device_state* state(int device) {
   if (device < 0 || device >= max_devices) return nullptr;
   device_state* s = g_devices[device].load(std::memory_order_acquire);
@@ -270,9 +276,7 @@ void set_long_lived_layout(std::vector<std::size_t> expected, std::vector<std::u
 }
 
 layout_result device_end_long_lived_layout(int device) noexcept {
-  device_state* s = device >= 0 && device < max_devices
-                        ? g_devices[device].load(std::memory_order_acquire)
-                        : nullptr;
+  device_state* s = existing(device);
   if (s == nullptr || s->managed || !s->engine || g_layout.expected.empty()) return {};
   try {
     layout_slots& l = s->layout;
@@ -311,9 +315,7 @@ allocation_result device_allocate(int device, std::size_t bytes, CUstream stream
 }
 
 bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream) {
-  device_state* s = device >= 0 && device < max_devices
-                        ? g_devices[device].load(std::memory_order_acquire)
-                        : nullptr;
+  device_state* s = existing(device);
   if (s == nullptr) return false;
   if (s->managed) return s->managed->deallocate(ptr);
   if (s->planned) {
@@ -327,9 +329,7 @@ bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream
 }
 
 std::uint64_t device_cached_bytes(int device) {
-  device_state* s = device >= 0 && device < max_devices
-                        ? g_devices[device].load(std::memory_order_acquire)
-                        : nullptr;
+  device_state* s = existing(device);
   if (s == nullptr) return 0;
   return s->online.cached_bytes() + (s->planned ? s->planned->slack_bytes() : 0);
 }
@@ -343,9 +343,7 @@ std::uint64_t trim_all() {
 }
 
 resource_stats device_stats(int device) {
-  device_state* s = device >= 0 && device < max_devices
-                        ? g_devices[device].load(std::memory_order_acquire)
-                        : nullptr;
+  device_state* s = existing(device);
   return s == nullptr ? resource_stats{} : s->front().stats();
 }
 
@@ -353,25 +351,19 @@ void note_work(CUstream stream) noexcept { fences().note_work(stream); }
 
 namespace {
 managed_residency* managed_of(int device) {
-  device_state* s = device >= 0 && device < max_devices
-                        ? g_devices[device].load(std::memory_order_acquire)
-                        : nullptr;
+  device_state* s = existing(device);
   return s == nullptr ? nullptr : s->managed.get();
 }
 
 residency_engine* engine_of(int device) {
-  device_state* s = device >= 0 && device < max_devices
-                        ? g_devices[device].load(std::memory_order_acquire)
-                        : nullptr;
+  device_state* s = existing(device);
   return s == nullptr ? nullptr : s->engine.get();
 }
 }  // namespace
 
 prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
                               bool writes) noexcept {
-  device_state* s = device >= 0 && device < max_devices
-                        ? g_devices[device].load(std::memory_order_acquire)
-                        : nullptr;
+  device_state* s = existing(device);
   if (s != nullptr && s->managed) return s->managed->prepare(ranges, stream);
   residency_engine* e = engine_of(device);
   return e == nullptr ? prepare_result{} : e->prepare(ranges, stream, writes);
@@ -411,9 +403,7 @@ void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
 }
 
 std::uint64_t device_layout_generation(int device) noexcept {
-  device_state* s = device >= 0 && device < max_devices
-                        ? g_devices[device].load(std::memory_order_acquire)
-                        : nullptr;
+  device_state* s = existing(device);
   return s != nullptr && s->planned ? s->planned->layout_generation() : 0;
 }
 
@@ -423,9 +413,7 @@ residency_stats device_residency(int device) {
 }
 
 std::uint64_t device_residency_capacity(int device) noexcept {
-  device_state* s = device >= 0 && device < max_devices
-                        ? g_devices[device].load(std::memory_order_acquire)
-                        : nullptr;
+  device_state* s = existing(device);
   if (s != nullptr && s->managed) return s->managed->capacity_bytes();
   residency_engine* e = engine_of(device);
   return e == nullptr ? 0 : e->capacity_bytes();

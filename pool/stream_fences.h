@@ -29,8 +29,9 @@
 // then on every free takes its tickets as above. If the first stream captures at that
 // moment, the floor is recorded at the first chance after (a later ticket, poll or
 // wait_all); if the first stream was destroyed (an event cannot be recorded on it),
-// the device is synchronized once instead (cuCtxSynchronize), and no floor is needed. simtrain on the H100-PCIe model records 27 events per iteration for its
-// 34 frees without this, none with it.
+// the device is synchronized once instead (cuCtxSynchronize), and no floor is needed.
+// simtrain on the H100-PCIe model records 27 events per iteration for its 34 frees
+// without this, none with it.
 //
 // Note [Streams that capture]: an event cannot be recorded on a capturing stream
 // (it would become a graph node), so a block freed while one of its streams captures
