@@ -3,6 +3,9 @@
 
 #include <set>
 
+#include "device.h"
+#include "fault_injection.h"
+
 namespace simgpu {
 
 namespace {
@@ -170,6 +173,7 @@ bool valid_graph_exec(CUgraphExec g) {
 
 CUresult graph_instantiate(CUgraphExec* out, CUgraph g) {
   if (out == nullptr || !valid_graph(g)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult f = inject_failure(fail_kind::graph_instantiate); f != CUDA_SUCCESS) return f;
   auto* e = new graph_exec_obj();
   e->nodes = reinterpret_cast<graph_obj*>(g)->nodes;
   g_execs.insert(e);
@@ -180,6 +184,9 @@ CUresult graph_instantiate(CUgraphExec* out, CUgraph g) {
 CUresult graph_launch(CUgraphExec g, stream_obj* s) {
   if (!valid_graph_exec(g)) return CUDA_ERROR_INVALID_VALUE;
   if (s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (CUresult f = inject_failure(fail_kind::graph_launch); f != CUDA_SUCCESS) return f;
+  // One enqueue: the replayed nodes cost no further host time (op_begin).
+  clock_host_advance(dev().model.launch_enqueue_ns);
   ++t_replaying;
   CUresult r = CUDA_SUCCESS;
   for (const graph_node& n : reinterpret_cast<graph_exec_obj*>(g)->nodes) {

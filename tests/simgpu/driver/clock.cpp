@@ -96,10 +96,23 @@ double clock_host_ns() { return g_host_ns; }
 void charge_host_call() { g_host_ns += dev().model.api_overhead_ns; }
 void clock_host_advance(double ns) { g_host_ns += ns; }
 
-double op_begin(stream_obj* s, engine e, double delay_ns, bool host_overhead) {
+namespace {
+double cost_ns(call_cost c) {
+  const device_model& m = dev().model;
+  switch (c) {
+    case call_cost::launch: return m.launch_enqueue_ns;
+    case call_cost::copy: return m.copy_enqueue_ns;
+    case call_cost::event_record: return m.event_record_ns;
+    case call_cost::api: break;
+  }
+  return m.api_overhead_ns;
+}
+}  // namespace
+
+double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost) {
   race_detector& d = det();
   double issue_ns = g_host_ns;  // see Note [Issue time]
-  if (host_overhead && !in_graph_replay()) g_host_ns += dev().model.api_overhead_ns;
+  if (!in_graph_replay()) g_host_ns += cost_ns(cost);
   double ready = std::max(s->tail_ns, issue_ns + delay_ns);
   if (e != engine::none) ready = std::max(ready, g_engine_free_ns[static_cast<int>(e)]);
   if (s->legacy) {
@@ -148,6 +161,14 @@ void host_wait_all() {
   }
 }
 
+void host_wait_device_time(const char* why) {
+  double idle = 0;
+  for (stream_obj* s : g_streams) idle = std::max(idle, s->tail_ns);
+  for (double f : g_engine_free_ns) idle = std::max(idle, f);
+  timeline_host_wait(why, g_host_ns, idle);
+  g_host_ns = std::max(g_host_ns, idle);
+}
+
 void host_wait_legacy() {
   for (stream_obj* s : g_streams)
     if (s->legacy || s->blocking()) host_wait_stream(s);
@@ -174,7 +195,7 @@ bool event_done(event_obj* e) {
 }
 
 void event_record(event_obj* e, stream_obj* s) {
-  double t = op_begin(s, engine::none, 0);
+  double t = op_begin(s, engine::none, 0, call_cost::event_record);
   e->recorded = true;
   e->time_ns = t;
   e->vc = det().clock(s->timeline);
@@ -262,6 +283,15 @@ void race_host_release(uintptr_t lo, uint64_t bytes, const char* what) {
   std::vector<race_report> found;
   for_each_key(lo, lo + bytes, [&](uint64_t key, uintptr_t a, uintptr_t b) {
     det().host_release(key, a, b, what, found);
+  });
+  emit(found);
+}
+
+void race_host_restrict(uintptr_t lo, uint64_t bytes, bool forbid_reads, const char* what) {
+  if (get_config().race == race_mode::off || bytes == 0) return;
+  std::vector<race_report> found;
+  for_each_key(lo, lo + bytes, [&](uint64_t key, uintptr_t a, uintptr_t b) {
+    det().host_restrict(key, a, b, forbid_reads, what, found);
   });
   emit(found);
 }

@@ -85,11 +85,21 @@ void clock_host_advance(double ns);
 // Host time spent by an allocation-family call (api_overhead_ns).
 void charge_host_call();
 
+// Which of the model's host costs an enqueue pays (Note [Driver call costs] in
+// device_model.cpp): api_overhead_ns, launch_enqueue_ns, copy_enqueue_ns,
+// event_record_ns.
+enum class call_cost { api, launch, copy, event_record };
+
 // Orders a new operation on s (legacy rules, host program order, race epoch) and
 // answers its earliest start; `delay_ns` is added to the issue time (launch
-// latency). The host then spends the model's api_overhead_ns unless
-// host_overhead is false (see Note [Issue time]).
-double op_begin(stream_obj* s, engine e, double delay_ns, bool host_overhead = true);
+// latency). The host then spends the model's cost for `cost` (see Note [Issue
+// time]), except inside a graph replay (one cuGraphLaunch is one enqueue).
+double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost = call_cost::api);
+
+// Host time advances to the moment the device has finished every operation
+// enqueued so far (vmm_waits_for_device). A wait in time only: it orders nothing
+// for the race detector (Note [VMM calls that wait] in vmm.cpp).
+void host_wait_device_time(const char* why);
 // Records that the operation ends at end_ns.
 void op_end(stream_obj* s, engine e, double end_ns);
 
@@ -116,6 +126,10 @@ void race_access(stream_obj* s, uintptr_t lo, uint64_t bytes, bool write,
                  const std::shared_ptr<const std::string>& what);
 // The host releases [lo, lo+bytes) (unmap, address free).
 void race_host_release(uintptr_t lo, uint64_t bytes, const char* what);
+// The host takes device access away from [lo, lo+bytes) (cuMemSetAccess): every
+// recorded write there, and every read too when `forbid_reads`, must be ordered
+// before the host.
+void race_host_restrict(uintptr_t lo, uint64_t bytes, bool forbid_reads, const char* what);
 void race_forget(uint64_t key);
 // Called at exit: the exit status becomes 3 when races were reported.
 bool races_seen();

@@ -96,6 +96,13 @@ bool parse_fail(const char* text, std::vector<fail_rule>* rules) {
     else if (kind == "map") { r.kind = fail_kind::map; r.code = CUDA_ERROR_OUT_OF_MEMORY; }
     else if (kind == "launch") { r.kind = fail_kind::launch; r.code = CUDA_ERROR_LAUNCH_FAILED; }
     else if (kind == "reserve") { r.kind = fail_kind::reserve; r.code = CUDA_ERROR_OUT_OF_MEMORY; }
+    else if (kind == "graph_instantiate") {
+      r.kind = fail_kind::graph_instantiate;
+      r.code = CUDA_ERROR_OUT_OF_MEMORY;
+    } else if (kind == "graph_launch") {
+      r.kind = fail_kind::graph_launch;
+      r.code = CUDA_ERROR_OUT_OF_MEMORY;  // not LAUNCH_FAILED: that one is sticky
+    }
     else return false;
     if (!nth.empty() && nth.back() == '+') { r.and_later = true; nth.pop_back(); }
     if (nth.empty()) return false;
@@ -120,7 +127,8 @@ config load() {
   if (const char* v = env("SIMGPU_FAIL")) {
     if (!parse_fail(v, &c.fail))
       config_error("SIMGPU_FAIL='%s' is not valid: expected kind:n[:code][,kind:n[:code]...] "
-                   "with kind one of alloc, host_alloc, copy, map, launch, reserve, n a 1-based "
+                   "with kind one of alloc, host_alloc, copy, map, launch, reserve, graph_instantiate, "
+                   "graph_launch, n a 1-based "
                    "count (n+ for that call and all later ones) and code a CUresult "
                    "number or name", v);
   }
@@ -134,6 +142,12 @@ config load() {
     else if (s == "abort") c.race = race_mode::abort;
     else if (s == "off" || s == "0") c.race = race_mode::off;
     else config_error("SIMGPU_RACE='%s' is not valid: expected report, abort or off", v);
+  }
+  if (const char* v = env("SIMGPU_VMM_WAIT")) {
+    bool wait = false;
+    if (!parse_bool(v, &wait))
+      config_error("SIMGPU_VMM_WAIT='%s' is not valid: expected 1/0, on/off, yes/no", v);
+    c.vmm_wait = wait ? 1 : 0;
   }
   if (const char* v = env("SIMGPU_LAUNCH_LOG")) c.launch_log = v;
   if (const char* v = env("SIMGPU_TIMELINE")) c.timeline = v;

@@ -14,7 +14,9 @@ enum class race_mode { report, abort, off };
 
 // One SIMGPU_FAIL rule: fail the n-th call of a kind (or the n-th and every later
 // one when `and_later`) with `code`.
-enum class fail_kind { alloc, host_alloc, copy, map, launch, reserve, count_ };
+enum class fail_kind {
+  alloc, host_alloc, copy, map, launch, reserve, graph_instantiate, graph_launch, count_
+};
 struct fail_rule {
   fail_kind kind;
   uint64_t nth;
@@ -35,6 +37,8 @@ struct config {
   // the virtual clock has passed their end, as a real GPU's (Note [Records when done]
   // in cupti/activity.cpp); at-enqueue (the default): as soon as they are enqueued.
   bool cupti_when_done = false;
+  // SIMGPU_VMM_WAIT=0|1: overrides the model's vmm_waits_for_device; -1: unset.
+  int vmm_wait = -1;
 };
 
 // Parsed on first call; exits 2 on a malformed value.

@@ -174,7 +174,7 @@ CUresult do_copy_2d(stream_obj* s, uintptr_t dst, uint64_t dpitch, uintptr_t src
   } else {
     pageable = true;
   }
-  double start = op_begin(s, e, 0);
+  double start = op_begin(s, e, 0, call_cost::copy);
   double end = start + m.copy_latency_ns + moved / rate * 1e9;
   op_end(s, e, end);
   ++d.st.copies;

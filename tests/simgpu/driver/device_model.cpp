@@ -1,5 +1,16 @@
 // Reading device model files. Format: one `key = value` per line, `#` starts a
 // comment; every key below is required unless it has a default in device_model.h.
+//
+// Note [Driver call costs]
+// Each driver call family has its own host cost, from the model: the VMM calls
+// (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease) a per-call part
+// plus a part per 2 MiB page of the call's size (so mapping 64 MiB in one call costs
+// call_ns + 32 x per_2mib_ns); event record, event query (per poll), event
+// synchronize (on top of the wait), cuStreamWaitEvent, the enqueue of a copy and of a
+// kernel launch (a cuGraphLaunch is one launch enqueue) one figure each. Every other
+// call costs api_overhead_ns. Every cost key is required: a model that lacks one, or
+// gives a value that is not a non-negative number, is refused at load with the key's
+// name, so no model silently runs on a default.
 #include "device_model.h"
 
 #include <dlfcn.h>
@@ -108,6 +119,31 @@ device_model load_device_model() {
   m.launch_latency_ns = num("launch_latency_ns");
   m.api_overhead_ns = num("api_overhead_ns");
   m.managed_fault_ns = num("managed_fault_ns");
+  auto vmm = [&](const char* family) {
+    std::string call = std::string(family) + "_ns";
+    std::string page = std::string(family) + "_per_2mib_ns";
+    return device_model::vmm_cost{num(call.c_str()), num(page.c_str())};
+  };
+  m.vmm_create = vmm("vmm_create");
+  m.vmm_map = vmm("vmm_map");
+  m.vmm_set_access = vmm("vmm_set_access");
+  m.vmm_unmap = vmm("vmm_unmap");
+  m.vmm_release = vmm("vmm_release");
+  m.event_record_ns = num("event_record_ns");
+  m.event_query_ns = num("event_query_ns");
+  m.event_sync_ns = num("event_sync_ns");
+  m.stream_wait_event_ns = num("stream_wait_event_ns");
+  m.copy_enqueue_ns = num("copy_enqueue_ns");
+  m.launch_enqueue_ns = num("launch_enqueue_ns");
+  auto flag = [&](const char* key) {
+    const std::string& v = need(key);
+    if (v != "0" && v != "1")
+      config_error("device model %s: '%s = %s' is not 0 or 1", path.c_str(), key, v.c_str());
+    return v == "1" ? 1 : 0;
+  };
+  m.vmm_waits_for_device = flag("vmm_waits_for_device");
+  m.host_vmm_supported = flag("host_vmm_supported");
+  m.kernel_host_access_bytes_per_s = num("kernel_host_access_bandwidth");
   m.managed_page_bytes = bytes("managed_page_size");
   m.concurrent_managed_access = static_cast<int>(num("concurrent_managed_access"));
   m.clock_khz = static_cast<int>(opt("clock_khz", 1000000));
@@ -121,7 +157,7 @@ device_model load_device_model() {
                  path.c_str());
   if (m.fp32_flops_per_s <= 0 || m.mem_bytes_per_s <= 0 || m.h2d_pinned_bytes_per_s <= 0 ||
       m.d2h_pinned_bytes_per_s <= 0 || m.h2d_pageable_bytes_per_s <= 0 ||
-      m.d2h_pageable_bytes_per_s <= 0)
+      m.d2h_pageable_bytes_per_s <= 0 || m.kernel_host_access_bytes_per_s <= 0)
     config_error("device model %s: rates must be positive", path.c_str());
   return m;
 }

@@ -20,7 +20,31 @@ struct device_model {
   double h2d_pageable_bytes_per_s = 0, d2h_pageable_bytes_per_s = 0;
   double copy_latency_ns = 0;
   double launch_latency_ns = 0;
-  double api_overhead_ns = 0;       // host time per enqueue
+  double api_overhead_ns = 0;       // host time of a call without a family cost below
+  // Host time per call family (Note [Driver call costs] in device_model.cpp).
+  // VMM calls: a per-call part plus a part per 2 MiB page of the call's size.
+  struct vmm_cost {
+    double call_ns = 0;
+    double per_2mib_ns = 0;
+    double for_bytes(uint64_t bytes) const {
+      return call_ns + per_2mib_ns * static_cast<double>((bytes + (2u << 20) - 1) >> 21);
+    }
+  };
+  vmm_cost vmm_create, vmm_map, vmm_set_access, vmm_unmap, vmm_release;
+  double event_record_ns = 0;       // cuEventRecord
+  double event_query_ns = 0;        // cuEventQuery (each poll)
+  double event_sync_ns = 0;         // cuEventSynchronize, on top of the wait
+  double stream_wait_event_ns = 0;  // cuStreamWaitEvent
+  double copy_enqueue_ns = 0;       // an async (or sync) copy's host part
+  double launch_enqueue_ns = 0;     // a kernel launch or a cuGraphLaunch
+  // cuMemMap/cuMemUnmap/cuMemSetAccess first wait (in host time only) until the
+  // device has finished the work already enqueued (SIMGPU_VMM_WAIT overrides).
+  int vmm_waits_for_device = 0;
+  // A kernel's reads and writes of host memory (pinned, host-located VMM mappings),
+  // bytes/s: zero-copy access over the link, below the pinned copy rate.
+  double kernel_host_access_bytes_per_s = 0;
+  // CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: host-located cuMemCreate.
+  int host_vmm_supported = 0;
   double managed_fault_ns = 0;      // per faulted managed page
   uint64_t managed_page_bytes = 0;
   int concurrent_managed_access = 0;

@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 
 #include <cinttypes>
 #include <cstdio>
@@ -32,34 +33,64 @@ void chain(int sig, siginfo_t* si, void* uc) {
   signal(sig, SIG_DFL);
 }
 
-bool already_open(device_window& w, uintptr_t p) {
-  for (auto& [lo, bytes] : w.opened)
-    if (p >= lo && p < lo + bytes) return true;
+// Whether the faulting access was a write, as far as the fault itself tells
+// (x86-64: bit 1 of the page-fault error code). Elsewhere answers false and a
+// write is seen as a second fault on a page already readable.
+bool fault_is_write(void* uc) {
+#if defined(__x86_64__) && defined(REG_ERR)
+  return (static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+  (void)uc;
   return false;
+#endif
 }
 
-// In a window: answers true when the fault was resolved.
-bool resolve_device_fault(device_window& w, uintptr_t p) {
+const device_window::declared_range* declared_at(const device_window& w, uintptr_t page) {
+  const device_window::declared_range* found = nullptr;
+  for (const auto& d : w.declared) {
+    if (page >= d.lo && page < d.hi) {
+      if (d.writable) return &d;
+      found = &d;
+    }
+  }
+  return found;
+}
+
+// In a window: answers true when the fault was resolved (Note [Accesses a kernel
+// really makes]).
+bool resolve_device_fault(device_window& w, uintptr_t p, bool write) {
   region* r = find_region(p);
   if (r == nullptr || !r->live) return false;
-  if (already_open(w, p)) return false;  // e.g. a write to a read-only mapping
+  const uintptr_t page = round_down(p, g_host_page_bytes);
+  const device_window::declared_range* decl = declared_at(w, page);
+  if (r->kind == region_kind::managed) {  // migrated (or re-migrated) read-write
+    if (!managed_device_touch(r, p, &w)) return false;
+    if (decl == nullptr) w.faulted.try_emplace(page, write).first->second |= write;
+    return true;
+  }
+  auto seen = w.faulted.find(page);
+  // A page already readable faults only for a write.
+  if (decl != nullptr || seen != w.faulted.end()) {
+    if ((decl != nullptr && decl->writable) || (seen != w.faulted.end() && seen->second))
+      return false;  // writable already: nothing a fault could fix
+    write = true;
+  }
   switch (r->kind) {
     case region_kind::device:
       if (p >= r->base + r->span_bytes) return false;
-      window_open(w, r->base, r->span_bytes, PROT_READ | PROT_WRITE);
-      return true;
+      break;
     case region_kind::managed:
-      return managed_device_touch(r, p, &w);
+      return false;
     case region_kind::vmm_reservation: {
       vmm_mapping* m = find_mapping(r, p);
       if (m == nullptr || m->access == 0) return false;
-      int prot = m->access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE
-                                                                   : PROT_READ;
-      window_open(w, m->lo, m->hi - m->lo, prot);
-      return true;
+      if (write && m->access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return false;
+      break;
     }
   }
-  return false;
+  window_open(w, page, g_host_page_bytes, write ? PROT_READ | PROT_WRITE : PROT_READ);
+  w.faulted[page] = write;
+  return true;
 }
 
 void on_segv(int sig, siginfo_t* si, void* uc) {
@@ -72,7 +103,7 @@ void on_segv(int sig, siginfo_t* si, void* uc) {
   device_lock().lock();
   char why[256];
   if (device_window* w = t_window) {
-    if (resolve_device_fault(*w, p)) {
+    if (resolve_device_fault(*w, p, fault_is_write(uc))) {
       device_lock().unlock();
       errno = saved_errno;
       return;
@@ -125,6 +156,33 @@ device_window* current_window() { return t_window; }
 void window_open(device_window& w, uintptr_t lo, uint64_t bytes, int prot) {
   protect(lo, bytes, prot);
   w.opened.emplace_back(lo, bytes);
+}
+
+void window_declare(device_window& w, uintptr_t lo, uint64_t bytes, bool write) {
+  if (bytes == 0 || !in_device_va(lo)) return;  // pinned host memory is always open
+  const uintptr_t a = round_down(lo, g_host_page_bytes);
+  const uintptr_t b = round_up(lo + bytes, g_host_page_bytes);
+  w.declared.push_back(device_window::declared_range{a, b, write});
+  region* r = find_region(lo);
+  if (r == nullptr || !r->live || r->kind == region_kind::managed) return;
+  if (write) {
+    window_open(w, a, b - a, PROT_READ | PROT_WRITE);
+    return;
+  }
+  // A read: pages another declared access writes stay writable.
+  uintptr_t at = a;
+  while (at < b) {
+    const device_window::declared_range* d = declared_at(w, at);
+    uintptr_t end = at + g_host_page_bytes;
+    bool writable = d != nullptr && d->writable;
+    while (end < b) {
+      const device_window::declared_range* e = declared_at(w, end);
+      if ((e != nullptr && e->writable) != writable) break;
+      end += g_host_page_bytes;
+    }
+    if (!writable) window_open(w, at, end - at, PROT_READ);
+    at = end;
+  }
 }
 
 bool run_in_window(device_window& w, void (*fn)(void*), void* arg) {

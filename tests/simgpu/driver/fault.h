@@ -12,11 +12,28 @@
 // Outside a window a fault on device memory is host code touching the device: a
 // device-resident managed page migrates to the host; anything else is reported and
 // the process dies of the SIGSEGV.
+//
+// Note [Accesses a kernel really makes]
+// A kernel's declared footprint (its footprint function, or the allocations behind
+// its pointer arguments) is opened before it runs, page-granular and no wider:
+// read ranges PROT_READ, written ones read-write. Every other page of device memory
+// stays PROT_NONE, so a kernel that reaches memory the footprint does not name
+// (through a pointer stored in device memory: the pointer arrays of batched GEMMs,
+// optimizer foreach kernels) faults on each such host page. A legal fault opens
+// just that page, PROT_READ for a read and read-write for a write (a write fault
+// on a page already readable, i.e. opened for a read, upgrades it; on x86-64 the
+// fault's REG_ERR bit 1 tells a write at once), and records the page as an access
+// of the kernel: after the kernel the race detector gets these pages exactly as it
+// gets footprint ranges (same stream, same epoch), so a free, unmap or access
+// change by the host that is not ordered after them is reported. Managed pages
+// reached outside the footprint are recorded with the kind of their first fault
+// (the migration opens them read-write).
 #ifndef SIMGPU_DRIVER_FAULT_H
 #define SIMGPU_DRIVER_FAULT_H
 
 #include <csetjmp>
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -31,6 +48,15 @@ struct device_window {
   std::vector<region*> managed_touched;                // restore page protection
   double fault_ns = 0;           // managed faults charged to this operation
   uint64_t faults = 0;
+  // Page ranges opened before the body ran ([lo, hi), writable), see Note
+  // [Accesses a kernel really makes].
+  struct declared_range {
+    uintptr_t lo, hi;
+    bool writable;
+  };
+  std::vector<declared_range> declared;
+  // Host pages opened by faults (outside `declared`): page address -> written.
+  std::map<uintptr_t, bool> faulted;
 };
 
 void install_fault_handler();
@@ -41,6 +67,9 @@ bool run_in_window(device_window& w, void (*fn)(void*), void* arg);
 
 // Opens [lo, lo+bytes) for the window with prot (explicitly, without a fault).
 void window_open(device_window& w, uintptr_t lo, uint64_t bytes, int prot);
+// Opens the host pages under [lo, lo+bytes) up front as a declared access (read
+// only unless `write`); managed memory is left to its own protection.
+void window_declare(device_window& w, uintptr_t lo, uint64_t bytes, bool write);
 
 // The window of the calling thread, or nullptr.
 device_window* current_window();

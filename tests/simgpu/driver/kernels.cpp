@@ -130,6 +130,23 @@ void log_launch(const kernel_obj* k, const simgpuFootprint& fp, uint64_t duratio
   std::fflush(out);
 }
 
+// The host pages a kernel reached outside its declared footprint (Note [Accesses a
+// kernel really makes] in fault.h), as runs of adjacent pages of one kind.
+struct page_run {
+  uintptr_t lo, hi;
+  bool write;
+};
+std::vector<page_run> faulted_runs(const device_window& w) {
+  std::vector<page_run> runs;
+  for (const auto& [page, write] : w.faulted) {
+    if (!runs.empty() && runs.back().hi == page && runs.back().write == write)
+      runs.back().hi = page + g_host_page_bytes;
+    else
+      runs.push_back(page_run{page, page + g_host_page_bytes, write});
+  }
+  return runs;
+}
+
 struct run_args {
   kernel_obj* k;
   void** args;
@@ -179,7 +196,7 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
     }
   }
 
-  double start = op_begin(s, engine::compute, d.model.launch_latency_ns);
+  double start = op_begin(s, engine::compute, d.model.launch_latency_ns, call_cost::launch);
   device_window w;
   w.what = what.c_str();
   for (int i = 0; i < fp.count; ++i) {
@@ -187,9 +204,21 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
     if (r != nullptr && r->live && r->kind == region_kind::managed)
       managed_prepare_for_kernel(r, w);
   }
+  for (int i = 0; i < fp.count; ++i) {
+    const simgpuAccess& a = fp.accesses[i];
+    window_declare(w, reinterpret_cast<uintptr_t>(a.ptr), a.bytes, a.mode & SIMGPU_WRITE);
+  }
   run_args ra{k, args.data(), grid, block};
   bool ok = run_in_window(w, &run_grid, &ra);
-  double duration = kernel_duration_ns(fp) + w.fault_ns;
+  const std::vector<page_run> reached = faulted_runs(w);
+  double reached_device = 0, reached_host = 0;
+  for (const page_run& run : reached) {
+    mem_place where = classify(run.lo);
+    bool host = where == mem_place::host_mapping || where == mem_place::pinned;
+    (host ? reached_host : reached_device) += static_cast<double>(run.hi - run.lo);
+    if (where == mem_place::host_mapping) d.st.kernel_host_mapped_bytes += run.hi - run.lo;
+  }
+  double duration = kernel_duration_ns(fp, reached_device, reached_host) + w.fault_ns;
   double end = start + duration;
   log_launch(k, fp, static_cast<uint64_t>(end) - static_cast<uint64_t>(start));
   op_end(s, engine::compute, end);
@@ -210,6 +239,7 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
     const simgpuAccess& a = fp.accesses[i];
     race_access(s, reinterpret_cast<uintptr_t>(a.ptr), a.bytes, a.mode & SIMGPU_WRITE, desc);
   }
+  for (const page_run& run : reached) race_access(s, run.lo, run.hi - run.lo, run.write, desc);
   if (activity_sink_installed()) {
     simgpuActivity rec{};
     rec.kind = SIMGPU_ACTIVITY_KERNEL;
@@ -229,25 +259,27 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
 
 }  // namespace
 
-double kernel_duration_ns(const simgpuFootprint& fp) {
+double kernel_duration_ns(const simgpuFootprint& fp, double reached_device_bytes,
+                          double reached_host_bytes) {
   const device_model& m = dev().model;
-  double device_bytes = 0, host_read = 0, host_write = 0;
+  double device_bytes = reached_device_bytes, host_bytes = reached_host_bytes;
   for (int i = 0; i < fp.count; ++i) {
     const simgpuAccess& a = fp.accesses[i];
     mem_place where = classify(reinterpret_cast<uintptr_t>(a.ptr));
     double reads = (a.mode & SIMGPU_READ) ? static_cast<double>(a.bytes) : 0;
     double writes = (a.mode & SIMGPU_WRITE) ? static_cast<double>(a.bytes) : 0;
     if (where == mem_place::pinned || where == mem_place::host_mapping) {
-      host_read += reads;
-      host_write += writes;
+      host_bytes += reads + writes;
     } else {
       device_bytes += reads + writes;
     }
   }
   double compute_ns = fp.flops / m.fp32_flops_per_s * 1e9;
   double memory_ns = device_bytes / m.mem_bytes_per_s * 1e9;
-  return std::max(compute_ns, memory_ns) + host_read / m.h2d_pinned_bytes_per_s * 1e9 +
-         host_write / m.d2h_pinned_bytes_per_s * 1e9;
+  // Note [Kernels on host memory]: every byte a kernel reads or writes in host
+  // memory crosses the link at the model's zero-copy rate, each time it is read
+  // (a footprint that declares a range twice pays for it twice; nothing is cached).
+  return std::max(compute_ns, memory_ns) + host_bytes / m.kernel_host_access_bytes_per_s * 1e9;
 }
 
 kernel_obj* find_kernel(CUfunction f) {

@@ -9,11 +9,13 @@
 // 3. Checks every footprint range is accessible now; a freed, unmapped or
 //    access-less range is reported with the kernel's name before anything runs and
 //    the error becomes sticky (CUDA_ERROR_ILLEGAL_ADDRESS).
-// 4. Runs the grid in a device window (fault.h) on the calling thread.
+// 4. Opens the footprint's pages (no wider) and runs the grid in a device window
+//    (fault.h) on the calling thread; pages reached outside the footprint fault
+//    one by one and are recorded (Note [Accesses a kernel really makes]).
 // 5. Charges duration = max(flops / peak, device bytes / memory bandwidth)
-//    + host-located bytes / link bandwidth + managed-fault time on the compute
-//    engine, records the accesses with the race detector, and emits a KERNEL
-//    activity record.
+//    + host bytes / kernel_host_access_bandwidth + managed-fault time on the
+//    compute engine, records the footprint's and the faulted pages' accesses with
+//    the race detector, and emits a KERNEL activity record.
 #ifndef SIMGPU_DRIVER_KERNELS_H
 #define SIMGPU_DRIVER_KERNELS_H
 
@@ -46,9 +48,12 @@ kernel_obj* find_kernel(CUfunction f);
 CUresult launch_kernel(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_bytes,
                        stream_obj* s, void** kernel_params, void** extra);
 
-// The modelled duration of a kernel with this footprint, without faults (tests and
-// docs use the same formula).
-double kernel_duration_ns(const simgpuFootprint& fp);
+// The modelled duration of a kernel with this footprint, without managed faults
+// (tests and docs use the same formula), plus the bytes it reached outside the
+// footprint in device memory and in host memory (Note [Accesses a kernel really
+// makes] in fault.h).
+double kernel_duration_ns(const simgpuFootprint& fp, double reached_device_bytes = 0,
+                          double reached_host_bytes = 0);
 
 }  // namespace simgpu
 

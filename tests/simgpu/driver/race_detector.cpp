@@ -84,6 +84,24 @@ void race_detector::host_release(uint64_t key, uintptr_t lo, uintptr_t hi,
   recs.resize(keep);
 }
 
+void race_detector::host_restrict(uint64_t key, uintptr_t lo, uintptr_t hi, bool forbid_reads,
+                                  const std::string& what, std::vector<race_report>& out) {
+  auto it = history_.find(key);
+  if (it == history_.end()) return;
+  auto& recs = it->second;
+  size_t keep = 0;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    record& r = recs[i];
+    if (r.lo < hi && lo < r.hi && (r.write || forbid_reads) && !ordered_before(r, kHost)) {
+      out.push_back(race_report{std::max(lo, r.lo), std::min(hi, r.hi), describe(r), what});
+      continue;  // reported once
+    }
+    if (keep != i) recs[keep] = std::move(r);
+    ++keep;
+  }
+  recs.resize(keep);
+}
+
 void race_detector::forget(uint64_t key) { history_.erase(key); }
 
 size_t race_detector::records() const {

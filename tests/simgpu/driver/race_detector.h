@@ -65,6 +65,12 @@ class race_detector {
   void host_release(uint64_t key, uintptr_t lo, uintptr_t hi, const std::string& what,
                     std::vector<race_report>& out);
 
+  // The host takes device access to [lo,hi) away: recorded writes there (and reads
+  // too when forbid_reads) must be ordered before the host. Unordered ones are
+  // appended to out and dropped; the rest of the history stays.
+  void host_restrict(uint64_t key, uintptr_t lo, uintptr_t hi, bool forbid_reads,
+                     const std::string& what, std::vector<race_report>& out);
+
   // Drops the whole history of key (the region is gone, after its checks).
   void forget(uint64_t key);
 

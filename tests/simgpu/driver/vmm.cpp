@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "address_space.h"
+#include "device_model.h"
 #include "clock.h"
 #include "device.h"
 #include "fault_injection.h"
@@ -46,6 +47,23 @@ region* reservation_for(uintptr_t p, size_t size) {
   if (r == nullptr || !r->live || r->kind != region_kind::vmm_reservation) return nullptr;
   if (p + size > r->base + r->bytes) return nullptr;
   return r;
+}
+
+// Note [VMM calls that wait]
+// With vmm_waits_for_device (model key; SIMGPU_VMM_WAIT overrides), cuMemMap,
+// cuMemUnmap and cuMemSetAccess first move host time to the moment the device has
+// finished the work already enqueued: the pessimistic reading of PyTorch's note
+// that changing mappings "appears to involve at least some synchronous actions with
+// the GPU". It is a wait in time only. It is not a synchronisation for the race
+// detector: CUDA documents no such ordering (cuMemUnmap's own documentation says
+// nothing of pending work, and a driver that happens to wait today may not
+// tomorrow), so an unmap still has to be ordered after the work that uses the
+// range by an event or stream synchronisation, and one that is not is reported
+// whatever this switch says.
+void vmm_call_cost(const device_model::vmm_cost& c, uint64_t bytes, const char* wait_why) {
+  const device_model& m = dev().model;
+  if (wait_why != nullptr && m.vmm_waits_for_device) host_wait_device_time(wait_why);
+  clock_host_advance(c.for_bytes(bytes));
 }
 
 void unmap_one(region* r, std::map<uintptr_t, vmm_mapping>::iterator it) {
@@ -102,11 +120,15 @@ CUresult vmm_address_free(CUdeviceptr ptr, size_t size) {
 
 CUresult vmm_create(CUmemGenericAllocationHandle* handle, size_t size,
                     const CUmemAllocationProp* prop, unsigned long long flags) {
-  charge_host_call();
+  vmm_call_cost(dev().model.vmm_create, size, nullptr);
   if (handle == nullptr || size == 0 || flags != 0 || !valid_prop(prop) ||
       size % kVmmGranularityBytes != 0)
     return CUDA_ERROR_INVALID_VALUE;
   bool on_device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+  // A device without CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+  // refuses host-located physical memory (cuMemCreate documents NOT_SUPPORTED for
+  // an operation the system or device does not support).
+  if (!on_device && !dev().model.host_vmm_supported) return CUDA_ERROR_NOT_SUPPORTED;
   if (on_device) {
     if (CUresult f = inject_failure(fail_kind::alloc); f != CUDA_SUCCESS) return f;
   } else {
@@ -131,8 +153,8 @@ CUresult vmm_create(CUmemGenericAllocationHandle* handle, size_t size,
 }
 
 CUresult vmm_release(CUmemGenericAllocationHandle handle) {
-  charge_host_call();
   phys_handle* h = find_handle(handle);
+  vmm_call_cost(dev().model.vmm_release, h != nullptr ? h->bytes : 0, nullptr);
   if (h == nullptr || h->refs <= 0) return CUDA_ERROR_INVALID_VALUE;
   --h->refs;
   maybe_destroy(h);
@@ -141,7 +163,7 @@ CUresult vmm_release(CUmemGenericAllocationHandle handle) {
 
 CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle hid,
                  unsigned long long flags) {
-  charge_host_call();
+  vmm_call_cost(dev().model.vmm_map, size, "cuMemMap waits for the device");
   phys_handle* h = find_handle(hid);
   if (h == nullptr || flags != 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   if (ptr % kVmmGranularityBytes || size % kVmmGranularityBytes ||
@@ -168,7 +190,7 @@ CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloca
 }
 
 CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
-  charge_host_call();
+  vmm_call_cost(dev().model.vmm_unmap, size, "cuMemUnmap waits for the device");
   region* r = reservation_for(ptr, size);
   if (r == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   // The range must consist of whole mappings.
@@ -189,7 +211,7 @@ CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
 
 CUresult vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
                         size_t count) {
-  charge_host_call();
+  vmm_call_cost(dev().model.vmm_set_access, size, "cuMemSetAccess waits for the device");
   if (desc == nullptr || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   region* r = reservation_for(ptr, size);
   if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -219,6 +241,14 @@ CUresult vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   at = ptr;
   while (at < ptr + size) {
     vmm_mapping* m = find_mapping(r, at);
+    // Note [Access changes and the race detector]: taking access away from bytes
+    // that device work not yet known complete uses is a race (a GPU's queued
+    // kernel would fault); keeping or widening it changes nothing for that work.
+    bool forbid_reads = device_access == CU_MEM_ACCESS_FLAGS_PROT_NONE && m->access != 0;
+    bool forbid_writes = m->access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE &&
+                         device_access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (forbid_reads || forbid_writes)
+      race_host_restrict(m->lo, m->hi - m->lo, forbid_reads, "cuMemSetAccess by the host");
     m->access = device_access;
     at = m->hi;
   }

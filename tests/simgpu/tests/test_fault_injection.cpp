@@ -178,4 +178,77 @@ TEST_F(FaultInjection, FirstLaunchFailsWithTheChosenCode) {  // SIMGPU_FAIL=laun
   CUDA_OK(cudaFree(d));
 }
 
+// Captures one fill of d with v on stream s into a graph.
+cudaGraph_t capture_fill(cudaStream_t s, int* d, int v, int n) {
+  cudaGraph_t g = nullptr;
+  void* args[] = {&d, &v, &n};
+  EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&inject_fill_kernel), dim3(1),
+                             dim3(n), args, 0, s),
+            cudaSuccess);
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  return g;
+}
+
+TEST_F(FaultInjection, FirstGraphInstantiateFails) {  // SIMGPU_FAIL=graph_instantiate:1
+  expect_setting("graph_instantiate:1");
+  const int n = 64;
+  int* d = nullptr;
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc(&d, n * sizeof(int)));
+  CUDA_OK(cudaMemset(d, 0, n * sizeof(int)));
+  cudaGraph_t g = capture_fill(s, d, 5, n);
+  cudaGraphExec_t exec = nullptr;
+  // The default code, CUDA_ERROR_OUT_OF_MEMORY: instantiation allocates.
+  EXPECT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "not sticky";
+  CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  std::vector<int> back(n, -1);
+  CUDA_OK(cudaMemcpy(back.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(back[n - 1], 5) << "the graph instantiated later runs";
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(g));
+  CUDA_OK(cudaFree(d));
+  CUDA_OK(cudaStreamDestroy(s));
+}
+
+TEST_F(FaultInjection, SecondGraphLaunchFailsAlone) {  // SIMGPU_FAIL=graph_launch:2
+  expect_setting("graph_launch:2");
+  const int n = 64;
+  int* d = nullptr;
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc(&d, n * sizeof(int)));
+  CUDA_OK(cudaMemset(d, 0, n * sizeof(int)));
+  cudaGraph_t g1 = capture_fill(s, d, 1, n);
+  cudaGraph_t g2 = capture_fill(s, d, 2, n);
+  cudaGraphExec_t e1 = nullptr, e2 = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&e1, g1, 0));
+  CUDA_OK(cudaGraphInstantiate(&e2, g2, 0));
+  std::vector<int> back(n, -1);
+  CUDA_OK(cudaGraphLaunch(e1, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  // The default code, CUDA_ERROR_OUT_OF_MEMORY (not sticky); nothing of the graph runs.
+  EXPECT_EQ(cudaGraphLaunch(e2, s), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "not sticky";
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(back.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(back[0], 1) << "the refused replay wrote nothing";
+  CUDA_OK(cudaGraphLaunch(e2, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(back.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(back[n - 1], 2) << "the next replay runs";
+  CUDA_OK(cudaGraphExecDestroy(e1));
+  CUDA_OK(cudaGraphExecDestroy(e2));
+  CUDA_OK(cudaGraphDestroy(g1));
+  CUDA_OK(cudaGraphDestroy(g2));
+  CUDA_OK(cudaFree(d));
+  CUDA_OK(cudaStreamDestroy(s));
+}
+
 }  // namespace

@@ -8,7 +8,10 @@
 //   (see Note [Launch latency]);
 // and work on different streams overlaps where a GPU's engines overlap (a copy beside
 // a kernel), shares what a GPU shares (one host link per direction); cudaFree waits
-// for the device.
+// for the device. Each driver call family costs the host its own model figure (VMM
+// calls per call and per 2 MiB page, events, stream waits, copy and launch
+// enqueues), and kernels reach host memory at the model's zero-copy rate, paying
+// for every read.
 //
 // Note [Measuring one operation]: the stream is first given a long kernel, so that
 // the host is far ahead of the device when the events and the measured operation
@@ -17,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "simgpu/kernel.h"
@@ -48,6 +52,20 @@ SIMGPU_KERNEL_FOOTPRINT(stream_kernel, [](simgpu::footprint& fp, const float* x,
   fp.flops(flops);
 });
 
+// Reads n floats of x `reads` times (a kernel that re-reads; the footprint says so).
+__global__ void reread_kernel(const float* x, float* out, long n, int reads) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  float sum = 0;
+  for (int r = 0; r < reads; ++r)
+    for (long i = 0; i < n; i += 1024) sum += x[i];
+  out[0] = sum;
+}
+SIMGPU_KERNEL_FOOTPRINT(reread_kernel, [](simgpu::footprint& fp, const float* x, float* out,
+                                          long n, int reads) {
+  for (int r = 0; r < reads; ++r) fp.read(x, static_cast<std::size_t>(n));
+  fp.write(out, 1);
+});
+
 struct model_figures {
   double fp32_flops;      // flop/s
   double mem_bw;          // bytes/s, device memory
@@ -55,6 +73,8 @@ struct model_figures {
   double copy_latency_s;  // s
   double launch_latency_s;
   double api_overhead_s;  // host time per enqueued call
+  double launch_enqueue_s, copy_enqueue_s;
+  double kernel_host_bw;  // bytes/s, a kernel's reads of host memory
 };
 
 model_figures figures() {
@@ -69,6 +89,9 @@ model_figures figures() {
   f.copy_latency_s = m.number({"copy_latency_ns"}) * 1e-9;
   f.launch_latency_s = m.number({"launch_latency_ns"}) * 1e-9;
   f.api_overhead_s = m.number({"api_overhead_ns"}) * 1e-9;
+  f.launch_enqueue_s = m.number({"launch_enqueue_ns"}) * 1e-9;
+  f.copy_enqueue_s = m.number({"copy_enqueue_ns"}) * 1e-9;
+  f.kernel_host_bw = m.number({"kernel_host_access_bandwidth"});
   return f;
 }
 
@@ -271,7 +294,7 @@ TEST_F(Timing, KernelOnAnIdleStreamWaitsForTheLaunchLatency) {
   flops_on(s_, work_s * f_.fp32_flops);
   CUDA_OK(cudaEventRecord(e1_, s_));
   EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_),
-                     (f_.api_overhead_s + f_.launch_latency_s + work_s) * 1e3);
+                     (f_.launch_enqueue_s + f_.launch_latency_s + work_s) * 1e3);
 }
 
 TEST_F(Timing, KernelTimeIsTheLargerOfComputeAndMemory) {
@@ -364,6 +387,144 @@ TEST_F(Timing, EventsOnOneStreamAreMonotonic) {
   EXPECT_GT(b, 0);
   EXPECT_NEAR(ab, a + b, 1e-3);
   EXPECT_NEAR(elapsed_ms(e2_, e0_), -ab, 1e-3) << "elapsed time is signed";
+}
+
+// Host time taken by one driver call, in ns of virtual time.
+template <typename F>
+double host_ns_of(F&& call) {
+  static auto now = simgpu_test::driver<uint64_t (*)()>("simgpuVirtualTimeNs");
+  uint64_t before = now();
+  call();
+  return static_cast<double>(now() - before);
+}
+
+#define EXPECT_NS(got, want) EXPECT_NEAR((got), (want), 1.0) << #got " vs model " #want
+
+// cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap and cuMemRelease cost their
+// model's per-call part plus their part per 2 MiB page, here for 3 pages.
+TEST_F(Timing, VmmCallsCostTheModelsFigures) {
+  auto m = simgpu_test::device_model::current();
+  auto cost = [&](const std::string& family, double pages) {
+    return m.number({(family + "_ns").c_str()}) +
+           pages * m.number({(family + "_per_2mib_ns").c_str()});
+  };
+  const size_t bytes = 6ull << 20;
+  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
+  auto create = SIMGPU_DRV(cuMemCreate);
+  auto map = SIMGPU_DRV(cuMemMap);
+  auto access = SIMGPU_DRV(cuMemSetAccess);
+  auto unmap = SIMGPU_DRV(cuMemUnmap);
+  auto release = SIMGPU_DRV(cuMemRelease);
+  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  CUDA_OK(cudaDeviceSynchronize());
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = 0;
+  ASSERT_EQ(reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(create(&h, bytes, &prop, 0), CUDA_SUCCESS); }),
+            cost("vmm_create", 3));
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(map(va, bytes, 0, h, 0), CUDA_SUCCESS); }),
+            cost("vmm_map", 3));
+  CUmemAccessDesc d{};
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(access(va, bytes, &d, 1), CUDA_SUCCESS); }),
+            cost("vmm_set_access", 3));
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(unmap(va, bytes), CUDA_SUCCESS); }),
+            cost("vmm_unmap", 3));
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(release(h), CUDA_SUCCESS); }), cost("vmm_release", 3));
+  ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
+}
+
+// Event record, query and synchronize, a stream's wait, a copy's and a kernel's
+// enqueue and a graph launch each cost the host their model figure.
+TEST_F(Timing, EventStreamCopyAndLaunchCallsCostTheModelsFigures) {
+  auto m = simgpu_test::device_model::current();
+  auto record = SIMGPU_DRV(cuEventRecord);
+  auto query = SIMGPU_DRV(cuEventQuery);
+  auto sync = SIMGPU_DRV(cuEventSynchronize);
+  auto wait = SIMGPU_DRV(cuStreamWaitEvent);
+  CUDA_OK(cudaDeviceSynchronize());
+  CUevent e = reinterpret_cast<CUevent>(e0_);
+  CUstream s = reinterpret_cast<CUstream>(s_);
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(record(e, s), CUDA_SUCCESS); }),
+            m.number({"event_record_ns"}));
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(query(e), CUDA_SUCCESS); }), m.number({"event_query_ns"}));
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(sync(e), CUDA_SUCCESS); }), m.number({"event_sync_ns"}));
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(wait(reinterpret_cast<CUstream>(s2_), e, 0), CUDA_SUCCESS); }),
+            m.number({"stream_wait_event_ns"}));
+  void* host = nullptr;
+  CUDA_OK(cudaMallocHost(&host, 4096));
+  EXPECT_NS(host_ns_of([&] {
+              ASSERT_EQ(cudaMemcpyAsync(scratch_, host, 256, cudaMemcpyHostToDevice, s_),
+                        cudaSuccess);
+            }),
+            f_.copy_enqueue_s * 1e9);
+  EXPECT_NS(host_ns_of([&] { flops_on(s_, 1e3); }), f_.launch_enqueue_s * 1e9);
+  // A graph of three kernels is one launch enqueue.
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < 3; ++i) flops_on(s_, 1e3);
+  CUDA_OK(cudaStreamEndCapture(s_, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(cudaGraphLaunch(exec, s_), cudaSuccess); }),
+            f_.launch_enqueue_s * 1e9);
+  CUDA_OK(cudaStreamSynchronize(s_));
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  CUDA_OK(cudaFreeHost(host));
+}
+
+// A kernel reads host memory (pinned, or a host-located VMM mapping) at the model's
+// zero-copy rate, below the pinned copy rate, and pays again for every re-read.
+TEST_F(Timing, KernelsReadHostMemoryAtTheZeroCopyRateForEveryRead) {
+  EXPECT_LT(f_.kernel_host_bw, f_.h2d_pinned) << "the model itself";
+  const size_t bytes = 4ull << 20;
+  const long n = static_cast<long>(bytes / sizeof(float));
+  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
+  auto create = SIMGPU_DRV(cuMemCreate);
+  auto map = SIMGPU_DRV(cuMemMap);
+  auto access = SIMGPU_DRV(cuMemSetAccess);
+  auto unmap = SIMGPU_DRV(cuMemUnmap);
+  auto release = SIMGPU_DRV(cuMemRelease);
+  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = 0;
+  ASSERT_EQ(create(&h, bytes, &prop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(map(va, bytes, 0, h, 0), CUDA_SUCCESS);
+  CUmemAccessDesc d{};
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(access(va, bytes, &d, 1), CUDA_SUCCESS);
+  float* pinned = nullptr;
+  CUDA_OK(cudaMallocHost(&pinned, bytes));
+  std::memset(pinned, 0, bytes);
+  for (const float* x : {static_cast<const float*>(reinterpret_cast<void*>(va)),
+                         static_cast<const float*>(pinned)}) {
+    for (int reads : {1, 3}) {
+      fill(s_);
+      CUDA_OK(cudaEventRecord(e0_, s_));
+      void* args[] = {&x, &scratch_, const_cast<long*>(&n), &reads};
+      CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(&reread_kernel), dim3(1), dim3(1),
+                               args, 0, s_));
+      CUDA_OK(cudaEventRecord(e1_, s_));
+      EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_),
+                         kernel_expected_ms(reads * static_cast<double>(bytes) / f_.kernel_host_bw))
+          << reads << " reads of " << (x == pinned ? "pinned memory" : "a host-located mapping");
+    }
+  }
+  CUDA_OK(cudaStreamSynchronize(s_));
+  CUDA_OK(cudaFreeHost(pinned));
+  ASSERT_EQ(unmap(va, bytes), CUDA_SUCCESS);
+  ASSERT_EQ(release(h), CUDA_SUCCESS);
+  ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
 }
 
 }  // namespace

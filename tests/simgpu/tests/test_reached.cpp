@@ -1,0 +1,442 @@
+// What kernels really reach, and the race detector seeing it (Note [Accesses a
+// kernel really makes] in driver/fault.h); the VMM switches of the device model.
+//
+// A kernel that chases a pointer stored in device memory (a batched GEMM's pointer
+// array, an optimizer's foreach list) names only the pointer array in its
+// footprint. Queued behind a long kernel, on a GPU it reads the chased page long
+// after the host's calls return: if the host unmaps that page, or takes access to
+// it away, without waiting for the kernel, the GPU faults or reads another
+// allocation. simgpu runs kernels at enqueue, so it records each page the kernel
+// reached outside its footprint and the race detector must report the unmap. Each
+// scenario runs in a child process (this program re-run with --scenario NAME), so
+// that SIMGPU_RACE=abort and the exit status can be checked.
+//
+// Without the recording of reached pages (or with the old whole-allocation opening
+// of footprints), the *_races tests see no race and fail.
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "simgpu/kernel.h"
+#include "simgpu_test.h"
+
+namespace {
+
+// Adds 1 to *table[i] for i < n: the ints it writes are reached through pointers
+// loaded from device memory; its footprint names only the table.
+__global__ void chase_add_kernel(int* const* table, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) *table[i] += 1;
+}
+SIMGPU_KERNEL_FOOTPRINT(chase_add_kernel, [](simgpu::footprint& fp, int* const* table, int n) {
+  fp.read(table, static_cast<std::size_t>(n));
+});
+
+// Copies *table[i] into out[i]: reads through the table.
+__global__ void chase_read_kernel(const int* const* table, int* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = *table[i];
+}
+SIMGPU_KERNEL_FOOTPRINT(chase_read_kernel, [](simgpu::footprint& fp, const int* const* table,
+                                              int* out, int n) {
+  fp.read(table, static_cast<std::size_t>(n));
+  fp.write(out, static_cast<std::size_t>(n));
+});
+
+// About 20 ms of arithmetic on the H100 model, writing one int.
+__global__ void long_kernel(int* out) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = 7;
+}
+SIMGPU_KERNEL_FOOTPRINT(long_kernel, [](simgpu::footprint& fp, int* out) {
+  fp.write(out, 1);
+  fp.flops(1e12);
+});
+
+// Declares a write of the first `n` ints of p but also writes p[far].
+__global__ void stray_write_kernel(int* p, int n, int far) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    for (int i = 0; i < n; ++i) p[i] = i;
+    p[far] = -1;
+  }
+}
+SIMGPU_KERNEL_FOOTPRINT(stray_write_kernel, [](simgpu::footprint& fp, int* p, int n, int) {
+  fp.write(p, static_cast<std::size_t>(n));
+});
+
+// Reads ints [lo, lo+n) of p into out.
+__global__ void range_read_kernel(const int* p, int lo, int n, int* out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = p[lo + i];
+}
+SIMGPU_KERNEL_FOOTPRINT(range_read_kernel, [](simgpu::footprint& fp, const int* p, int lo,
+                                              int n, int* out) {
+  fp.read(p + lo, static_cast<std::size_t>(n));
+  fp.write(out, static_cast<std::size_t>(n));
+});
+
+#define CHECK(expr)                                                                      \
+  do {                                                                                   \
+    if (!(expr)) {                                                                       \
+      std::fprintf(stderr, "scenario check failed: %s (line %d)\n", #expr, __LINE__);  \
+      return 10;                                                                         \
+    }                                                                                    \
+  } while (0)
+#define CHECK_RT(expr) CHECK((expr) == cudaSuccess)
+#define CHECK_CU(expr) CHECK((expr) == CUDA_SUCCESS)
+
+constexpr size_t kGran = 2ull << 20;
+constexpr int kN = 4;  // chased ints, one per 4 KiB page of the mapping
+
+// One VMM mapping of 2 MiB (device-located, read-write), a table in cudaMalloc memory
+// holding kN pointers into it (one per page), and a non-blocking stream.
+struct chase_setup {
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h = 0;
+  int** table = nullptr;
+  int* out = nullptr;
+  int* scratch = nullptr;
+  cudaStream_t s = nullptr;
+
+  int init() {
+    CHECK_RT(cudaFree(nullptr));
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CHECK_CU(SIMGPU_DRV(cuMemAddressReserve)(&va, kGran, 0, 0, 0));
+    CHECK_CU(SIMGPU_DRV(cuMemCreate)(&h, kGran, &prop, 0));
+    CHECK_CU(SIMGPU_DRV(cuMemMap)(va, kGran, 0, h, 0));
+    CHECK_CU(grant(CU_MEM_ACCESS_FLAGS_PROT_READWRITE));
+    std::vector<int> values(kGran / sizeof(int), 0);
+    for (int i = 0; i < kN; ++i) values[i * 1024] = 100 + i;
+    CHECK_RT(cudaMemcpy(reinterpret_cast<void*>(va), values.data(), kGran,
+                        cudaMemcpyHostToDevice));
+    std::vector<int*> pointers(kN);
+    for (int i = 0; i < kN; ++i) pointers[i] = reinterpret_cast<int*>(va) + i * 1024;
+    CHECK_RT(cudaMalloc(&table, kN * sizeof(int*)));
+    CHECK_RT(cudaMemcpy(table, pointers.data(), kN * sizeof(int*), cudaMemcpyHostToDevice));
+    CHECK_RT(cudaMalloc(&out, kN * sizeof(int)));
+    CHECK_RT(cudaMalloc(&scratch, sizeof(int)));
+    CHECK_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return 0;
+  }
+
+  CUresult grant(CUmemAccess_flags flags) {
+    CUmemAccessDesc d{};
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.flags = flags;
+    return SIMGPU_DRV(cuMemSetAccess)(va, kGran, &d, 1);
+  }
+
+  cudaError_t long_work() {
+    void* args[] = {&scratch};
+    return cudaLaunchKernel(reinterpret_cast<const void*>(&long_kernel), dim3(1), dim3(1), args,
+                            0, s);
+  }
+  cudaError_t chase_add() {
+    int n = kN;
+    void* args[] = {&table, &n};
+    return cudaLaunchKernel(reinterpret_cast<const void*>(&chase_add_kernel), dim3(1), dim3(kN),
+                            args, 0, s);
+  }
+  cudaError_t chase_read() {
+    int n = kN;
+    const int* const* t = table;
+    void* args[] = {&t, &out, &n};
+    return cudaLaunchKernel(reinterpret_cast<const void*>(&chase_read_kernel), dim3(1),
+                            dim3(kN), args, 0, s);
+  }
+};
+
+// The long kernel, then the chasing reader, then the unmap with no wait: a race.
+int unmap_unordered() {
+  chase_setup c;
+  if (int r = c.init()) return r;
+  CHECK_RT(c.long_work());
+  CHECK_RT(c.chase_read());
+  CHECK_CU(SIMGPU_DRV(cuMemUnmap)(c.va, kGran));
+  return 0;
+}
+
+// The same, with the host waiting on an event recorded after the kernel: no race.
+int unmap_after_event() {
+  chase_setup c;
+  if (int r = c.init()) return r;
+  cudaEvent_t e = nullptr;
+  CHECK_RT(cudaEventCreate(&e));
+  CHECK_RT(c.long_work());
+  CHECK_RT(c.chase_read());
+  CHECK_RT(cudaEventRecord(e, c.s));
+  CHECK_RT(cudaEventSynchronize(e));
+  CHECK_CU(SIMGPU_DRV(cuMemUnmap)(c.va, kGran));
+  std::vector<int> got(kN);
+  CHECK_RT(cudaMemcpy(got.data(), c.out, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < kN; ++i) CHECK(got[i] == 100 + i);
+  return 0;
+}
+
+// The chasing writer, then the host takes write access away: a race (the queued
+// kernel would fault on a GPU). The write is seen through the pointer.
+int set_access_unordered() {
+  chase_setup c;
+  if (int r = c.init()) return r;
+  CHECK_RT(c.long_work());
+  CHECK_RT(c.chase_add());
+  CHECK_CU(c.grant(CU_MEM_ACCESS_FLAGS_PROT_READ));
+  return 0;
+}
+
+// The same after a stream synchronisation: no race; the writes landed.
+int set_access_after_sync() {
+  chase_setup c;
+  if (int r = c.init()) return r;
+  CHECK_RT(c.long_work());
+  CHECK_RT(c.chase_add());
+  CHECK_RT(cudaStreamSynchronize(c.s));
+  CHECK_CU(c.grant(CU_MEM_ACCESS_FLAGS_PROT_READ));
+  std::vector<int> got(kN);
+  for (int i = 0; i < kN; ++i)
+    CHECK_RT(cudaMemcpy(&got[i], reinterpret_cast<int*>(c.va) + i * 1024, sizeof(int),
+                        cudaMemcpyDeviceToHost));
+  for (int i = 0; i < kN; ++i) CHECK(got[i] == 101 + i);
+  return 0;
+}
+
+// A captured graph (long kernel, chasing reader) replayed, then the unmap with no
+// wait: the replayed node's reached pages are recorded too, a race.
+int graph_unmap_unordered(bool wait) {
+  chase_setup c;
+  if (int r = c.init()) return r;
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CHECK_RT(cudaStreamBeginCapture(c.s, cudaStreamCaptureModeGlobal));
+  CHECK_RT(c.long_work());
+  CHECK_RT(c.chase_read());
+  CHECK_RT(cudaStreamEndCapture(c.s, &g));
+  CHECK_RT(cudaGraphInstantiate(&exec, g, 0));
+  CHECK_RT(cudaGraphLaunch(exec, c.s));
+  if (wait) CHECK_RT(cudaStreamSynchronize(c.s));
+  CHECK_CU(SIMGPU_DRV(cuMemUnmap)(c.va, kGran));
+  return 0;
+}
+
+// A kernel declares a write of the first page of an allocation but also writes its
+// fifth page; another stream's kernel reads that fifth page (declared): a race the
+// footprints alone, opened whole-allocation, never show.
+int stray_write_unordered() {
+  CHECK_RT(cudaFree(nullptr));
+  int* p = nullptr;
+  int* out = nullptr;
+  CHECK_RT(cudaMalloc(&p, 8 * 4096));
+  CHECK_RT(cudaMalloc(&out, 64 * sizeof(int)));
+  cudaStream_t a = nullptr, b = nullptr;
+  CHECK_RT(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CHECK_RT(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  int n = 16, far = 4 * 1024 + 3;
+  void* wargs[] = {&p, &n, &far};
+  CHECK_RT(cudaLaunchKernel(reinterpret_cast<const void*>(&stray_write_kernel), dim3(1), dim3(1),
+                            wargs, 0, a));
+  const int* cp = p;
+  int lo = 4 * 1024, count = 64;
+  void* rargs[] = {&cp, &lo, &count, &out};
+  CHECK_RT(cudaLaunchKernel(reinterpret_cast<const void*>(&range_read_kernel), dim3(1),
+                            dim3(64), rargs, 0, b));
+  CHECK_RT(cudaDeviceSynchronize());
+  return 0;
+}
+
+// With vmm_waits_for_device the unmap waits (in host time) for the long kernel, but
+// still orders nothing: the race is reported. Prints the host time before and after.
+int unmap_waits_but_races() {
+  chase_setup c;
+  if (int r = c.init()) return r;
+  auto now = simgpu_test::driver<uint64_t (*)()>("simgpuVirtualTimeNs");
+  CHECK_RT(c.long_work());
+  CHECK_RT(c.chase_read());
+  uint64_t before = now();
+  CHECK_CU(SIMGPU_DRV(cuMemUnmap)(c.va, kGran));
+  std::printf("unmap_host_ns=%llu\n", static_cast<unsigned long long>(now() - before));
+  return 0;
+}
+
+// Host-located cuMemCreate on a model without host VMM: refused as by the driver.
+int host_vmm_refused() {
+  CHECK_RT(cudaFree(nullptr));
+  CUdevice dev = 0;
+  int supported = -1;
+  CHECK_CU(SIMGPU_DRV(cuDeviceGetAttribute)(
+      &supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
+  std::printf("host_vmm_supported=%d\n", supported);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = SIMGPU_DRV(cuMemCreate)(&h, kGran, &prop, 0);
+  std::printf("host_create=%d\n", static_cast<int>(r));
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CHECK_CU(SIMGPU_DRV(cuMemCreate)(&h, kGran, &prop, 0));
+  CHECK_CU(SIMGPU_DRV(cuMemRelease)(h));
+  return 0;
+}
+
+int run_scenario(const std::string& name) {
+  if (name == "unmap") return unmap_unordered();
+  if (name == "unmap_after_event") return unmap_after_event();
+  if (name == "set_access") return set_access_unordered();
+  if (name == "set_access_after_sync") return set_access_after_sync();
+  if (name == "graph_unmap") return graph_unmap_unordered(false);
+  if (name == "graph_unmap_after_sync") return graph_unmap_unordered(true);
+  if (name == "stray_write") return stray_write_unordered();
+  if (name == "unmap_waits") return unmap_waits_but_races();
+  if (name == "host_vmm_refused") return host_vmm_refused();
+  std::fprintf(stderr, "unknown scenario %s\n", name.c_str());
+  return 20;
+}
+
+std::string g_self;
+
+simgpu_test::process_result scenario(const std::string& name,
+                                     const simgpu_test::env_settings& env = {}) {
+  return simgpu_test::run_process({g_self, "--scenario", name}, env);
+}
+
+bool has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// The model file of this run, with `key`'s line replaced by `line` (or dropped when
+// line is empty), written to a temporary file whose path is answered.
+std::string model_with(const std::string& key, const std::string& line) {
+  auto m = simgpu_test::device_model::load("h100-pcie");
+  std::ifstream in(m.path());
+  std::string path = testing::TempDir() + "simgpu_" + key + ".model";
+  std::ofstream out(path);
+  std::string l;
+  while (std::getline(in, l)) {
+    std::string head = l.substr(0, l.find('='));
+    head.erase(head.find_last_not_of(" \t") + 1);
+    if (head == key) {
+      if (!line.empty()) out << line << "\n";
+    } else {
+      out << l << "\n";
+    }
+  }
+  return path;
+}
+
+const char* kUnmapRace = "is unordered with <cuMemUnmap by the host>";
+
+TEST(Reached, ChasedPageUnmappedWithoutWaitingRaces) {
+  auto r = scenario("unmap", {{"SIMGPU_RACE", "report"}});
+  EXPECT_FALSE(r.signaled) << simgpu_test::describe(r);
+  EXPECT_EQ(r.exit_code, 3) << simgpu_test::describe(r);
+  EXPECT_TRUE(has(r.err, "simgpu: race on [0x")) << r.err;
+  EXPECT_TRUE(has(r.err, "<read by kernel '")) << r.err;
+  EXPECT_TRUE(has(r.err, "chase_read_kernel")) << r.err;
+  EXPECT_TRUE(has(r.err, kUnmapRace)) << r.err;
+}
+
+TEST(Reached, ChasedPageUnmappedWithoutWaitingAbortsInAbortMode) {
+  auto r = scenario("unmap", {{"SIMGPU_RACE", "abort"}});
+  EXPECT_TRUE(r.signaled) << simgpu_test::describe(r);
+  EXPECT_EQ(r.signal, SIGABRT) << simgpu_test::describe(r);
+  EXPECT_TRUE(has(r.err, "chase_read_kernel")) << r.err;
+  EXPECT_TRUE(has(r.err, kUnmapRace)) << r.err;
+}
+
+TEST(Reached, ChasedPageUnmappedAfterAnEventWaitIsNoRace) {
+  auto r = scenario("unmap_after_event", {{"SIMGPU_RACE", "abort"}});
+  EXPECT_FALSE(r.signaled) << simgpu_test::describe(r);
+  EXPECT_EQ(r.exit_code, 0) << simgpu_test::describe(r);
+  EXPECT_FALSE(has(r.err, "race on")) << r.err;
+}
+
+TEST(Reached, WriteAccessTakenFromAChasedPageWithoutWaitingRaces) {
+  auto r = scenario("set_access", {{"SIMGPU_RACE", "abort"}});
+  EXPECT_TRUE(r.signaled) << simgpu_test::describe(r);
+  EXPECT_TRUE(has(r.err, "<write by kernel '")) << r.err;
+  EXPECT_TRUE(has(r.err, "chase_add_kernel")) << r.err;
+  EXPECT_TRUE(has(r.err, "is unordered with <cuMemSetAccess by the host>")) << r.err;
+}
+
+TEST(Reached, WriteAccessTakenAfterASyncIsNoRace) {
+  auto r = scenario("set_access_after_sync", {{"SIMGPU_RACE", "abort"}});
+  EXPECT_FALSE(r.signaled) << simgpu_test::describe(r);
+  EXPECT_EQ(r.exit_code, 0) << simgpu_test::describe(r);
+}
+
+TEST(Reached, GraphReplayChasingAPageUnmappedWithoutWaitingRaces) {
+  auto r = scenario("graph_unmap", {{"SIMGPU_RACE", "abort"}});
+  EXPECT_TRUE(r.signaled) << simgpu_test::describe(r);
+  EXPECT_TRUE(has(r.err, "chase_read_kernel")) << r.err;
+  EXPECT_TRUE(has(r.err, kUnmapRace)) << r.err;
+  auto ok = scenario("graph_unmap_after_sync", {{"SIMGPU_RACE", "abort"}});
+  EXPECT_EQ(ok.exit_code, 0) << simgpu_test::describe(ok);
+}
+
+TEST(Reached, UndeclaredWriteInsideAnAllocationRacesWithADeclaredRead) {
+  auto r = scenario("stray_write", {{"SIMGPU_RACE", "report"}});
+  EXPECT_EQ(r.exit_code, 3) << simgpu_test::describe(r);
+  EXPECT_TRUE(has(r.err, "<write by kernel '")) << r.err;
+  EXPECT_TRUE(has(r.err, "stray_write_kernel")) << r.err;
+  EXPECT_TRUE(has(r.err, "range_read_kernel")) << r.err;
+}
+
+// SIMGPU_VMM_WAIT=1: the unmap costs the wait for the ~20 ms kernel, and the race is
+// still reported (a wait in time is no ordering). With 0 it costs only its figure.
+TEST(Reached, VmmWaitWaitsForTheDeviceButOrdersNothing) {
+  auto waiting = scenario("unmap_waits", {{"SIMGPU_RACE", "report"}, {"SIMGPU_VMM_WAIT", "1"}});
+  auto quick = scenario("unmap_waits", {{"SIMGPU_RACE", "report"}, {"SIMGPU_VMM_WAIT", "0"}});
+  EXPECT_EQ(waiting.exit_code, 3) << simgpu_test::describe(waiting);
+  EXPECT_TRUE(has(waiting.err, kUnmapRace)) << waiting.err;
+  EXPECT_EQ(quick.exit_code, 3) << simgpu_test::describe(quick);
+  double waited = std::stod(simgpu_test::field(waiting.out, "unmap_host_ns"));
+  double fast = std::stod(simgpu_test::field(quick.out, "unmap_host_ns"));
+  EXPECT_GT(waited, 10e6) << "the unmap waited for about 20 ms of kernel";
+  EXPECT_LT(fast, 1e6);
+  auto bad = scenario("unmap_waits", {{"SIMGPU_VMM_WAIT", "sometimes"}});
+  EXPECT_EQ(bad.exit_code, 2) << simgpu_test::describe(bad);
+  EXPECT_TRUE(has(bad.err, "SIMGPU_VMM_WAIT='sometimes' is not valid")) << bad.err;
+}
+
+TEST(Reached, ModelWithoutHostVmmRefusesHostLocatedCreate) {
+  std::string path = model_with("host_vmm_supported", "host_vmm_supported = 0");
+  auto r = scenario("host_vmm_refused", {{"SIMGPU_DEVICE", path}});
+  EXPECT_EQ(r.exit_code, 0) << simgpu_test::describe(r);
+  EXPECT_EQ(simgpu_test::field(r.out, "host_vmm_supported"), "0") << r.out;
+  EXPECT_EQ(simgpu_test::field(r.out, "host_create"), std::to_string(CUDA_ERROR_NOT_SUPPORTED))
+      << r.out;
+  auto shipped = scenario("host_vmm_refused");
+  EXPECT_EQ(simgpu_test::field(shipped.out, "host_vmm_supported"), "1") << shipped.out;
+  EXPECT_EQ(simgpu_test::field(shipped.out, "host_create"), "0") << shipped.out;
+}
+
+// A model lacking a cost key, or giving a malformed one, is refused at load with the
+// key's name (exit status 2).
+TEST(Reached, ModelWithAMissingOrMalformedCostIsRefused) {
+  for (const char* key : {"vmm_unmap_per_2mib_ns", "event_query_ns", "launch_enqueue_ns",
+                          "kernel_host_access_bandwidth", "vmm_waits_for_device",
+                          "host_vmm_supported"}) {
+    auto missing = scenario("host_vmm_refused", {{"SIMGPU_DEVICE", model_with(key, "")}});
+    EXPECT_EQ(missing.exit_code, 2) << key << ": " << simgpu_test::describe(missing);
+    EXPECT_TRUE(has(missing.err, std::string("missing key '") + key + "'")) << missing.err;
+    auto bad = scenario("host_vmm_refused",
+                        {{"SIMGPU_DEVICE", model_with(key, std::string(key) + " = fast")}});
+    EXPECT_EQ(bad.exit_code, 2) << key << ": " << simgpu_test::describe(bad);
+    EXPECT_TRUE(has(bad.err, key)) << bad.err;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The child is this program again (run_process resolves no relative path).
+  char self[4096] = {};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  g_self = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+  if (argc == 3 && std::string(argv[1]) == "--scenario") return run_scenario(argv[2]);
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
