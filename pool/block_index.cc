@@ -1,6 +1,7 @@
 // TLSF classes, splitting, coalescing and the address map (see block_index.h).
 #include "pool/block_index.h"
 
+#include <algorithm>
 #include <bit>
 
 namespace oversub::pool {
@@ -114,6 +115,7 @@ block* block_index::split(block* b, std::size_t bytes) {
     rest->size = b->size - bytes;
     rest->range = b->range;
     rest->tickets = b->tickets;
+    rest->free_epoch = b->free_epoch;
     rest->prev_phys = b;
     rest->next_phys = b->next_phys;
     if (b->next_phys != nullptr) b->next_phys->prev_phys = rest;
@@ -146,6 +148,7 @@ block* block_index::release(block* b) {
 
 void block_index::absorb(block* first, block* second) {
   first->size += second->size;
+  first->free_epoch = std::max(first->free_epoch, second->free_epoch);
   first->next_phys = second->next_phys;
   if (second->next_phys != nullptr) second->next_phys->prev_phys = first;
   second->free = false;

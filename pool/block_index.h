@@ -43,6 +43,8 @@ struct block {
   bool free = false;
   std::uint64_t alloc_epoch = 0;  // stream_fences epoch at allocation (set by callers)
   ticket_set tickets;             // free blocks: what reuse waits for
+  std::uint64_t free_epoch = 0;   // free blocks: stream_fences epoch of the latest free
+                                  // (what an unmap waits for: Note [Unmap after all work])
 };
 
 class block_index {

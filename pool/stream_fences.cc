@@ -1,6 +1,8 @@
 // Stream slots, events and tickets (see stream_fences.h).
 #include "pool/stream_fences.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "pool/driver_api.h"
 
@@ -59,7 +61,7 @@ void stream_fences::record_floor_locked() noexcept {
   ++events_recorded_;
   outstanding_.fetch_add(1, std::memory_order_relaxed);
   sl.recorded_work = sl.last_work.load(std::memory_order_relaxed);
-  sl.outstanding.emplace_back(++sl.seq, e);
+  sl.outstanding.push_back({++sl.seq, e, sl.recorded_work});
   floor_owed_ = false;
   floor_seq_.store(sl.seq, std::memory_order_release);
 }
@@ -106,7 +108,7 @@ ticket stream_fences::ticket_locked(int s) noexcept {
   ++events_recorded_;
   outstanding_.fetch_add(1, std::memory_order_relaxed);
   sl.recorded_work = work;
-  sl.outstanding.emplace_back(++sl.seq, e);
+  sl.outstanding.push_back({++sl.seq, e, work});
   return ticket{static_cast<std::uint16_t>(s), sl.seq};
 }
 
@@ -137,7 +139,7 @@ bool stream_fences::advance_locked(slot& sl, bool wait) noexcept {
   const driver_table& d = driver();
   bool progressed = false;
   while (!sl.outstanding.empty()) {
-    auto [seq, e] = sl.outstanding.front();
+    const auto [seq, e, work] = sl.outstanding.front();
     const CUresult r = wait ? d.cuEventSynchronize(e) : d.cuEventQuery(e);
     if (r == CUDA_ERROR_NOT_READY) break;
     if (r != CUDA_SUCCESS) {
@@ -149,6 +151,7 @@ bool stream_fences::advance_locked(slot& sl, bool wait) noexcept {
     outstanding_.fetch_sub(1, std::memory_order_relaxed);
     spare_events_.push_back(e);
     sl.completed.store(seq, std::memory_order_release);
+    sl.completed_work.store(work, std::memory_order_release);
     progressed = true;
   }
   return progressed;
@@ -169,10 +172,64 @@ bool stream_fences::wait_all() noexcept {
   bool ok = !floor_owed_;
   const int used = used_slots_.load(std::memory_order_acquire);
   for (int i = 0; i < used; ++i) {
+    ok = cover_locked(i) && ok;
     advance_locked(slots_[i], true);
     ok = ok && slots_[i].outstanding.empty();
   }
   return ok;
+}
+
+bool stream_fences::settled(std::uint64_t epoch) const noexcept {
+  const int used = used_slots_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    const slot& sl = slots_[i];
+    const std::uint64_t need = std::min(epoch, sl.last_work.load(std::memory_order_relaxed));
+    if (sl.completed_work.load(std::memory_order_acquire) < need) return false;
+  }
+  return true;
+}
+
+void stream_fences::synchronize_device_locked() noexcept {
+  if (driver().cuCtxSynchronize() != CUDA_SUCCESS) return;
+  const std::uint64_t now = epoch_.load(std::memory_order_relaxed);
+  const int used = used_slots_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    slot& sl = slots_[i];
+    // Everything enqueued before the synchronisation is done; what is recorded stays
+    // outstanding (its queries answer at once from now on).
+    const std::uint64_t w = std::min(now, sl.last_work.load(std::memory_order_relaxed));
+    if (sl.completed_work.load(std::memory_order_relaxed) < w) {
+      sl.completed_work.store(w, std::memory_order_release);
+    }
+  }
+}
+
+bool stream_fences::cover_locked(int s) noexcept {
+  slot& sl = slots_[s];
+  const std::uint64_t work = sl.last_work.load(std::memory_order_relaxed);
+  if (sl.recorded_work >= work || sl.completed_work.load(std::memory_order_relaxed) >= work) {
+    return true;
+  }
+  const driver_table& d = driver();
+  const CUstream stream = sl.stream.load(std::memory_order_relaxed);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) {
+    synchronize_device_locked();  // the stream is gone
+    return sl.completed_work.load(std::memory_order_relaxed) >= work;
+  }
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE) return false;
+  const ticket t = ticket_locked(s);
+  return t.seq != never_completes;
+}
+
+void stream_fences::fence_all() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  record_floor_locked();
+  const int used = used_slots_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    cover_locked(i);
+    advance_locked(slots_[i], false);
+  }
 }
 
 stream_fences& fences() noexcept {

@@ -33,6 +33,19 @@
 // simtrain on the H100-PCIe model records 27 events per iteration for its 34 frees
 // without this, none with it.
 //
+// Note [Unmap after all work]: reuse and unmap follow different rules. A block may
+// be reused by work that stream order puts after its old users (the tickets above,
+// none at all on one stream). Unmapping or remapping its memory has no stream to
+// order it: cuMemUnmap does not wait for queued work, and the work that may still
+// read the bytes includes work oversub cannot attribute to the block (a kernel that
+// follows a pointer stored in device memory, a graph replay, a launch whose
+// parameters could not be read). So a free remembers the work epoch at which it
+// happened, and the memory is unmapped only once every stream's work enqueued up to
+// that epoch is known complete (settled()): on every stream, an event recorded after
+// that work (fence_all() records the missing ones, off the allocation fast path) has
+// completed. A block freed on the only stream, which takes no ticket, is therefore
+// still never unmapped under its last kernel.
+//
 // Note [Streams that capture]: an event cannot be recorded on a capturing stream
 // (it would become a graph node), so a block freed while one of its streams captures
 // gets a ticket that never completes: only that same stream reuses it. cudaMalloc is
@@ -102,6 +115,13 @@ class stream_fences {
   // True when stream is capturing (or its capture state cannot be read).
   static bool capturing(CUstream stream) noexcept;
 
+  // Note [Unmap after all work]: true when every stream's work enqueued up to epoch
+  // is known complete (no driver call).
+  bool settled(std::uint64_t epoch) const noexcept;
+  // Records an event on every stream with work no event covers yet (not on one that
+  // captures), then polls. A stream that is gone costs one cuCtxSynchronize.
+  void fence_all() noexcept;
+
   std::uint64_t events_recorded() const noexcept { return events_recorded_; }
   // True while some recorded event is not known complete (no driver call).
   bool outstanding() const noexcept {
@@ -113,10 +133,21 @@ class stream_fences {
     std::atomic<CUstream> stream{nullptr};
     std::atomic<std::uint64_t> last_work{0};        // epoch of the latest work
     std::atomic<std::uint64_t> completed{0};        // tickets up to this seq are done
+    std::atomic<std::uint64_t> completed_work{0};   // work up to this epoch is done
     std::uint64_t recorded_work = 0;                // epoch covered by the last event
     std::uint64_t seq = 0;                          // seq of the last event
-    std::deque<std::pair<std::uint64_t, CUevent>> outstanding;  // oldest first
+    struct pending {
+      std::uint64_t seq;
+      CUevent event;
+      std::uint64_t work;  // the epoch it covers
+    };
+    std::deque<pending> outstanding;  // oldest first
   };
+  // Records the event that covers slot s's work so far, if none does (mutex_ held).
+  // False when it cannot (the stream captures, or is gone).
+  bool cover_locked(int s) noexcept;
+  // The stream of a slot is gone: wait for the device once (mutex_ held).
+  void synchronize_device_locked() noexcept;
 
   // The ticket covering everything enqueued on slot s so far (mutex_ held).
   ticket ticket_locked(int s) noexcept;

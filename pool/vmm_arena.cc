@@ -318,7 +318,7 @@ allocation_result vmm_arena::allocate_dedicated_locked(std::size_t size, int con
   };
   if (allocation_result r = reuse()) return r;
   if (!capturing) {
-    fences_.poll();
+    fences_.fence_all();  // Note [Unmap after all work] in stream_fences.h
     prune_locked();
     if (allocation_result r = reuse()) return r;
   }
@@ -372,6 +372,7 @@ void vmm_arena::deallocate(void* ptr, std::size_t, CUstream stream) {
     // tickets of its previous users, so a free with no work since cannot drop them.
     b->tickets.merge(tickets);
     b->tickets.prune([&](const ticket& t) { return fences_.known_complete(t); });
+    b->free_epoch = fences_.epoch();  // Note [Unmap after all work] in stream_fences.h
     index_.release(b);
     note_used_locked();
     return;
@@ -385,6 +386,7 @@ void vmm_arena::deallocate(void* ptr, std::size_t, CUstream stream) {
     } else {
       fences_.ticket_on(stream, x.tickets);
     }
+    x.free_epoch = fences_.epoch();
     stats_.used_bytes -= x.bytes;
     dedicated_free_.push_back(x);
     note_used_locked();
@@ -400,12 +402,13 @@ std::uint64_t vmm_arena::trim() {
 }
 
 // Note [Trim]: a chunk is given back when no live block and no free block with
-// unfinished tickets overlaps it (cuMemUnmap of memory queued work still uses would
-// be a use-after-free on a GPU, and simgpu reports it as a race). Events are polled
-// first; nothing waits.
+// unfinished tickets, or freed after work not yet known complete, overlaps it
+// (cuMemUnmap of memory queued work still uses would be a use-after-free on a GPU,
+// and simgpu reports it as a race; Note [Unmap after all work] in stream_fences.h).
+// Events are recorded where missing and polled first; nothing waits.
 std::uint64_t vmm_arena::trim_locked(bool capturing) {
   if (!capturing) {
-    fences_.poll();
+    fences_.fence_all();
     prune_locked();
   }
   std::uint64_t given = 0;
@@ -413,7 +416,7 @@ std::uint64_t vmm_arena::trim_locked(bool capturing) {
   for (range& r : ranges_) {
     busy.assign(r.chunks.size(), false);
     for (block* b = r.first; b != nullptr; b = b->next_phys) {
-      if (b->free && b->tickets.empty()) continue;
+      if (b->free && b->tickets.empty() && fences_.settled(b->free_epoch)) continue;
       const std::size_t first = (b->addr - r.base) / granularity_;
       const std::size_t last = (b->addr + b->size - 1 - r.base) / granularity_;
       for (std::size_t i = first; i <= last; ++i) busy[i] = true;
@@ -434,7 +437,7 @@ std::uint64_t vmm_arena::release_finished_dedicated_locked() {
   std::uint64_t given = 0;
   for (std::size_t i = 0; i < dedicated_free_.size();) {
     dedicated& x = dedicated_free_[i];
-    if (!x.tickets.empty()) {
+    if (!x.tickets.empty() || !fences_.settled(x.free_epoch)) {
       ++i;
       continue;
     }

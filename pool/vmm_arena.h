@@ -85,6 +85,7 @@ class vmm_arena final : public memory_resource {
     CUmemGenericAllocationHandle handle = 0;
     std::uint64_t alloc_epoch = 0;
     ticket_set tickets;     // when cached (freed); kept across a reuse
+    std::uint64_t free_epoch = 0;  // Note [Unmap after all work] in stream_fences.h
   };
 
   bool ensure_driver();

@@ -19,7 +19,10 @@ OVERSUB_MODE=track, OVERSUB_PROFILE_OUT), read back with scripts/lib/oprof.py.
              replay passes with plenty of memory, under swap (races reported, see
              Note [Races on the edge trace]) and under um (races abort)
   trace      a shipped profile of a real model (--trace, traces/), sizes scaled by
-             --scale so that it runs in seconds: as swap and um above
+             --scale so that it runs in seconds, in each of --modes: pool with
+             plenty of memory under OVERSUB_MODE=pool (races abort; same checksums:
+             it caught large blocks unmapped under their last kernel, Note [Unmap
+             after all work] in pool/stream_fences.h), swap and um as above
   cli        bad options and refused profiles stop with their messages
   corrupt    --corrupt-after N overwrites a word the checker must then catch: exit 1
              with "data check failed" naming the overwritten buffer, with plenty of
@@ -297,6 +300,20 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
           f"iteration times {got['times_ms']} ms; {moved}")
 
 
+def case_pool(args: argparse.Namespace, trace: Path, ref: dict | None = None) -> None:
+    ref = ref or reference(args, trace)
+    proc = run(ref["cmd"], {"SIMGPU_RACE": "abort", "OVERSUB_MODE": "pool"}, args.lib)
+    got = parse(proc, "under OVERSUB_MODE=pool with plenty of memory")
+    if not got["marked"]:
+        fail("the replay did not find oversub_iteration_begin under LD_PRELOAD", proc)
+    for key in ("checksums", "buffers", "launches", "words", "mismatches"):
+        if got[key] != ref[key]:
+            fail(f"{key} differ under OVERSUB_MODE=pool: {got[key]} vs {ref[key]} without "
+                 "oversub", proc)
+    print(f"pool with plenty of memory: {got['buffers']} buffers verified over "
+          f"{got['launches']} launches, checksums equal to the run without oversub, no race")
+
+
 def case_cli(args: argparse.Namespace, tmp: Path) -> None:
     """Bad options stop with status 2 and name the option; a profile the reader
     refuses stops with status 1 and the reader's message (docs/profile-format.md)."""
@@ -354,6 +371,8 @@ def main() -> int:
     ap.add_argument("--scale", help="the replay's --scale (buffer and copy bytes times it)")
     ap.add_argument("--footprint", choices=["read", "readwrite"],
                     help="the replay's --footprint (readwrite: simgpu sees the kernel's writes)")
+    ap.add_argument("--modes", nargs="+", choices=["pool", "swap", "um"],
+                    default=["swap", "um"], help="trace: the oversub modes to run")
     ap.add_argument("--races-abort", action="store_true",
                     help="edges: SIMGPU_RACE=abort under swap (else report)")
     ap.add_argument("--expect-scheduled", action="store_true",
@@ -369,8 +388,12 @@ def main() -> int:
         if args.case == "trace":
             if args.trace is None:
                 fail("--case trace needs --trace")
-            for mode in ("swap", "um"):
-                case_oversubscribed(args, args.trace, mode)
+            ref = reference(args, args.trace)
+            for mode in args.modes:
+                if mode == "pool":
+                    case_pool(args, args.trace, ref)
+                else:
+                    case_oversubscribed(args, args.trace, mode, ref)
             return 0
         trace = make_trace(args, Path(tmp))
         if args.case == "unlimited":
