@@ -25,6 +25,8 @@ error_t g_peek_error = nullptr;
 error_t g_take_error = nullptr;
 driver_param_info_t g_driver_param_info = nullptr;
 driver_name_t g_driver_name = nullptr;
+driver_param_info_t g_kernel_param_info = nullptr;  // cuKernelGetParamInfo (CUDA 12.4+)
+driver_name_t g_kernel_name = nullptr;              // cuKernelGetName (CUDA 12.3+)
 
 int runtime_param_info(const void* f, std::size_t i, std::size_t* off, std::size_t* size) {
   return static_cast<int>(g_runtime_param_info(f, i, off, size));
@@ -36,6 +38,10 @@ int driver_param_info(void* f, std::size_t i, std::size_t* off, std::size_t* siz
   return g_driver_param_info(f, i, off, size);
 }
 int driver_name(const char** name, void* f) { return g_driver_name(name, f); }
+int kernel_param_info(void* k, std::size_t i, std::size_t* off, std::size_t* size) {
+  return g_kernel_param_info(k, i, off, size);
+}
+int kernel_name(const char** name, void* k) { return g_kernel_name(name, k); }
 int peek_error() { return static_cast<int>(g_peek_error()); }
 int take_error() { return static_cast<int>(g_take_error()); }
 
@@ -48,6 +54,9 @@ profiler::cuda_queries resolve_queries() {
   if (void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) {
     g_driver_param_info = reinterpret_cast<driver_param_info_t>(dlsym(cuda, "cuFuncGetParamInfo"));
     g_driver_name = reinterpret_cast<driver_name_t>(dlsym(cuda, "cuFuncGetName"));
+    g_kernel_param_info =
+        reinterpret_cast<driver_param_info_t>(dlsym(cuda, "cuKernelGetParamInfo"));
+    g_kernel_name = reinterpret_cast<driver_name_t>(dlsym(cuda, "cuKernelGetName"));
     dlclose(cuda);
   }
   profiler::cuda_queries q;
@@ -55,6 +64,8 @@ profiler::cuda_queries resolve_queries() {
   if (g_runtime_name) q.runtime_name = &runtime_name;
   if (g_driver_param_info) q.driver_param_info = &driver_param_info;
   if (g_driver_name) q.driver_name = &driver_name;
+  if (g_kernel_param_info) q.kernel_param_info = &kernel_param_info;
+  if (g_kernel_name) q.kernel_name = &kernel_name;
   if (g_peek_error) q.runtime_peek_error = &peek_error;
   if (g_take_error) q.runtime_take_error = &take_error;
   return q;

@@ -49,6 +49,10 @@ constexpr std::size_t activity_buffer_bytes = std::size_t{1} << 20;
 
 // Per thread: a runtime-domain launch or copy is open (Note [One launch, two domains]).
 thread_local int t_runtime_depth = 0;
+// Per thread: the depth of an open runtime launch whose callback had no params (0:
+// none); its driver-level launch is taken in its place (Note [Launches without
+// params] in cupti_source.h).
+thread_local int t_unread_launch = 0;
 
 template <typename F>
 bool resolve(void* lib, const char* name, F& out) {
@@ -85,28 +89,32 @@ copy_kind from_activity_kind(std::uint8_t k) {
 // Runtime-domain callbacks: launches at enter, copies and memsets at enter.
 void on_runtime(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
   if (d->callbackSite == CUPTI_API_EXIT) {
+    if (t_unread_launch == t_runtime_depth) t_unread_launch = 0;
     --t_runtime_depth;
     return;
   }
   ++t_runtime_depth;
   const std::uint32_t corr = d->correlationId;
   switch (cbid) {
+    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
+    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000:
+      // No params struct in CUPTI 13 (Note [Launches without params]).
+      t_unread_launch = t_runtime_depth;
+      break;
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
-    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
-    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000: {
-      // __cudaLaunchKernel has no params struct of its own in CUPTI 13; its
-      // arguments are cudaLaunchKernel's, in the same order.
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000: {
       const auto* p = static_cast<const cudaLaunchKernel_v7000_params*>(d->functionParams);
       if (p != nullptr) each_sink([&](sink& k) { k.runtime_launch(p->func, p->args, corr); });
+      else t_unread_launch = t_runtime_depth;
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: {
       const auto* p = static_cast<const cudaLaunchKernelExC_v11060_params*>(d->functionParams);
       if (p != nullptr) each_sink([&](sink& k) { k.runtime_launch(p->func, p->args, corr); });
+      else t_unread_launch = t_runtime_depth;
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
@@ -139,7 +147,9 @@ void on_runtime(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
 }
 
 void on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
-  if (d->callbackSite != CUPTI_API_ENTER || t_runtime_depth > 0) return;
+  if (d->callbackSite != CUPTI_API_ENTER || d->functionParams == nullptr) return;
+  if (t_runtime_depth > 0 && t_unread_launch != t_runtime_depth) return;
+  t_unread_launch = 0;  // the runtime launch's one driver launch is taken
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:

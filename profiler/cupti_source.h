@@ -13,9 +13,21 @@
 // cudaLaunchKernel is also a cuLaunchKernel on the same thread. A launch is taken
 // at the runtime-domain enter (it carries the function and the argument pointers);
 // a driver-domain launch is taken only when no runtime launch is open on that
-// thread (cuBLAS, cuDNN and other driver-level callers). The same holds for copies
+// thread (cuBLAS, cuDNN and other driver-level callers), or when the open one gave
+// no params (Note [Launches without params]). The same holds for copies
 // and memsets (runtime domain only: the driver-level ones of libraries are counted
 // by the activity records, not placed in the launch order).
+//
+// Note [Launches without params]: CUPTI 13 defines callback ids for
+// __cudaLaunchKernel(_ptsz), what nvcc 13's <<<...>>> calls, but no params struct,
+// so their callbacks carry functionParams == NULL (as simgpu gives them; any runtime
+// launch callback without params is treated the same). Such a launch is taken from
+// the driver-level cuLaunchKernel(Ex) callback the runtime makes underneath on the
+// same thread, with the same correlation id, so the kernel's activity record still
+// finds it: the function is then the runtime's CUkernel (cudaKernel_t is CUkernel)
+// passed as a CUfunction, its layout read with cuKernelGetParamInfo when
+// cuFuncGetParamInfo refuses it (session.h). Only the first driver launch under such
+// a runtime launch is taken.
 //
 // Note [More than one sink]: CUPTI allows one subscriber per process on older
 // drivers, and two parts of oversub want what it reports: the profiling session

@@ -36,9 +36,13 @@ struct function_info {
   std::vector<param_slot> params;    // in parameter order
 };
 
-// Most words one launch is scanned for (4 KiB of parameters, CUDA's classic limit;
-// larger blocks are cut there).
-inline constexpr std::size_t max_scan_words = 512;
+// Most words one launch is scanned for: CUDA 12.1+ allows 32764 bytes of kernel
+// parameters (4 KiB before), i.e. 4095 aligned words; a block past 32 KiB cannot be
+// launched, so a scan is never cut short. Note [32 KB parameter blocks]:
+// multi_tensor_apply-style kernels pass hundreds of tensor pointers by value, and a
+// scan that stopped at 4 KiB would miss every buffer past it.
+inline constexpr std::size_t max_param_bytes = 32768;
+inline constexpr std::size_t max_scan_words = max_param_bytes / 8;
 
 // The aligned words of a launch given per-parameter pointers; returns how many
 // (at most max_scan_words) were written to words.
@@ -108,17 +112,19 @@ class function_cache {
 // What one launch costs the profiler once its function is known: the argument
 // words (per-parameter pointers args, else the packed buffer of size bytes), the
 // live allocations they point into (one tracker lock), one record.
+// The words and bases live per thread (64 KiB together: too much for the stack of a
+// callback on an application thread).
 inline void record_launch(const function_info& f, void* const* args, const void* packed,
                           std::size_t packed_bytes, const tracker& live, recorder& rec,
                           std::uint32_t correlation_id) {
-  std::uint64_t words[max_scan_words];
+  thread_local std::uint64_t words[max_scan_words];
+  thread_local std::uint64_t bases[max_scan_words];
   std::size_t n = 0;
   if (args != nullptr) {
     n = gather_words(f.params, args, words);
   } else if (packed != nullptr) {
     n = gather_packed(f.params, packed, packed_bytes, words);
   }
-  std::uint64_t bases[max_scan_words];
   const std::size_t found = live.scan(words, n, bases);
   rec.on_launch(f.id, bases, found, correlation_id);
 }

@@ -90,7 +90,12 @@ class session final : public cupti::sink {
     if (f == nullptr) {
       function_info info;
       const char* name = symbol;
-      if (name == nullptr && q_.driver_name != nullptr) q_.driver_name(&name, func);
+      if (name == nullptr && q_.driver_name != nullptr && q_.driver_name(&name, func) != 0) {
+        name = nullptr;
+      }
+      if (name == nullptr && q_.kernel_name != nullptr && q_.kernel_name(&name, func) != 0) {
+        name = nullptr;
+      }
       info.id = rec_.add_function(demangle(name));
       probe_driver_params(q_, func, info.params);
       f = driver_cache_.insert(func, std::move(info));
@@ -266,11 +271,22 @@ session* get() { return g_session.load(std::memory_order_acquire); }
 
 void probe_driver_params(const cuda_queries& q, void* func,
                          std::vector<param_slot>& out) noexcept {
-  if (q.driver_param_info == nullptr) return;
-  for (std::size_t i = 0; i < 1024; ++i) {
-    std::size_t off = 0, size = 0;
-    if (q.driver_param_info(func, i, &off, &size) != 0) break;
+  using query_t = int (*)(void*, std::size_t, std::size_t*, std::size_t*);
+  query_t query = q.driver_param_info;
+  std::size_t off = 0, size = 0;
+  if (query == nullptr || query(func, 0, &off, &size) != 0) {
+    // A CUkernel passed as a CUfunction (or a function without parameters).
+    query = q.kernel_param_info;
+    if (query == nullptr || query(func, 0, &off, &size) != 0) return;
+  }
+  try {
     out.push_back(param_slot{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size)});
+    for (std::size_t i = 1; i < 1024; ++i) {
+      if (query(func, i, &off, &size) != 0) break;
+      out.push_back(param_slot{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size)});
+    }
+  } catch (...) {
+    out.clear();  // out of memory: no layout
   }
 }
 

@@ -47,6 +47,9 @@ struct cuda_queries {
   int (*driver_param_info)(void* func, std::size_t index, std::size_t* offset,
                            std::size_t* size) = nullptr;        // cuFuncGetParamInfo
   int (*driver_name)(const char** name, void* func) = nullptr;  // cuFuncGetName
+  int (*kernel_param_info)(void* kernel, std::size_t index, std::size_t* offset,
+                           std::size_t* size) = nullptr;        // cuKernelGetParamInfo
+  int (*kernel_name)(const char** name, void* kernel) = nullptr;  // cuKernelGetName
   int (*runtime_peek_error)() = nullptr;   // cudaPeekAtLastError
   int (*runtime_take_error)() = nullptr;   // cudaGetLastError
 };
@@ -60,8 +63,11 @@ struct cuda_queries {
 bool probe_runtime_params(const cuda_queries& q, const void* func,
                           std::vector<param_slot>& out) noexcept;
 // The parameter layout of a driver function (cuFuncGetParamInfo until it says
-// there is no such parameter; the driver keeps no error slot to clean). Empty when
-// the driver cannot say.
+// there is no such parameter; the driver keeps no error slot to clean). A launch's
+// function may be a CUkernel passed as a CUfunction (the CUDA 12+ runtime's and
+// libraries' launches): when cuFuncGetParamInfo refuses the first parameter,
+// cuKernelGetParamInfo is asked instead. Empty when the driver cannot say: the
+// launch is then recorded and prepared with no buffers (its argument words unread).
 void probe_driver_params(const cuda_queries& q, void* func,
                          std::vector<param_slot>& out) noexcept;
 

@@ -1,9 +1,12 @@
 // Driver entry points: kernel launches (with _ptsz exports) and function queries.
-// The CUPTI symbolName of a launch is the kernel's registered name.
+// The CUPTI symbolName of a launch is the kernel's registered name. A launch's f is
+// a CUfunction or a CUkernel cast to one (library.h); the cuFunc* queries take only
+// a CUfunction (Note [Kernels and functions] in library.cpp).
 #include <cstring>
 
 #include "api.h"
 #include "kernels.h"
+#include "library.h"
 
 using namespace simgpu;
 
@@ -11,14 +14,18 @@ namespace {
 
 const char* name_of(CUfunction f) {
   lock_guard lock;
-  kernel_obj* k = find_kernel(f);
+  kernel_obj* k = launchable(f);
   return k ? k->name.c_str() : nullptr;
 }
 
 CUresult launch(CUfunction f, dim3 grid, dim3 block, unsigned shmem, CUstream h, void** params,
                 void** extra, bool ptds) {
-  kernel_obj* k = find_kernel(f);
+  kernel_obj* k = launchable(f);
   if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // Note [32 KB parameter blocks]: CUDA 12.1+ takes up to 32764 bytes of kernel
+  // parameters; a larger block (a kernel registered with one) is refused here, before
+  // anything is copied or scanned.
+  if (k->param_bytes > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
   stream_obj* s = resolve_stream(h, ptds);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -117,15 +124,7 @@ SIMGPU_EXPORT CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, 
   kernel_obj* k = find_kernel(hfunc);
   if (k == nullptr) SIMGPU_RETURN(CUDA_ERROR_INVALID_HANDLE);
   if (pi == nullptr) SIMGPU_RETURN(CUDA_ERROR_INVALID_VALUE);
-  const device_model& m = dev().model;
-  switch (attrib) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = m.max_threads_per_block; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 32; break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = m.cc_major * 10 + m.cc_minor; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = m.max_shared_per_block_bytes; break;
-    default: *pi = 0; break;
-  }
+  *pi = function_attribute(k, attrib);
   SIMGPU_RETURN(CUDA_SUCCESS);
 }
 

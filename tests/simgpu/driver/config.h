@@ -15,7 +15,8 @@ enum class race_mode { report, abort, off };
 // One SIMGPU_FAIL rule: fail the n-th call of a kind (or the n-th and every later
 // one when `and_later`) with `code`.
 enum class fail_kind {
-  alloc, host_alloc, copy, map, launch, reserve, graph_instantiate, graph_launch, count_
+  alloc, host_alloc, copy, map, launch, reserve, graph_instantiate, graph_launch,
+  library_load, kernel_query, count_
 };
 struct fail_rule {
   fail_kind kind;

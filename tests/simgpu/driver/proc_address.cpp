@@ -203,6 +203,20 @@ const proc_entry kTable[] = {
     E("cuFuncGetAttribute", 2020, cuFuncGetAttribute),
     E("cuFuncSetAttribute", 9000, cuFuncSetAttribute),
     E("cuFuncSetCacheConfig", 3000, cuFuncSetCacheConfig),
+    // libraries and context-independent kernels (CUDA 12+)
+    E("cuLibraryLoadData", 12000, cuLibraryLoadData),
+    E("cuLibraryLoadFromFile", 12000, cuLibraryLoadFromFile),
+    E("cuLibraryUnload", 12000, cuLibraryUnload),
+    E("cuLibraryGetKernel", 12000, cuLibraryGetKernel),
+    E("cuLibraryGetKernelCount", 12040, cuLibraryGetKernelCount),
+    E("cuLibraryEnumerateKernels", 12040, cuLibraryEnumerateKernels),
+    E("cuKernelGetFunction", 12000, cuKernelGetFunction),
+    E("cuKernelGetLibrary", 12050, cuKernelGetLibrary),
+    E("cuKernelGetName", 12030, cuKernelGetName),
+    E("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
+    E("cuKernelGetAttribute", 12000, cuKernelGetAttribute),
+    E("cuKernelSetAttribute", 12000, cuKernelSetAttribute),
+    E("cuKernelSetCacheConfig", 12000, cuKernelSetCacheConfig),
 };
 #undef E
 #undef P

@@ -2,7 +2,8 @@
 // point (cudaLaunchKernel, cudaLaunchKernelExC, __cudaLaunchKernel that nvcc 13
 // emits, cudaLaunchCooperativeKernel, each with its _ptsz form) resolves its kernel
 // before the CUPTI entry callback so the callback can name it (symbolName), then
-// forwards to the driver's cuLaunchKernel(Ex).
+// forwards to the driver's cuLaunchKernel(Ex) with the kernel's CUkernel cast to
+// CUfunction (Note [Kernels load as libraries] in registration.cpp).
 #include "kernels.h"
 #include "runtime_state.h"
 
@@ -36,6 +37,7 @@ cudaError_t check_config(dim3 grid, dim3 block) {
 
 cudaError_t launch(const driver_table& d, const kernel_ref& k, dim3 grid, dim3 block, void** args,
                    size_t shared_mem, cudaStream_t stream, bool cooperative) {
+  if (k.error != cudaSuccess) return k.error;
   if (k.function == nullptr) return cudaErrorInvalidDeviceFunction;
   cudaError_t e = check_config(grid, block);
   if (e != cudaSuccess) return e;
@@ -55,6 +57,7 @@ cudaError_t launch_ex(const driver_table& d, const kernel_ref& k, const cudaLaun
                       void** args, bool per_thread) {
   if (c == nullptr) return cudaErrorInvalidValue;
   cudaStream_t stream = per_thread ? per_thread_stream(c->stream) : c->stream;
+  if (k.error != cudaSuccess) return k.error;
   if (k.function == nullptr) return cudaErrorInvalidDeviceFunction;
   if (c->numAttrs == 0 && d.cuLaunchKernelEx == nullptr) {
     return launch(d, k, c->gridDim, c->blockDim, args, c->dynamicSmemBytes, stream, false);
@@ -134,18 +137,15 @@ SIMGPU_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void* func, dim
 
 // Note [__cudaLaunchKernel params]
 // CUPTI 13 defines callback ids for __cudaLaunchKernel(_ptsz)_v13000 but no params
-// struct. simgpu passes cudaLaunchKernel_v7000_params (the same six arguments in the
-// same order) with func holding the cudaKernel_t, so a subscriber can read the
-// launch's arguments the same way for both entry points; every runtime call that
-// takes a const void* func also accepts that handle.
+// struct for them (generated_cuda_runtime_api_meta.h has none), so the callback's
+// functionParams is NULL, as for every runtime callback without one: a subscriber
+// learns such a launch's function and arguments from the driver-level
+// cuLaunchKernel callback this call makes underneath (same thread, same correlation
+// id), whose cuLaunchKernel_params hold the CUkernel and the argument pointers.
 SIMGPU_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
                                              void** args, size_t sharedMem, cudaStream_t stream) {
   kernel_ref k = simgpu::rt::kernel_from_handle(kernel);
-  cudaLaunchKernel_v7000_params params{kernel, gridDim, blockDim, args, sharedMem, stream};
-  simgpu::rt::api_call api(launch_options(k, false),
-                           CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
-                           "__cudaLaunchKernel_v13000", &params);
-  if (api.early() != cudaSuccess) return api.finish(api.early());
+  SIMGPU_RT_CALL0(launch_options(k, false), __cudaLaunchKernel_v13000);
   return api.finish(launch(api.drv(), k, gridDim, blockDim, args, sharedMem, stream, false));
 }
 
@@ -153,11 +153,7 @@ SIMGPU_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid
                                                   void** args, size_t sharedMem,
                                                   cudaStream_t stream) {
   kernel_ref k = simgpu::rt::kernel_from_handle(kernel);
-  cudaLaunchKernel_v7000_params params{kernel, gridDim, blockDim, args, sharedMem, stream};
-  simgpu::rt::api_call api(launch_options(k, true),
-                           CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
-                           "__cudaLaunchKernel_ptsz_v13000", &params);
-  if (api.early() != cudaSuccess) return api.finish(api.early());
+  SIMGPU_RT_CALL0(launch_options(k, true), __cudaLaunchKernel_ptsz_v13000);
   return api.finish(
       launch(api.drv(), k, gridDim, blockDim, args, sharedMem, per_thread_stream(stream), false));
 }
@@ -169,7 +165,13 @@ SIMGPU_EXPORT cudaError_t cudaFuncGetParamInfo(const void* func, size_t paramInd
   SIMGPU_RT_CALL(simgpu::rt::drv, cudaFuncGetParamInfo_v12040, func, paramIndex, paramOffset,
                  paramSize);
   kernel_ref k = simgpu::rt::kernel_from_handle(func);
+  if (k.error != cudaSuccess) return api.finish(k.error);
   if (k.function == nullptr) return api.finish(cudaErrorInvalidDeviceFunction);
+  if (k.library_kernel) {
+    return api.finish(SIMGPU_CU(api.drv(), cuKernelGetParamInfo,
+                                reinterpret_cast<CUkernel>(k.function), paramIndex, paramOffset,
+                                paramSize));
+  }
   return api.finish(
       SIMGPU_CU(api.drv(), cuFuncGetParamInfo, k.function, paramIndex, paramOffset, paramSize));
 }
@@ -187,11 +189,17 @@ SIMGPU_EXPORT cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const 
   SIMGPU_RT_CALL(simgpu::rt::drv, cudaFuncGetAttributes_v3020, attr, func);
   if (attr == nullptr) return api.finish(cudaErrorInvalidValue);
   kernel_ref k = simgpu::rt::kernel_from_handle(func);
+  if (k.error != cudaSuccess) return api.finish(k.error);
   if (k.function == nullptr) return api.finish(cudaErrorInvalidDeviceFunction);
   *attr = cudaFuncAttributes{};
+  const int device = simgpu::rt::thread_device();
   auto get = [&](CUfunction_attribute a) {
     int v = 0;
-    return SIMGPU_CU(api.drv(), cuFuncGetAttribute, &v, a, k.function) == CUDA_SUCCESS ? v : 0;
+    CUresult r = k.library_kernel
+                     ? SIMGPU_CU(api.drv(), cuKernelGetAttribute, &v, a,
+                                 reinterpret_cast<CUkernel>(k.function), CUdevice{device})
+                     : SIMGPU_CU(api.drv(), cuFuncGetAttribute, &v, a, k.function);
+    return r == CUDA_SUCCESS ? v : 0;
   };
   attr->sharedSizeBytes = static_cast<size_t>(get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES));
   attr->constSizeBytes = static_cast<size_t>(get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES));

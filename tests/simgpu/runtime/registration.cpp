@@ -1,9 +1,10 @@
 // simgpu's libcudart.so.13: kernel registration and launch configuration.
 //
 // Two ways in: kernel.h's SIMGPU_KERNEL calls __simgpuRegisterKernel (our private
-// export) with a host implementation, which we forward to the driver; nvcc output
-// calls __cudaRegisterFatBinary/__cudaRegisterFunction, which we accept and record
-// by name only (simgpu cannot run device code), so such a kernel launches with
+// export) with a host implementation, which we record and load through the driver's
+// library API on first use (Note [Kernels load as libraries]); nvcc output calls
+// __cudaRegisterFatBinary/__cudaRegisterFunction, which we accept and record by name
+// only (simgpu cannot run device code), so such a kernel launches with
 // cudaErrorInvalidDeviceFunction. Both happen from static initialisers, so nothing
 // here may need more than the library level of initialisation.
 #include <deque>
@@ -18,10 +19,29 @@
 namespace simgpu::rt {
 namespace {
 
+// Note [Kernels load as libraries]
+// A CUDA 12+ runtime loads its fatbinaries with the driver's context-independent
+// library API (cuLibraryLoadData) and its kernel handles are the driver's: the
+// headers declare cudaKernel_t and CUkernel as the same struct CUkern_st*. So here a
+// registered kernel becomes, on its first use after cuInit, a one-kernel simgpu
+// library image (Note [simgpu library images] in simgpu/ext.h) loaded with
+// cuLibraryLoadData and found with cuLibraryGetKernel; its cudaKernel_t is that
+// CUkernel, and every launch hands the CUkernel to cuLaunchKernel(Ex) cast to
+// CUfunction, as the driver API allows. cudaGetFuncBySymbol answers
+// cuKernelGetFunction's CUfunction, and cudaFuncGetParamInfo asks
+// cuKernelGetParamInfo. A failed load is answered to the launch or query that needed
+// it (mapped as every driver error) and tried again at the next use. Loading happens
+// outside the registry's lock: the driver's CUPTI callbacks may call back into the
+// runtime.
 struct kernel_entry {
   const void* host_fun = nullptr;
-  CUfunction function = nullptr;  // nullptr for nvcc-only registrations
+  CUfunction function = nullptr;  // what launches pass: a CUfunction, or the CUkernel
+  bool library_kernel = false;    // function is a CUkernel (cuKernel* queries)
   std::string name;
+  // A kernel.h registration not loaded yet (run != nullptr, function == nullptr).
+  std::vector<simgpuParamInfo> params;
+  simgpuKernelRun run = nullptr;
+  simgpuKernelFootprint footprint = nullptr;
 };
 
 // Note [Kernel registry]
@@ -36,7 +56,7 @@ struct kernel_registry {
   std::unordered_map<const void*, kernel_entry*> by_handle;
 
   kernel_entry* add(const void* host_fun, CUfunction fn, std::string name) {
-    entries.push_back(kernel_entry{host_fun, fn, std::move(name)});
+    entries.push_back(kernel_entry{host_fun, fn, false, std::move(name), {}, nullptr, nullptr});
     kernel_entry* e = &entries.back();
     if (host_fun != nullptr) by_host[host_fun] = e;
     by_handle[fn != nullptr ? static_cast<const void*>(fn) : static_cast<const void*>(e)] = e;
@@ -50,13 +70,69 @@ kernel_registry& registry() {
 }
 
 kernel_ref ref(const kernel_entry* e) {
-  return kernel_ref{e->function, e->name.empty() ? nullptr : e->name.c_str()};
+  return kernel_ref{e->function, e->name.empty() ? nullptr : e->name.c_str(),
+                    e->library_kernel};
+}
+
+// Loads a pending kernel.h registration (Note [Kernels load as libraries]); the
+// registry lock is not held. cudaSuccess once e->function is set.
+cudaError_t load(kernel_entry* e) {
+  kernel_registry& r = registry();
+  simgpuKernelImage k{};
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (e->function != nullptr) return cudaSuccess;
+    if (e->run == nullptr) return cudaErrorInvalidDeviceFunction;  // nvcc-only
+    k = simgpuKernelImage{e->host_fun, e->name.c_str(), e->params.data(), e->params.size(),
+                          e->run, e->footprint};
+  }
+  if (cudaError_t i = driver_init(); i != cudaSuccess) return i;
+  const driver_table& d = driver(false);
+  const simgpuLibraryImage image{SIMGPU_LIBRARY_MAGIC, 1, &k};
+  CUlibrary lib = nullptr;
+  CUresult res = SIMGPU_CU(d, cuLibraryLoadData, &lib, static_cast<const void*>(&image),
+                           static_cast<CUjit_option*>(nullptr), static_cast<void**>(nullptr), 0u,
+                           static_cast<CUlibraryOption*>(nullptr), static_cast<void**>(nullptr),
+                           0u);
+  CUkernel kernel = nullptr;
+  if (res == CUDA_SUCCESS) res = SIMGPU_CU(d, cuLibraryGetKernel, &kernel, lib, k.name);
+  if (res != CUDA_SUCCESS) return to_cuda_error(res);
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (e->function == nullptr) {  // else another thread loaded it first
+    e->function = reinterpret_cast<CUfunction>(kernel);
+    e->library_kernel = true;
+    r.by_handle[kernel] = e;
+  }
+  return cudaSuccess;
+}
+
+// The entry's reference, loading it first when it is a pending registration.
+kernel_ref resolve(kernel_entry* e) {
+  if (e->function == nullptr && e->run != nullptr) {
+    if (cudaError_t err = load(e); err != cudaSuccess) {
+      kernel_ref k = ref(e);
+      k.error = err;
+      return k;
+    }
+  }
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  return ref(e);
 }
 
 std::string driver_name(CUfunction fn) {
   if (driver_init() != cudaSuccess) return {};
   const char* name = nullptr;
   if (SIMGPU_CU(driver(false), cuFuncGetName, &name, fn) != CUDA_SUCCESS || name == nullptr) {
+    return {};
+  }
+  return name;
+}
+
+// A CUkernel the runtime never handed out (the program's own cuLibraryLoadData).
+std::string kernel_name(CUkernel k) {
+  if (driver_init() != cudaSuccess) return {};
+  const char* name = nullptr;
+  if (SIMGPU_CU(driver(false), cuKernelGetName, &name, k) != CUDA_SUCCESS || name == nullptr) {
     return {};
   }
   return name;
@@ -103,43 +179,59 @@ thread_local std::vector<call_configuration> call_stack;
 kernel_ref kernel_from_host(const void* host_fun) noexcept {
   if (host_fun == nullptr) return {};
   kernel_registry& r = registry();
+  kernel_entry* e = nullptr;
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     auto it = r.by_host.find(host_fun);
-    if (it != r.by_host.end()) return ref(it->second);
+    if (it != r.by_host.end()) e = it->second;
   }
-  kernel_entry* e = learn_host(host_fun);
-  return e != nullptr ? ref(e) : kernel_ref{};
+  if (e == nullptr) e = learn_host(host_fun);
+  return e != nullptr ? resolve(e) : kernel_ref{};
 }
 
 kernel_ref kernel_from_handle(const void* handle) noexcept {
   if (handle == nullptr) return {};
   kernel_registry& r = registry();
+  kernel_entry* e = nullptr;
   {
     std::lock_guard<std::mutex> lock(r.mutex);
-    auto it = r.by_handle.find(handle);
-    if (it != r.by_handle.end()) return ref(it->second);
-    it = r.by_host.find(handle);
-    if (it != r.by_host.end()) return ref(it->second);
+    if (auto it = r.by_handle.find(handle); it != r.by_handle.end()) {
+      e = it->second;
+    } else if (auto h = r.by_host.find(handle); h != r.by_host.end()) {
+      e = h->second;
+    }
   }
-  if (kernel_entry* e = learn_host(handle)) return ref(e);
-  // A CUfunction the runtime never handed out (cuModuleGetFunction, cuGetProcAddress
-  // users): trust the driver to recognise it.
+  if (e == nullptr) e = learn_host(handle);
+  if (e != nullptr) return resolve(e);
+  // A handle the runtime never handed out: a CUfunction (cuModuleGetFunction,
+  // cuGetProcAddress users) or a CUkernel (the program's own cuLibraryLoadData);
+  // trust the driver to recognise it.
   CUfunction fn = static_cast<CUfunction>(const_cast<void*>(handle));
+  bool is_kernel = false;
   std::string name = driver_name(fn);
+  if (name.empty()) {
+    name = kernel_name(reinterpret_cast<CUkernel>(fn));
+    is_kernel = true;
+  }
   if (name.empty()) return {};
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.by_handle.find(handle);
-  return ref(it != r.by_handle.end() ? it->second : r.add(nullptr, fn, std::move(name)));
+  if (it != r.by_handle.end()) return ref(it->second);
+  kernel_entry* added = r.add(nullptr, fn, std::move(name));
+  added->library_kernel = is_kernel;
+  return ref(added);
 }
 
-const void* kernel_handle(const void* host_fun) noexcept {
+kernel_ref kernel_handle(const void* host_fun) noexcept {
   kernel_ref k = kernel_from_host(host_fun);
-  if (k.function != nullptr) return k.function;
+  if (k.function != nullptr || k.error != cudaSuccess) return k;
   kernel_registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.by_host.find(host_fun);
-  return it != r.by_host.end() ? static_cast<const void*>(it->second) : nullptr;
+  if (it == r.by_host.end()) return k;
+  kernel_ref nvcc_only = ref(it->second);
+  nvcc_only.function = reinterpret_cast<CUfunction>(it->second);  // refused at launch
+  return nvcc_only;
 }
 
 }  // namespace simgpu::rt
@@ -152,15 +244,19 @@ extern "C" {
 SIMGPU_EXPORT int __simgpuRegisterKernel(const void* hostFun, const char* name,
                                          const simgpuParamInfo* params, size_t nparams,
                                          simgpuKernelRun run, simgpuKernelFootprint footprint) {
-  if (hostFun == nullptr || name == nullptr || run == nullptr) return cudaErrorInvalidValue;
-  const simgpu::rt::libcuda_ext* ext = simgpu::rt::library();
-  if (ext == nullptr || ext->register_kernel == nullptr) return cudaErrorInsufficientDriver;
-  CUfunction fn = ext->register_kernel(hostFun, name, params, nparams, run, footprint);
-  if (fn == nullptr) return cudaErrorInvalidValue;
+  if (hostFun == nullptr || name == nullptr || run == nullptr || (nparams != 0 && !params))
+    return cudaErrorInvalidValue;
+  // Recorded now, loaded through cuLibraryLoadData at first use (Note [Kernels load
+  // as libraries]).
   simgpu::rt::kernel_registry& r = simgpu::rt::registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.by_host.find(hostFun);
-  if (it == r.by_host.end() || it->second->function == nullptr) r.add(hostFun, fn, name);
+  if (it != r.by_host.end() && (it->second->run != nullptr || it->second->function != nullptr))
+    return cudaSuccess;
+  simgpu::rt::kernel_entry* e = r.add(hostFun, nullptr, name);
+  e->params.assign(params, params + nparams);
+  e->run = run;
+  e->footprint = footprint;
   return cudaSuccess;
 }
 
@@ -272,17 +368,26 @@ SIMGPU_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* host
   api_call api(lib, CUPTI_RUNTIME_TRACE_CBID___cudaGetKernel_v13000, "__cudaGetKernel_v13000",
                nullptr);
   if (kernel == nullptr) return api.finish(cudaErrorInvalidValue);
-  const void* handle = simgpu::rt::kernel_handle(hostFun);
-  *kernel = static_cast<cudaKernel_t>(const_cast<void*>(handle));
-  return api.finish(handle != nullptr ? cudaSuccess : cudaErrorInvalidDeviceFunction);
+  simgpu::rt::kernel_ref k = simgpu::rt::kernel_handle(hostFun);
+  if (k.error != cudaSuccess) return api.finish(k.error);
+  *kernel = reinterpret_cast<cudaKernel_t>(k.function);
+  return api.finish(k.function != nullptr ? cudaSuccess : cudaErrorInvalidDeviceFunction);
 }
 
 SIMGPU_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t* functionPtr, const void* symbolPtr) {
   SIMGPU_RT_CALL(simgpu::rt::drv, cudaGetFuncBySymbol_v11000, functionPtr, symbolPtr);
   if (functionPtr == nullptr) return api.finish(cudaErrorInvalidValue);
   simgpu::rt::kernel_ref k = simgpu::rt::kernel_from_host(symbolPtr);
-  *functionPtr = k.function;
-  return api.finish(k.function != nullptr ? cudaSuccess : cudaErrorInvalidDeviceFunction);
+  if (k.error != cudaSuccess) return api.finish(k.error);
+  if (k.function == nullptr) return api.finish(cudaErrorInvalidDeviceFunction);
+  if (!k.library_kernel) {
+    *functionPtr = k.function;
+    return api.finish(cudaSuccess);
+  }
+  if (cudaError_t c = simgpu::rt::ensure_context(); c != cudaSuccess) return api.finish(c);
+  // The context's function for the library's kernel (Note [Kernels load as libraries]).
+  return api.finish(SIMGPU_CU(api.drv(), cuKernelGetFunction, functionPtr,
+                              reinterpret_cast<CUkernel>(k.function)));
 }
 
 }  // extern "C"

@@ -58,6 +58,7 @@ struct seen_call {
   unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
   void* stream = nullptr;
   void** args = nullptr;
+  bool has_params = false;  // functionParams != NULL
   // allocation / copy
   size_t size = 0;
   void* ptr_out = nullptr;
@@ -82,6 +83,7 @@ void CUPTIAPI on_callback(void* user, CUpti_CallbackDomain domain, CUpti_Callbac
   c.symbol = cb->symbolName ? cb->symbolName : "";
   c.correlation = cb->correlationId;
   c.correlation_slot = cb->correlationData;
+  c.has_params = cb->functionParams != nullptr;
   if (cb->callbackSite == CUPTI_API_ENTER && cb->correlationData) *cb->correlationData = 0xC0FFEE;
   if (cb->callbackSite == CUPTI_API_EXIT) {
     if (cb->correlationData) c.slot_value_at_exit = *cb->correlationData;
@@ -271,9 +273,15 @@ TEST_F(Cupti, RuntimeLaunchCallbackCarriesTheLaunch) {
 
 TEST_F(Cupti, CompilerGeneratedLaunchHasItsOwnCallback) {
   // nvcc 13 launches through __cudaLaunchKernel, which CUPTI 13 reports under its own
-  // callback id (no public params struct; the kernel is named by symbolName).
+  // callback id with no params struct (functionParams NULL; the kernel is named by
+  // symbolName). The launch's function and arguments are in the driver-level
+  // cuLaunchKernel callback underneath, under the same correlation id, with the
+  // runtime's cudaKernel_t (a CUkernel) as the function.
   ASSERT_EQ(cuptiEnableCallback(1, sub_, CUPTI_CB_DOMAIN_RUNTIME_API,
                                 CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000),
+            CUPTI_SUCCESS);
+  ASSERT_EQ(cuptiEnableCallback(1, sub_, CUPTI_CB_DOMAIN_DRIVER_API,
+                                CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel),
             CUPTI_SUCCESS);
   cudaKernel_t k = nullptr;
   CUDA_OK(__cudaGetKernel(&k, reinterpret_cast<const void*>(&cupti_fill_kernel)));
@@ -296,6 +304,17 @@ TEST_F(Cupti, CompilerGeneratedLaunchHasItsOwnCallback) {
   EXPECT_NE(enter->symbol.find("cupti_fill_kernel"), std::string::npos) << enter->symbol;
   EXPECT_EQ(enter->correlation, exit->correlation);
   EXPECT_EQ(exit->status, cudaSuccess);
+  EXPECT_FALSE(enter->has_params) << "CUPTI 13 has no __cudaLaunchKernel_v13000_params";
+  EXPECT_FALSE(exit->has_params);
+  const seen_call* driver =
+      find(calls, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+           CUPTI_API_ENTER);
+  ASSERT_NE(driver, nullptr);
+  EXPECT_TRUE(driver->has_params);
+  EXPECT_EQ(driver->correlation, enter->correlation);
+  EXPECT_EQ(reinterpret_cast<void*>(driver->cu_func), reinterpret_cast<void*>(k));
+  EXPECT_EQ(driver->args, static_cast<void**>(args));
+  EXPECT_NE(driver->symbol.find("cupti_fill_kernel"), std::string::npos) << driver->symbol;
 }
 
 TEST_F(Cupti, DriverLaunchCallbackCarriesTheLaunch) {

@@ -38,7 +38,10 @@ enum {
 // Access modes for a footprint entry.
 enum { SIMGPU_READ = 1, SIMGPU_WRITE = 2, SIMGPU_READWRITE = 3 };
 
-#define SIMGPU_MAX_ACCESSES 32
+// Distinct ranges one launch's footprint holds: a 32 KB parameter block (CUDA
+// 12.1+) has 4094 pointer-sized words, and a tensor-list kernel may point into a few
+// hundred allocations; past this a derived footprint drops ranges.
+#define SIMGPU_MAX_ACCESSES 512
 
 typedef struct simgpuAccess {
   const void* ptr;  // device address
@@ -73,6 +76,35 @@ CUfunction simgpuRegisterKernel(const void* hostFun, const char* name,
 
 // The CUfunction registered for hostFun, or NULL.
 CUfunction simgpuFunctionFromHost(const void* hostFun);
+
+// ---- Library images (cuLibraryLoadData) ------------------------------------------
+
+// Note [simgpu library images]
+// simgpu cannot run device code, so the "code" a CUDA 12+ program hands to
+// cuLibraryLoadData is, on simgpu, a simgpuLibraryImage: a table of kernels as
+// simgpuRegisterKernel takes them. cuLibraryLoadData(&lib, &image, ...) registers
+// every entry (idempotent per hostFun) and answers a CUlibrary whose CUkernels
+// (cuLibraryGetKernel by name, cuLibraryEnumerateKernels) launch through
+// cuLaunchKernel(Ex) cast to CUfunction, as on a GPU. cuLibraryLoadFromFile takes a
+// shared object that exports a simgpuLibraryImage named simgpu_library_image.
+// Anything without SIMGPU_LIBRARY_MAGIC first is CUDA_ERROR_INVALID_IMAGE. The
+// image is read during the call only (names and layouts are copied).
+#define SIMGPU_LIBRARY_MAGIC 0x42494c53u /* "SLIB" */
+
+typedef struct simgpuKernelImage {
+  const void* hostFun;  // identity of the kernel (what kernel.h registers under)
+  const char* name;     // the kernel's (mangled) name: cuLibraryGetKernel's key
+  const simgpuParamInfo* params;
+  size_t nparams;
+  simgpuKernelRun run;
+  simgpuKernelFootprint footprint;  // may be NULL
+} simgpuKernelImage;
+
+typedef struct simgpuLibraryImage {
+  uint32_t magic;  // SIMGPU_LIBRARY_MAGIC
+  uint32_t count;
+  const simgpuKernelImage* kernels;
+} simgpuLibraryImage;
 
 // The same registration, exported by simgpu's libcudart.so.13 under version node
 // SIMGPU_PRIVATE: kernel sources link against the runtime only (as nvcc output does
