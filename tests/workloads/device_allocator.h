@@ -20,6 +20,8 @@
 //     recorded on each of those streams; whoever allocates it next makes its stream
 //     wait on them, so the reuse is ordered after every use;
 //   - segments are never returned to CUDA until release_all() at exit.
+//   - as a CUDA graph's private pool (begin_capture/end_capture, --graphs): see
+//     Note [Allocating during capture].
 // peak_bytes() counts what the workload holds from cudaMalloc: live tensor bytes
 // (direct) or segment bytes (caching).
 //
@@ -88,6 +90,9 @@ class device_allocator {
   virtual void deallocate(void* p) = 0;
   // Returns every cached segment to CUDA; nothing may be allocated any more.
   virtual void release_all() {}
+  // Returns the cached memory no tensor uses to CUDA, as torch.cuda.empty_cache();
+  // a no-op where nothing is cached or segments are kept.
+  virtual void empty_cache() {}
   std::size_t peak_bytes() const { return peak_bytes_; }
   // Every later cudaMalloc/cudaFree goes to trace (nullptr: none). Not owned.
   void set_trace(alloc_trace* trace) { trace_ = trace; }
@@ -147,6 +152,32 @@ class caching_allocator final : public device_allocator {
     for (block* b : all_blocks()) delete b;
   }
 
+  // Note [Allocating during capture]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // As PyTorch's CUDACachingAllocator serves a stream capture from the graph's
+  // private pool (CUDAGraph::capture_begin, cudaMallocMaybeCapturing):
+  //   - the pool is this allocator, used for nothing but the captured step, so a
+  //     replay finds every block where the capture put it;
+  //   - a new segment during capture is a real cudaMalloc, made with the thread's
+  //     capture mode exchanged to cudaStreamCaptureModeRelaxed
+  //     (cudaThreadExchangeStreamCaptureMode): the capture itself runs in
+  //     cudaStreamCaptureModeGlobal, where cudaMalloc would invalidate it. The
+  //     memory is allocated once, at capture; replays allocate nothing;
+  //   - a block freed during capture goes back to the pool's free list and may serve
+  //     a later request of the capture (stream order within the graph makes that
+  //     safe), except one also used on another stream: its reuse is deferred to
+  //     end_capture (PyTorch's needs_events_deferred_until_no_capture), since an
+  //     event recorded and waited on inside the capture would order nothing at
+  //     replay against the other stream's use;
+  //   - nothing is returned to CUDA before the graph is destroyed (release_all).
+  void begin_capture() { capturing_ = true; }
+  void end_capture() {
+    capturing_ = false;
+    std::vector<block*> deferred;
+    deferred.swap(deferred_);
+    for (block* b : deferred) free_block(b);
+  }
+
   void* allocate(std::size_t bytes, cudaStream_t stream) override {
     std::size_t size = round_size(bytes);
     bool small = size <= kSmallRequestBytes;
@@ -176,22 +207,16 @@ class caching_allocator final : public device_allocator {
     auto it = allocated_.find(ptr);
     block* b = it->second;
     allocated_.erase(it);
-    for (cudaStream_t s : b->other_streams) {
-      auto ev = std::make_shared<owned_event>();
-      CUDA_CHECK(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventRecord(ev->event, s));
-      b->reuse_after.push_back(std::move(ev));
+    if (capturing_ && !b->other_streams.empty()) {
+      deferred_.push_back(b);
+      return;
     }
-    b->other_streams.clear();
-    b->allocated = false;
-    pool& p = b->small ? small_pool_ : large_pool_;
-    b = merge(p, b, b->prev);
-    b = merge(p, b, b->next);
-    p.free_blocks.insert(b);
+    free_block(b);
   }
 
   void release_all() override {
     CUDA_CHECK(cudaDeviceSynchronize());
+    end_capture();
     for (block* b : all_blocks()) {
       if (b->prev == nullptr) {
         remove_held(b->ptr, b->segment_size);
@@ -242,6 +267,22 @@ class caching_allocator final : public device_allocator {
     std::set<block*, by_stream_size_address> free_blocks;
   };
 
+  // Returns b to its pool's free list, merged with its free neighbours.
+  void free_block(block* b) {
+    for (cudaStream_t s : b->other_streams) {
+      auto ev = std::make_shared<owned_event>();
+      CUDA_CHECK(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventRecord(ev->event, s));
+      b->reuse_after.push_back(std::move(ev));
+    }
+    b->other_streams.clear();
+    b->allocated = false;
+    pool& p = b->small ? small_pool_ : large_pool_;
+    b = merge(p, b, b->prev);
+    b = merge(p, b, b->next);
+    p.free_blocks.insert(b);
+  }
+
   static std::size_t round_size(std::size_t bytes) {
     return (bytes + kMinBlockBytes - 1) / kMinBlockBytes * kMinBlockBytes;
   }
@@ -271,7 +312,11 @@ class caching_allocator final : public device_allocator {
   block* new_segment(std::size_t size, cudaStream_t stream, bool small) {
     std::size_t bytes = segment_size_for(size);
     void* ptr = nullptr;
-    ::gpu::check(gpu::device_malloc(&ptr, bytes), gpu::device_malloc_call(), __FILE__, __LINE__);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (capturing_) CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    const cudaError_t err = gpu::device_malloc(&ptr, bytes);
+    if (capturing_) CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    ::gpu::check(err, gpu::device_malloc_call(), __FILE__, __LINE__);
     add_held(ptr, bytes);
     auto* b = new block;
     b->ptr = ptr;
@@ -323,12 +368,15 @@ class caching_allocator final : public device_allocator {
       out.insert(out.end(), p->free_blocks.begin(), p->free_blocks.end());
     }
     for (const auto& [ptr, b] : allocated_) out.push_back(b);
+    out.insert(out.end(), deferred_.begin(), deferred_.end());
     return out;
   }
 
   pool small_pool_;
   pool large_pool_;
   std::unordered_map<void*, block*> allocated_;
+  bool capturing_ = false;
+  std::vector<block*> deferred_;  // freed during capture, reusable after it
 };
 
 #endif  // SIMTRAIN_DEVICE_ALLOCATOR_H

@@ -11,6 +11,7 @@
 //                      cuGetProcAddress_v2 found with dlsym on its handle);
 //   api_path::dlsym    the same functions found with dlsym(handle, "cuMemAlloc_v2")
 //                      on the dlopen'ed libcuda, by their exact ABI names.
+// vmm_functions (use_vmm) are the VMM calls of --caching expandable, on any path.
 // Streams, events and pinned host memory stay on the runtime, which has made the
 // device's primary context current on the calling thread (the driver calls need
 // one). A kernel's CUfunction is the runtime's (cudaGetFuncBySymbol).
@@ -107,6 +108,39 @@ inline void use_api(api_path path) {
   detail::resolve(driver.memset_d8_async, handle, "cuMemsetD8Async", "cuMemsetD8Async",
                   by_proc);
   detail::resolve(driver.launch, handle, "cuLaunchKernel", "cuLaunchKernel", by_proc);
+}
+
+// The virtual memory management calls a program makes itself to grow its own
+// segments (--caching expandable, as PyTorch's expandable segments do), found once
+// with cuGetProcAddress_v2 on a dlopen'ed libcuda like the driver path's.
+struct vmm_functions {
+  CUresult (*address_reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr,
+                              unsigned long long) = nullptr;
+  CUresult (*address_free)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                     unsigned long long) = nullptr;
+  CUresult (*release)(CUmemGenericAllocationHandle) = nullptr;
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long) = nullptr;
+  CUresult (*unmap)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
+};
+
+inline vmm_functions vmm;
+
+// Resolves vmm's functions (exits 1 with a message when one is missing). Needs the
+// runtime's context current (cudaFree(nullptr) first).
+inline void use_vmm() {
+  if (vmm.map != nullptr) return;
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) detail::driver_setup_failed("libcuda.so.1 could not be loaded");
+  detail::resolve(vmm.address_reserve, handle, "cuMemAddressReserve", "cuMemAddressReserve", true);
+  detail::resolve(vmm.address_free, handle, "cuMemAddressFree", "cuMemAddressFree", true);
+  detail::resolve(vmm.create, handle, "cuMemCreate", "cuMemCreate", true);
+  detail::resolve(vmm.release, handle, "cuMemRelease", "cuMemRelease", true);
+  detail::resolve(vmm.map, handle, "cuMemMap", "cuMemMap", true);
+  detail::resolve(vmm.unmap, handle, "cuMemUnmap", "cuMemUnmap", true);
+  detail::resolve(vmm.set_access, handle, "cuMemSetAccess", "cuMemSetAccess", true);
 }
 
 inline cudaError_t as_runtime(CUresult r) { return static_cast<cudaError_t>(r); }

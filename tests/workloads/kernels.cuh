@@ -194,13 +194,12 @@ KERNEL_FOOTPRINT(squared_error_grad, [](simgpu::footprint& fp, const float* y,
   fp.flops(2.0 * n);
 });
 
-// One Adam step on n parameters; inv_bias1 = 1 / (1 - beta1^t) and
+// Adam on element i of one tensor: the arithmetic every Adam kernel below shares, so
+// all of them give the same bits. inv_bias1 = 1 / (1 - beta1^t) and
 // inv_bias2 = 1 / (1 - beta2^t) are computed on the host.
-__global__ void adam_step(float* w, const float* g, float* m, float* v, int n, float lr,
-                          float beta1, float beta2, float eps, float inv_bias1,
-                          float inv_bias2) {
-  int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i >= n) return;
+__host__ __device__ inline void adam_element(float* w, const float* g, float* m, float* v,
+                                             int i, float lr, float beta1, float beta2,
+                                             float eps, float inv_bias1, float inv_bias2) {
   float gi = g[i];
   float mi = beta1 * m[i] + (1.0f - beta1) * gi;
   float vi = beta2 * v[i] + (1.0f - beta2) * (gi * gi);
@@ -209,6 +208,15 @@ __global__ void adam_step(float* w, const float* g, float* m, float* v, int n, f
   float m_hat = mi * inv_bias1;
   float v_hat = vi * inv_bias2;
   w[i] = w[i] - lr * m_hat / (sqrtf(v_hat) + eps);
+}
+
+// One Adam step on n parameters, the bias corrections by value.
+__global__ void adam_step(float* w, const float* g, float* m, float* v, int n, float lr,
+                          float beta1, float beta2, float eps, float inv_bias1,
+                          float inv_bias2) {
+  int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  adam_element(w, g, m, v, i, lr, beta1, beta2, eps, inv_bias1, inv_bias2);
 }
 KERNEL_FOOTPRINT(adam_step, [](simgpu::footprint& fp, float* w, const float* g, float* m,
                                float* v, int n, float, float, float, float, float,
@@ -219,6 +227,109 @@ KERNEL_FOOTPRINT(adam_step, [](simgpu::footprint& fp, float* w, const float* g, 
   fp.readwrite(m, count);
   fp.readwrite(v, count);
   fp.flops(12.0 * n);
+});
+
+// The same with the bias corrections read from device memory (bias[0] = inv_bias1,
+// bias[1] = inv_bias2), uploaded before each step: what a step captured once in a
+// CUDA graph needs (PyTorch's capturable Adam keeps its step count on the device).
+__global__ void adam_step_dev(float* w, const float* g, float* m, float* v, int n, float lr,
+                              float beta1, float beta2, float eps, const float* bias) {
+  int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  adam_element(w, g, m, v, i, lr, beta1, beta2, eps, bias[0], bias[1]);
+}
+KERNEL_FOOTPRINT(adam_step_dev, [](simgpu::footprint& fp, float* w, const float* g, float* m,
+                                   float* v, int n, float, float, float, float,
+                                   const float* bias) {
+  std::size_t count = static_cast<std::size_t>(n);
+  fp.readwrite(w, count);
+  fp.read(g, count);
+  fp.readwrite(m, count);
+  fp.readwrite(v, count);
+  fp.read(bias, 2);
+  fp.flops(12.0 * n);
+});
+
+// --pointer-arrays: Adam over every layer in one launch, the tensors found through a
+// device array of pointers (as cublasSgemmBatched's pointer arrays or a fused
+// optimizer's tensor table): tensors[4 t + 0..3] are tensor t's parameters, gradient
+// and two moments, counts[t] its element count. Grid: x over the largest count, y over
+// the tensors.
+//
+// Note [Footprints that hide the chased buffers]
+// The footprint declares only what the arguments point at (the pointer array, the
+// counts, the bias corrections), never the buffers the kernel reaches through them:
+// an interposer that scans launch arguments cannot see those either, so only
+// real-access tracking (a GPU's page faults, simgpu's fault-driven windows) finds
+// them. simgpu checks such accesses by faults only, and its race detector does not
+// see them; simtrain orders them with the same events as the per-layer step.
+__global__ void adam_pointer_array(float* const* tensors, const int* counts, int ntensors,
+                                   float lr, float beta1, float beta2, float eps,
+                                   const float* bias, long long total_elements) {
+  int t = static_cast<int>(blockIdx.y);
+  int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t >= ntensors || i >= counts[t]) return;
+  const std::size_t base = static_cast<std::size_t>(t) * 4;
+  adam_element(tensors[base], tensors[base + 1], tensors[base + 2], tensors[base + 3], i, lr,
+               beta1, beta2, eps, bias[0], bias[1]);
+  (void)total_elements;
+}
+KERNEL_FOOTPRINT(adam_pointer_array, [](simgpu::footprint& fp, float* const* tensors,
+                                        const int* counts, int ntensors, float, float, float,
+                                        float, const float* bias, long long total_elements) {
+  fp.read(tensors, static_cast<std::size_t>(ntensors) * 4);
+  fp.read(counts, static_cast<std::size_t>(ntensors));
+  fp.read(bias, 2);
+  fp.flops(12.0 * static_cast<double>(total_elements));
+});
+
+// --foreach: the tensor list of one multi-tensor Adam launch, passed by value as
+// PyTorch's multi_tensor_apply passes its TensorListMetadata. Room for
+// kForeachCapacity tensors makes the block 6920 bytes: the v pointers start at byte
+// 4608, past the 4 KiB a launch's parameters were classically limited to (CUDA 12.1
+// allows 32764 bytes on Volta and later), so a scanner that stops at 4 KiB misses
+// them.
+constexpr int kForeachCapacity = 192;
+struct adam_tensor_list {
+  float* w[kForeachCapacity];
+  const float* g[kForeachCapacity];
+  float* m[kForeachCapacity];
+  float* v[kForeachCapacity];
+  int count[kForeachCapacity];
+  int tensors;
+};
+static_assert(sizeof(adam_tensor_list) > 4096, "the point is a parameter block over 4 KiB");
+
+// Tensors per launch: all the list holds on a GPU; on simgpu as many as a footprint can
+// name (SIMGPU_MAX_ACCESSES ranges: four per tensor and the bias corrections), so the
+// footprint stays exact. Either way the bits are those of the per-layer step.
+#ifdef __CUDACC__
+constexpr int kForeachTensorsPerLaunch = kForeachCapacity;
+#else
+constexpr int kForeachTensorsPerLaunch = (SIMGPU_MAX_ACCESSES - 1) / 4;
+#endif
+
+__global__ void adam_foreach(adam_tensor_list list, float lr, float beta1, float beta2,
+                             float eps, const float* bias) {
+  int t = static_cast<int>(blockIdx.y);
+  int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t >= list.tensors || i >= list.count[t]) return;
+  adam_element(list.w[t], list.g[t], list.m[t], list.v[t], i, lr, beta1, beta2, eps, bias[0],
+               bias[1]);
+}
+KERNEL_FOOTPRINT(adam_foreach, [](simgpu::footprint& fp, adam_tensor_list list, float, float,
+                                  float, float, const float* bias) {
+  double elements = 0.0;
+  for (int t = 0; t < list.tensors; ++t) {
+    std::size_t count = static_cast<std::size_t>(list.count[t]);
+    fp.readwrite(list.w[t], count);
+    fp.read(list.g[t], count);
+    fp.readwrite(list.m[t], count);
+    fp.readwrite(list.v[t], count);
+    elements += static_cast<double>(count);
+  }
+  fp.read(bias, 2);
+  fp.flops(12.0 * elements);
 });
 
 #endif  // SIMTRAIN_KERNELS_CUH

@@ -23,7 +23,11 @@ struct options {
   int iters = 5;
   std::uint64_t seed = 1;
   float lr = 1e-3f;  // Adam learning rate
-  bool caching = false;
+  bool caching = false;     // a caching allocator (segments or expandable)
+  bool expandable = false;  // --caching expandable: segments the program maps itself
+  bool graphs = false;      // the step captured once and replayed as a CUDA graph
+  bool pointer_arrays = false;  // Adam: one kernel chasing a device array of pointers
+  bool foreach = false;     // Adam: one kernel over a >4 KiB tensor list by value
   int streams = 1;
   gpu::launch_path launch = gpu::launch_path::nvcc;
   gpu::api_path api = gpu::api_path::runtime;
@@ -32,9 +36,10 @@ struct options {
 
 namespace options_detail {
 
-enum class kind { integer, unsigned64, real, flag, streams, launch, api, path };
+enum class kind { integer, unsigned64, real, flag, caching, streams, launch, api, path };
 
 using int_field = int options::*;
+using bool_field = bool options::*;
 
 struct spec {
   const char* name;
@@ -44,6 +49,7 @@ struct spec {
   int_field field = nullptr;  // for kind::integer
   long min = 0;
   long max = 0;
+  bool_field flag = nullptr;  // for kind::flag
 };
 
 inline constexpr spec kSpecs[] = {
@@ -54,8 +60,23 @@ inline constexpr spec kSpecs[] = {
     {"iters", "N", "training iterations", kind::integer, &options::iters, 1, 1000000},
     {"seed", "N", "seed of the weights and of the synthetic data", kind::unsigned64},
     {"lr", "X", "Adam learning rate", kind::real},
-    {"caching", nullptr, "sub-allocate from cached segments (like a framework's allocator)",
-     kind::flag},
+    {"caching", "[segments|expandable]",
+     "sub-allocate from cached segments (like PyTorch's allocator); expandable: from "
+     "segments the program reserves and maps itself (cuMemAddressReserve/cuMemCreate/"
+     "cuMemMap, PyTorch's expandable_segments:True)",
+     kind::caching},
+    {"graphs", nullptr,
+     "capture the step once on a non-default stream (allocating from a private pool) "
+     "and replay it with cudaGraphLaunch each iteration",
+     kind::flag, nullptr, 0, 0, &options::graphs},
+    {"pointer-arrays", nullptr,
+     "Adam as one kernel per step reading a device array of pointers to the parameter, "
+     "gradient and moment buffers",
+     kind::flag, nullptr, 0, 0, &options::pointer_arrays},
+    {"foreach", nullptr,
+     "Adam as one kernel per step over a tensor list passed by value (a parameter "
+     "block over 4 KiB, like multi_tensor_apply)",
+     kind::flag, nullptr, 0, 0, &options::foreach},
     {"streams", "1|2", "2: upload and optimizer updates on a second stream",
      kind::streams},
     {"launch", "nvcc|runtime|ex",
@@ -99,6 +120,7 @@ inline void print_help(const char* prog) {
         std::printf(" (default %s)", gpu::launch_path_name(defaults.launch));
         break;
       case kind::api: std::printf(" (default %s)", gpu::api_path_name(defaults.api)); break;
+      case kind::caching: std::printf(" (default off; segments when given alone)"); break;
       case kind::flag:
       case kind::path: break;
     }
@@ -138,8 +160,17 @@ inline void apply(const char* prog, const spec& s, const char* text, options& ou
       break;
     }
     case kind::flag:
-      out.caching = true;
+      out.*s.flag = true;
       break;
+    case kind::caching: {
+      std::string_view v = text;
+      if (v != "" && v != "segments" && v != "expandable") {
+        usage_error(prog, bad + " (segments or expandable)");
+      }
+      out.caching = true;
+      out.expandable = v == "expandable";
+      break;
+    }
     case kind::streams: {
       std::string_view v = text;
       if (v != "1" && v != "2") usage_error(prog, bad + " (1 or 2)");
@@ -201,6 +232,18 @@ inline options parse_options(int argc, char** argv) {
       if (name == s.name) found = &s;
     }
     if (found == nullptr) usage_error(prog, "unknown option '--" + std::string(name) + "'");
+    if (found->type == kind::caching) {
+      // An optional value: --caching, --caching=expandable, --caching expandable.
+      std::string value;
+      if (eq != std::string_view::npos) {
+        value = std::string(body.substr(eq + 1));
+        if (value.empty()) usage_error(prog, "--caching= needs a value (segments or expandable)");
+      } else if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) {
+        value = argv[++i];
+      }
+      apply(prog, *found, value.c_str(), out);
+      continue;
+    }
     if (found->value == nullptr) {
       if (eq != std::string_view::npos) {
         usage_error(prog, "--" + std::string(name) + " takes no value");
@@ -217,6 +260,9 @@ inline options parse_options(int argc, char** argv) {
       usage_error(prog, "--" + std::string(name) + " needs a value (" + found->value + ")");
     }
     apply(prog, *found, value.c_str(), out);
+  }
+  if (out.pointer_arrays && out.foreach) {
+    usage_error(prog, "--pointer-arrays and --foreach are two ways of one Adam step: pick one");
   }
   const long long w = out.width;
   if (w * w + w > INT_MAX || w * out.batch > INT_MAX) {

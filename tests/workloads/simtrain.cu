@@ -16,6 +16,19 @@
 // --streams 2 uploads the batch and runs each layer's Adam step on a second stream
 // as soon as its gradient is ready; events order every cross-stream use, so the
 // arithmetic, and thus every loss bit, is the same in all modes.
+//
+// What PyTorch does on a GPU beyond that (Note [PyTorch-like variants]):
+//   --graphs          the step (forward, backward, Adam) is captured once on a
+//                     non-default stream, its temporaries allocated from a private
+//                     pool during capture, and replayed with cudaGraphLaunch; each
+//                     iteration copies its batch into the graph's static inputs and
+//                     its Adam bias corrections into a static device buffer first;
+//   --pointer-arrays  Adam is one launch per step chasing a device array of pointers;
+//   --foreach         Adam is one launch per step over a tensor list passed by value
+//                     in a parameter block over 4 KiB;
+//   --caching expandable  segments the program reserves and maps itself
+//                     (expandable_allocator.h).
+// None changes the arithmetic of any element, so every loss bit is the plain run's.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -28,6 +41,7 @@
 #include <vector>
 
 #include "device_allocator.h"
+#include "expandable_allocator.h"
 #include "gpu_compat.h"
 #include "kernels.cuh"
 #include "options.h"
@@ -127,20 +141,55 @@ std::size_t footprint_estimate_bytes(const options& opt) {
   return (4 * parameter_count(opt) + std::max(forward, backward)) * sizeof(float);
 }
 
+// Note [PyTorch-like variants]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// --graphs follows torch.cuda.graph / torch.compile(mode="reduce-overhead"): the
+// capture runs on a non-default stream in cudaStreamCaptureModeGlobal, and every
+// tensor the step makes comes from the graph's private pool (a caching_allocator of
+// its own; Note [Allocating during capture] in device_allocator.h), whose segments
+// are cudaMalloc'd during the capture in relaxed mode. Nothing runs at capture: the
+// first replay computes iteration 0. The batch and target live in static input
+// tensors allocated before the capture, the loss in a static output the capture
+// keeps; Adam's bias corrections, which change every iteration, are read from a
+// device buffer (adam_step_dev) written before each replay, as PyTorch's capturable
+// Adam keeps its step on the device. With --streams 2 the Adam steps fork onto the
+// side stream inside the capture and join the capture stream at its end; the
+// upload stays outside, on the side stream, ordered before the replay by an event.
+//
+// --pointer-arrays and --foreach do the Adam step of every layer at once when the
+// last gradient is ready (on the side stream with --streams 2), reading the bias
+// corrections from the same device buffer; a per-layer step would have done the
+// same arithmetic to the same elements, only earlier, and nothing reads a layer's
+// parameters between its gradient and the end of the backward pass.
 class trainer {
  public:
-  trainer(const options& opt, device_allocator& alloc)
+  // graph_pool: the private pool of --graphs (not owned), else null.
+  trainer(const options& opt, device_allocator& alloc, caching_allocator* graph_pool)
       : opt_(opt), alloc_(alloc), batch_(opt.batch), width_(opt.width),
-        out_(std::min(kOutFeatures, opt.width)), two_streams_(opt.streams == 2) {
-    if (two_streams_) {
+        out_(std::min(kOutFeatures, opt.width)), two_streams_(opt.streams == 2),
+        graphs_(opt.graphs), batched_adam_(opt.pointer_arrays || opt.foreach),
+        device_scalars_(graphs_ || batched_adam_), graph_pool_(graph_pool),
+        step_alloc_(&alloc) {
+    if (two_streams_ || graphs_) {
       CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
+    }
+    if (two_streams_) {
       CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaEventCreateWithFlags(&side_joined_, cudaEventDisableTiming));
     }
     CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     CUDA_CHECK(cudaMallocHost(&host_x_, sizeof(float) * batch_ * width_));
     CUDA_CHECK(cudaMallocHost(&host_t_, sizeof(float) * batch_ * out_));
     CUDA_CHECK(cudaMallocHost(&host_loss_, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&host_scalars_, 2 * sizeof(float)));
     for (int l = 0; l <= opt.depth; ++l) add_layer(l);
+    if (device_scalars_) step_scalars_ = make(2);
+    if (opt.pointer_arrays) make_pointer_table();
+    if (graphs_) {
+      cudaStream_t up = two_streams_ ? side_ : main_;
+      static_x_ = tensor(alloc_, static_cast<std::size_t>(batch_) * width_, up);
+      static_t_ = tensor(alloc_, static_cast<std::size_t>(batch_) * out_, up);
+    }
     CUDA_CHECK(cudaStreamSynchronize(main_));
   }
 
@@ -149,25 +198,69 @@ class trainer {
 
   ~trainer() {
     CUDA_CHECK(cudaDeviceSynchronize());
+    if (graph_exec_ != nullptr) CUDA_CHECK(cudaGraphExecDestroy(graph_exec_));
+    if (graph_ != nullptr) CUDA_CHECK(cudaGraphDestroy(graph_));
     layers_.clear();
+    for (tensor* t : {&static_x_, &static_t_, &static_loss_, &step_scalars_, &pointer_table_,
+                      &tensor_counts_}) {
+      t->reset();
+    }
+    if (side_joined_ != nullptr) CUDA_CHECK(cudaEventDestroy(side_joined_));
     for (cudaEvent_t ev : grad_ready_) CUDA_CHECK(cudaEventDestroy(ev));
     for (cudaEvent_t ev : update_done_) CUDA_CHECK(cudaEventDestroy(ev));
     CUDA_CHECK(cudaEventDestroy(upload_done_));
     CUDA_CHECK(cudaFreeHost(host_x_));
     CUDA_CHECK(cudaFreeHost(host_t_));
     CUDA_CHECK(cudaFreeHost(host_loss_));
-    if (two_streams_) {
-      CUDA_CHECK(cudaStreamDestroy(main_));
-      CUDA_CHECK(cudaStreamDestroy(side_));
-    }
+    CUDA_CHECK(cudaFreeHost(host_scalars_));
+    if (main_ != nullptr) CUDA_CHECK(cudaStreamDestroy(main_));
+    if (side_ != nullptr) CUDA_CHECK(cudaStreamDestroy(side_));
   }
 
   // One training iteration; returns its loss (before the update).
   float step(int iter) {
-    const int depth = opt_.depth;
-    const int bw = batch_ * width_;
+    if (graphs_) {
+      upload_batch(iter, static_x_, static_t_);
+      if (graph_exec_ == nullptr) capture(iter);
+      CUDA_CHECK(cudaGraphLaunch(graph_exec_, main_));
+      return read_loss(static_loss_);
+    }
     tensor x, target;
     upload_batch(iter, x, target);
+    tensor loss = forward_backward(std::move(x), std::move(target), iter);
+    return read_loss(loss);
+  }
+
+ private:
+  // Captures forward_backward into graph_exec_ on main_, its tensors from the
+  // private pool (Note [PyTorch-like variants]).
+  void capture(int iter) {
+    graph_pool_->begin_capture();
+    step_alloc_ = graph_pool_;
+    CUDA_CHECK(cudaStreamBeginCapture(main_, cudaStreamCaptureModeGlobal));
+    static_loss_ = forward_backward(static_x_, static_t_, iter);
+    if (two_streams_) {
+      CUDA_CHECK(cudaEventRecord(side_joined_, side_));
+      CUDA_CHECK(cudaStreamWaitEvent(main_, side_joined_, 0));
+    }
+    CUDA_CHECK(cudaStreamEndCapture(main_, &graph_));
+    step_alloc_ = &alloc_;
+    graph_pool_->end_capture();
+    CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+  }
+
+  float read_loss(const tensor& loss) {
+    CUDA_CHECK(gpu::memcpy_async(host_loss_, loss.data(), sizeof(float),
+                                 cudaMemcpyDeviceToHost, main_));
+    CUDA_CHECK(cudaStreamSynchronize(main_));
+    return *host_loss_;
+  }
+
+  // The step's work on the batch x and its target; returns the loss tensor (its
+  // value before the update). Enqueues only: nothing here synchronises.
+  tensor forward_backward(tensor x, tensor target, int iter) {
+    const int depth = opt_.depth;
+    const int bw = batch_ * width_;
 
     struct saved_tensors {
       tensor input, act;
@@ -262,16 +355,31 @@ class trainer {
       }
       gradient_ready(l, iter);
     }
-
-    CUDA_CHECK(gpu::memcpy_async(host_loss_, loss.data(), sizeof(float),
-                               cudaMemcpyDeviceToHost, main_));
-    CUDA_CHECK(cudaStreamSynchronize(main_));
-    loss.reset();
-    return *host_loss_;
+    return loss;
   }
 
- private:
-  tensor make(std::size_t count) { return tensor(alloc_, count, main_); }
+  tensor make(std::size_t count) { return tensor(*step_alloc_, count, main_); }
+
+  // --pointer-arrays: the device table of every layer's four buffers and counts.
+  void make_pointer_table() {
+    const std::size_t n = layers_.size();
+    std::vector<float*> pointers;
+    std::vector<int> counts;
+    for (const layer& ly : layers_) {
+      for (const tensor* t : {&ly.param, &ly.grad, &ly.adam_m, &ly.adam_v}) {
+        pointers.push_back(t->data());
+      }
+      counts.push_back(ly.count());
+    }
+    pointer_table_ = make(4 * n * sizeof(float*) / sizeof(float));
+    tensor_counts_ = make(n);
+    CUDA_CHECK(gpu::memcpy_async(pointer_table_.data(), pointers.data(),
+                                 pointers.size() * sizeof(float*), cudaMemcpyHostToDevice,
+                                 main_));
+    CUDA_CHECK(gpu::memcpy_async(tensor_counts_.data(), counts.data(), n * sizeof(int),
+                                 cudaMemcpyHostToDevice, main_));
+    CUDA_CHECK(cudaStreamSynchronize(main_));
+  }
 
   void add_layer(int index) {
     const bool final_layer = index == opt_.depth;
@@ -313,7 +421,8 @@ class trainer {
   }
 
   // Draws iteration iter's batch into pinned memory and uploads it, on the side
-  // stream with --streams 2.
+  // stream with --streams 2, into x and target (allocated here when empty: a static
+  // input is reused), with Adam's bias corrections when they live on the device.
   void upload_batch(int iter, tensor& x, tensor& target) {
     cudaStream_t up = two_streams_ ? side_ : main_;
     if (upload_recorded_) CUDA_CHECK(cudaEventSynchronize(upload_done_));
@@ -328,11 +437,16 @@ class trainer {
         host_t_[static_cast<std::size_t>(b) * out_ + o] = v;
       }
     }
-    x = tensor(alloc_, static_cast<std::size_t>(batch_) * width_, up);
-    target = tensor(alloc_, static_cast<std::size_t>(batch_) * out_, up);
+    if (!x) x = tensor(alloc_, static_cast<std::size_t>(batch_) * width_, up);
+    if (!target) target = tensor(alloc_, static_cast<std::size_t>(batch_) * out_, up);
     CUDA_CHECK(gpu::memcpy_async(x.data(), host_x_, x.bytes(), cudaMemcpyHostToDevice, up));
     CUDA_CHECK(gpu::memcpy_async(target.data(), host_t_, target.bytes(),
                                cudaMemcpyHostToDevice, up));
+    if (device_scalars_) {
+      bias_corrections(iter, host_scalars_[0], host_scalars_[1]);
+      CUDA_CHECK(gpu::memcpy_async(step_scalars_.data(), host_scalars_, 2 * sizeof(float),
+                                   cudaMemcpyHostToDevice, up));
+    }
     CUDA_CHECK(cudaEventRecord(upload_done_, up));
     upload_recorded_ = true;
     if (two_streams_) {
@@ -351,9 +465,18 @@ class trainer {
     }
   }
 
+  // Adam's bias corrections at iteration iter: 1 / (1 - beta^t), t = iter + 1.
+  static void bias_corrections(int iter, float& inv_bias1, float& inv_bias2) {
+    const double t = static_cast<double>(iter) + 1.0;
+    inv_bias1 = static_cast<float>(1.0 / (1.0 - std::pow(double{kBeta1}, t)));
+    inv_bias2 = static_cast<float>(1.0 / (1.0 - std::pow(double{kBeta2}, t)));
+  }
+
   // Layer index's gradients are complete on the main stream and its weights have
-  // been read for the last time this iteration: run its Adam step.
+  // been read for the last time this iteration: run its Adam step (every layer's,
+  // at the last one, with --pointer-arrays and --foreach).
   void gradient_ready(int index, int iter) {
+    if (batched_adam_ && index != 0) return;
     std::size_t i = static_cast<std::size_t>(index);
     const layer& ly = layers_[i];
     cudaStream_t s = main_;
@@ -362,16 +485,66 @@ class trainer {
       CUDA_CHECK(cudaStreamWaitEvent(side_, grad_ready_[i], 0));
       s = side_;
     }
-    const double t = static_cast<double>(iter) + 1.0;
-    const float inv_bias1 = static_cast<float>(1.0 / (1.0 - std::pow(double{kBeta1}, t)));
-    const float inv_bias2 = static_cast<float>(1.0 / (1.0 - std::pow(double{kBeta2}, t)));
     const int n = ly.count();
-    LAUNCH(adam_step, grid_for(n), kThreadsPerBlock, s, ly.param.data(), ly.grad.data(),
-           ly.adam_m.data(), ly.adam_v.data(), n, opt_.lr, kBeta1, kBeta2, kEpsilon,
-           inv_bias1, inv_bias2);
+    if (batched_adam_) {
+      adam_all_layers(s);
+    } else if (device_scalars_) {
+      LAUNCH(adam_step_dev, grid_for(n), kThreadsPerBlock, s, ly.param.data(), ly.grad.data(),
+             ly.adam_m.data(), ly.adam_v.data(), n, opt_.lr, kBeta1, kBeta2, kEpsilon,
+             step_scalars_.data());
+    } else {
+      float inv_bias1 = 0.0f;
+      float inv_bias2 = 0.0f;
+      bias_corrections(iter, inv_bias1, inv_bias2);
+      LAUNCH(adam_step, grid_for(n), kThreadsPerBlock, s, ly.param.data(), ly.grad.data(),
+             ly.adam_m.data(), ly.adam_v.data(), n, opt_.lr, kBeta1, kBeta2, kEpsilon,
+             inv_bias1, inv_bias2);
+    }
     if (two_streams_) {
-      CUDA_CHECK(cudaEventRecord(update_done_[i], side_));
-      update_recorded_[i] = true;
+      for (std::size_t j = batched_adam_ ? 0 : i; j <= (batched_adam_ ? layers_.size() - 1 : i);
+           ++j) {
+        CUDA_CHECK(cudaEventRecord(update_done_[j], side_));
+        update_recorded_[j] = true;
+      }
+    }
+  }
+
+  // The Adam step of every layer on stream s: one adam_pointer_array launch, or
+  // adam_foreach launches of at most kForeachTensorsPerLaunch tensors.
+  void adam_all_layers(cudaStream_t s) {
+    const int n = static_cast<int>(layers_.size());
+    if (opt_.pointer_arrays) {
+      int largest = 0;
+      long long total = 0;
+      for (const layer& ly : layers_) {
+        largest = std::max(largest, ly.count());
+        total += ly.count();
+      }
+      dim3 grid = grid_for(static_cast<std::size_t>(largest));
+      grid.y = static_cast<unsigned>(n);
+      LAUNCH(adam_pointer_array, grid, kThreadsPerBlock, s,
+             reinterpret_cast<float* const*>(pointer_table_.data()),
+             reinterpret_cast<const int*>(tensor_counts_.data()), n, opt_.lr, kBeta1, kBeta2,
+             kEpsilon, step_scalars_.data(), total);
+      return;
+    }
+    for (int first = 0; first < n; first += kForeachTensorsPerLaunch) {
+      auto list = std::make_unique<adam_tensor_list>();
+      list->tensors = std::min(kForeachTensorsPerLaunch, n - first);
+      int largest = 0;
+      for (int t = 0; t < list->tensors; ++t) {
+        const layer& ly = layers_[static_cast<std::size_t>(first + t)];
+        list->w[t] = ly.param.data();
+        list->g[t] = ly.grad.data();
+        list->m[t] = ly.adam_m.data();
+        list->v[t] = ly.adam_v.data();
+        list->count[t] = ly.count();
+        largest = std::max(largest, ly.count());
+      }
+      dim3 grid = grid_for(static_cast<std::size_t>(largest));
+      grid.y = static_cast<unsigned>(list->tensors);
+      LAUNCH(adam_foreach, grid, kThreadsPerBlock, s, *list, opt_.lr, kBeta1, kBeta2, kEpsilon,
+             step_scalars_.data());
     }
   }
 
@@ -381,14 +554,27 @@ class trainer {
   const int width_;
   const int out_;
   const bool two_streams_;
-  cudaStream_t main_ = nullptr;  // the legacy default stream with --streams 1
+  const bool graphs_;
+  const bool batched_adam_;    // --pointer-arrays or --foreach
+  const bool device_scalars_;  // Adam's bias corrections in step_scalars_
+  caching_allocator* const graph_pool_;
+  device_allocator* step_alloc_;  // the graph's pool while capturing, else alloc_
+  cudaStream_t main_ = nullptr;  // the legacy default stream with --streams 1 (no --graphs)
   cudaStream_t side_ = nullptr;
   std::vector<layer> layers_;  // depth hidden layers, then the final one
   std::vector<cudaEvent_t> grad_ready_;
   std::vector<cudaEvent_t> update_done_;
   std::vector<bool> update_recorded_;
   cudaEvent_t upload_done_ = nullptr;
+  cudaEvent_t side_joined_ = nullptr;  // the side stream's join at the capture's end
   bool upload_recorded_ = false;
+  tensor step_scalars_;  // inv_bias1, inv_bias2 of the current iteration
+  tensor pointer_table_;  // --pointer-arrays: float* [4 * layers]
+  tensor tensor_counts_;  // --pointer-arrays: int [layers]
+  tensor static_x_, static_t_, static_loss_;  // --graphs
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  float* host_scalars_ = nullptr;  // pinned
   float* host_x_ = nullptr;  // pinned
   float* host_t_ = nullptr;  // pinned
   float* host_loss_ = nullptr;  // pinned
@@ -401,12 +587,15 @@ int main(int argc, char** argv) {
   gpu::set_launch_path(opt.launch);
   const std::size_t params = parameter_count(opt);
   std::printf("config: depth %d width %d batch %d out %d iters %d seed %" PRIu64
-              " lr %.6e caching %s streams %d launch %s%s%s\n",
+              " lr %.6e caching %s streams %d launch %s%s%s%s%s%s\n",
               opt.depth, opt.width, opt.batch, std::min(kOutFeatures, opt.width),
               opt.iters, opt.seed, static_cast<double>(opt.lr),
-              opt.caching ? "on" : "off", opt.streams, gpu::launch_path_name(opt.launch),
+              opt.expandable ? "expandable" : opt.caching ? "on" : "off", opt.streams,
+              gpu::launch_path_name(opt.launch),
               opt.api == gpu::api_path::runtime ? "" : " api ",
-              opt.api == gpu::api_path::runtime ? "" : gpu::api_path_name(opt.api));
+              opt.api == gpu::api_path::runtime ? "" : gpu::api_path_name(opt.api),
+              opt.graphs ? " graphs" : "", opt.pointer_arrays ? " pointer-arrays" : "",
+              opt.foreach ? " foreach" : "");
   std::printf("footprint estimate: %zu bytes (%zu parameters, %zu bytes with gradients "
               "and Adam state)\n",
               footprint_estimate_bytes(opt), params, 4 * params * sizeof(float));
@@ -417,8 +606,13 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaFree(nullptr));
     gpu::use_api(opt.api);
   }
+  if (opt.expandable && opt.api == gpu::api_path::runtime) CUDA_CHECK(cudaFree(nullptr));
   std::unique_ptr<device_allocator> alloc;
-  if (opt.caching) {
+  std::unique_ptr<caching_allocator> graph_pool;
+  if (opt.graphs) graph_pool = std::make_unique<caching_allocator>();
+  if (opt.expandable) {
+    alloc = std::make_unique<expandable_allocator>();
+  } else if (opt.caching) {
     alloc = std::make_unique<caching_allocator>();
   } else {
     alloc = std::make_unique<direct_allocator>();
@@ -435,20 +629,31 @@ int main(int argc, char** argv) {
     }
     trace = std::make_unique<alloc_trace>(opt.trace_allocs, command);
     alloc->set_trace(trace.get());
+    if (graph_pool) graph_pool->set_trace(trace.get());
   }
   float loss = 0.0f;
   {
-    trainer model(opt, *alloc);
+    trainer model(opt, *alloc, graph_pool.get());
     for (int iter = 0; iter < opt.iters; ++iter) {
       if (trace) trace->iteration(iter);
       loss = model.step(iter);
       std::printf("iter %d loss %.9e (bits 0x%08" PRIx32 ")\n", iter,
                   static_cast<double>(loss), float_bits(loss));
       std::fflush(stdout);
+      // Expandable segments: unmap what the iteration left free every second
+      // iteration, as torch.cuda.empty_cache() (Note [Expandable segments in simtrain]).
+      if (opt.expandable && iter % 2 == 1) alloc->empty_cache();
     }
   }
+  // The graph's pool holds its segments from the capture to the graph's end, beside
+  // everything allocated before the capture: the peak is the sum.
+  std::size_t peak = alloc->peak_bytes();
+  if (graph_pool) {
+    graph_pool->release_all();
+    peak += graph_pool->peak_bytes();
+  }
   alloc->release_all();
-  std::printf("peak device bytes: %zu\n", alloc->peak_bytes());
+  std::printf("peak device bytes: %zu\n", peak);
   std::printf("final loss: %.9e (bits 0x%08" PRIx32 ")\n", static_cast<double>(loss),
               float_bits(loss));
   std::fflush(stdout);
