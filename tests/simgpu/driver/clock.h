@@ -3,7 +3,7 @@
 // Note [Virtual clock]
 // Work runs eagerly, in issue order, on the calling thread (results are
 // deterministic); time is modelled separately. The host has a time (host_ns) that
-// advances by the model's api_overhead_ns per enqueue and jumps forward to the
+// advances by the model's cost of each call (Note [Issue time]) and jumps forward to the
 // completion time on every synchronising call. Each stream has a tail (when its
 // last operation ends) and each engine (compute: kernels, memsets, device-to-device
 // copies; the H2D and D2H copy engines) is busy until its last operation ends. An
@@ -13,12 +13,13 @@
 //
 // Note [Issue time]
 // An operation (event records included) is issued at the host time when its call
-// begins, and the host returns api_overhead_ns later. So on an idle stream an event
-// recorded at host time t is reached at t, and a kernel enqueued next is issued at
-// t + api_overhead_ns and starts launch_latency_ns after that; an event recorded
-// right after a synchronous copy carries the copy's end time. Allocation calls
-// (cuMemAlloc, cuMemFree, cuMemCreate, cuMemMap, ...) also cost api_overhead_ns of
-// host time.
+// begins, and the host returns its call family's cost later (launch_enqueue_ns,
+// copy_enqueue_ns, event_record_ns, else api_overhead_ns: Note [Driver call costs]
+// in device_model.cpp). So on an idle stream an event recorded at host time t is
+// reached at t, and a kernel enqueued next is issued at t + event_record_ns and
+// starts launch_latency_ns after that; an event recorded right after a synchronous
+// copy carries the copy's end time. Allocation calls cost host time too
+// (api_overhead_ns; the VMM calls their own per-call and per-page figures).
 //
 // Note [Legacy default stream]
 // An operation on the legacy stream (stream 0 / CU_STREAM_LEGACY) waits for all

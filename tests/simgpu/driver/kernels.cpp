@@ -226,7 +226,8 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
               end, 0);
   ++d.st.kernels;
   // Note [Kernels on host-located mappings]: the footprint's bytes in host-located
-  // VMM mappings are counted (and paid at the link rate by kernel_duration_ns), so a
+  // VMM mappings, and the pages reached there outside it (counted above), are
+  // counted (and paid at kernel_host_access_bandwidth by kernel_duration_ns), so a
   // test can tell that a swap engine made every page resident before its kernel.
   for (int i = 0; i < fp.count; ++i) {
     if (classify(reinterpret_cast<uintptr_t>(fp.accesses[i].ptr)) == mem_place::host_mapping)

@@ -106,6 +106,31 @@ TEST_F(RaceDetector, HostReleaseOfRangeInUseIsReported) {
   EXPECT_TRUE(out.empty());
 }
 
+// Taking write access away races only with unordered writes; taking all access away
+// races with reads too; an ordered record is no race.
+TEST_F(RaceDetector, HostRestrictionRacesWithWhatItForbids) {
+  int a = d.add_timeline();
+  op(a);
+  access(a, 0, 100, false, "kernel 'r' on stream 2");
+  op(a);
+  access(a, 200, 300, true, "kernel 'w' on stream 2");
+  std::vector<race_report> out;
+  d.host_restrict(1, 0, 4096, false, "cuMemSetAccess by the host", out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].first, "write by kernel 'w' on stream 2");
+  EXPECT_EQ(out[0].second, "cuMemSetAccess by the host");
+  out.clear();
+  d.host_restrict(1, 0, 4096, true, "cuMemSetAccess by the host", out);
+  ASSERT_EQ(out.size(), 1u) << "the write was reported once; the read remains";
+  EXPECT_EQ(out[0].first, "read by kernel 'r' on stream 2");
+  op(a);
+  access(a, 0, 8, true);
+  d.join(race_detector::kHost, a);
+  out.clear();
+  d.host_restrict(1, 0, 4096, true, "cuMemSetAccess by the host", out);
+  EXPECT_TRUE(out.empty());
+}
+
 TEST_F(RaceDetector, TransitiveOrderingThroughAThirdTimeline) {
   int a = d.add_timeline(), b = d.add_timeline(), c = d.add_timeline();
   op(a);
