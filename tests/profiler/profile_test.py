@@ -24,6 +24,14 @@
             whose struct argument holds two pointers) and cudaLaunchKernel: all three
             seen through CUPTI with the right buffer sets and the api period; with
             CUPTI held, only the runtime launch is seen, as the warning says
+  library   library_launch_probe launches through __cudaLaunchKernel (CUPTI callback
+            without params: taken from the driver-level launch underneath) and a
+            CUkernel of its own cuLibraryLoadData, each with 8 KiB of tensor pointers
+            by value: both seen through CUPTI with the buffer sets simgpu's footprint
+            gives (pointers past 4 KiB included) and their kernels' correlation ids and
+            durations; under swap mode on a device smaller than the buffers no kernel
+            reaches a swapped-out page; with a library load and a kernel query failing,
+            the program gets the same codes and results with liboversub as without
   fallback  another tool holds CUPTI (cupti_holder preloaded first): the library
             says who and what it then does not see, and the hooks still give every
             launch its right buffer set (no durations)
@@ -292,12 +300,61 @@ def case_driver(c: Ctx) -> None:
     print("driver-level launches seen through CUPTI, not through the hooks")
 
 
+HOST_MAPPED_RE = re.compile(r"kernel bytes in host-located mappings (\d+)")
+
+
+def case_library(c: Ctx) -> None:
+    from oprof import read_profile
+    out, log = c.tmp / "library.oprof", c.tmp / "library.launches"
+    env = {"OVERSUB_PROFILE_OUT": str(out), "SIMGPU_LAUNCH_LOG": str(log)}
+    r = c.run([c.a.probe, "5"], env, [c.a.lib])
+    check(r.returncode == 0 and "ok" in r.stdout, f"probe failed:\n{r.stdout}{r.stderr}")
+    p = read_profile(out)
+    rows = read_log(log)
+    check(p.cupti, "launches not seen through CUPTI")
+    check(p.source == "api", f"source {p.source}, want api (oversub_iteration_begin)")
+    names = [p.strings[l.name].split("(")[0] for l in p.launches]
+    check(names == ["tensor_sum", "lib_sum"], f"launches {names}")
+    check_buffer_sets(p, rows, cupti=True)
+    for l in p.launches:
+        check(len(l.buffers) == 10, f"{p.strings[l.name]}: {len(l.buffers)} buffers, want 10 "
+                                    "(one in the first 4 KiB, eight past it, the output)")
+        check(l.duration_ns > 0, f"{p.strings[l.name]}: no kernel duration from CUPTI")
+    print("__cudaLaunchKernel and cuLibrary launches tied to their records, 8 KiB scanned")
+
+    # Swap mode: 20 buffers of 2 MiB (one VMM page each) on a 32 MiB device; each
+    # launch needs 10 at once.
+    buf, device = 2 << 20, 32 << 20
+    swap_env = {"SIMGPU_MEMORY": str(device), "SIMGPU_REPORT": "1", "SIMGPU_RACE": "abort",
+                "OVERSUB_MODE": "swap"}
+    alone = c.run([c.a.probe, "4", str(buf)], {"SIMGPU_MEMORY": str(device)})
+    check(alone.returncode != 0, "the probe should not fit the device without oversub")
+    r = c.run([c.a.probe, "4", str(buf)], swap_env, [c.a.lib])
+    check(r.returncode == 0 and "ok" in r.stdout, f"probe under swap failed:\n{r.stdout}{r.stderr}")
+    m = HOST_MAPPED_RE.search(r.stderr)
+    check(m is not None, f"no simgpu exit report:\n{r.stderr}")
+    check(int(m.group(1)) == 0,
+          f"kernels reached {m.group(1)} bytes of swapped-out pages (pointers past 4 KiB unseen?)")
+    print("swap: every buffer behind the 8 KiB blocks resident before its kernel")
+
+    # Faults: CUDA's codes reach the program through oversub, nothing corrupted.
+    fail_env = {"SIMGPU_FAIL": "library_load:1,kernel_query:1"}
+    plain = c.run([c.a.probe, "3", "4096", "faults"], fail_env)
+    under = c.run([c.a.probe, "3", "4096", "faults"], fail_env, [c.a.lib])
+    check(plain.returncode == 0 and plain.stdout ==
+          "cuLibraryLoadData 2 then 0\ncuLibraryGetKernel 500 then 0\nok\n",
+          f"probe with faults, alone:\n{plain.stdout}{plain.stderr}")
+    check(under.returncode == 0 and under.stdout == plain.stdout,
+          f"probe with faults under liboversub:\n{under.stdout}{under.stderr}")
+    print("failed library loads and kernel queries: the same codes and results under oversub")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True,
                     choices=["buffers", "marker", "corrupt", "scripts", "stop", "fallback",
-                             "driver"])
+                             "driver", "library"])
     ap.add_argument("--lib", required=True)
     ap.add_argument("--simtrain", required=True)
     ap.add_argument("--oversub", required=True)

@@ -42,6 +42,30 @@ TEST(LaunchScan, PackedBufferGivesTheSameWords) {
   EXPECT_EQ(gather_packed(params, block, 12, words), 1u);  // cut at the buffer's size
 }
 
+// Note [32 KB parameter blocks] (launch_scan.h): multi_tensor_apply's tensor lists,
+// many pointers by value, past CUDA's old 4 KiB limit; and the largest block CUDA
+// 12.1+ launches (32764 bytes), every word of it.
+TEST(LaunchScan, ParameterBlocksPast4KiBAreScannedWhole) {
+  struct tensor_lists {
+    std::uint64_t ptrs[1024];  // 8 KiB
+  };
+  static tensor_lists lists;
+  for (std::size_t k = 0; k < 1024; ++k) lists.ptrs[k] = 0x100000 + 0x1000 * k;
+  std::uint64_t out = 0xFEED000;
+  const std::vector<param_slot> params = {{0, sizeof lists}, {sizeof lists, 8}};
+  void* args[] = {&lists, &out};
+  static std::uint64_t words[max_scan_words];
+  ASSERT_EQ(gather_words(params, args, words), 1025u);
+  EXPECT_EQ(words[600], 0x100000u + 0x1000 * 600);  // past 4 KiB
+  EXPECT_EQ(words[1024], 0xFEED000u);               // the output, past 8 KiB
+
+  static std::uint64_t block[32764 / 8 + 1];
+  for (std::size_t i = 0; i < 32764 / 8; ++i) block[i] = i + 1;
+  const std::vector<param_slot> largest = {{0, 32760}, {32760, 4}};
+  ASSERT_EQ(gather_packed(largest, block, 32764, words), 32760u / 8);
+  EXPECT_EQ(words[32760 / 8 - 1], 32760u / 8);
+}
+
 TEST(LaunchScan, WordsToBufferSet) {
   allocation_map live;
   live.insert(allocation{0x1000, 0x100}, nullptr);
