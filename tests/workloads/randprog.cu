@@ -51,11 +51,12 @@ struct options {
   int streams = 1;
   int min_kib = 64;
   int max_kib = 1024;
+  int pointer_arrays = 0;  // 1: updates find their weights in a device pointer table
 };
 
 [[noreturn]] void usage(const char* prog, const std::string& message) {
   std::fprintf(stderr, "%s: %s\nusage: %s [--seed N] [--layers N] [--iters N] "
-               "[--streams 1|2] [--min-kib N] [--max-kib N]\n", prog, message.c_str(), prog);
+               "[--streams 1|2] [--min-kib N] [--max-kib N] [--pointer-arrays 0|1]\n", prog, message.c_str(), prog);
   std::exit(2);
 }
 
@@ -85,6 +86,7 @@ options parse_options(int argc, char** argv) {
     else if (name == "--streams") opt.streams = bounded(1, 2);
     else if (name == "--min-kib") opt.min_kib = bounded(1, 1 << 20);
     else if (name == "--max-kib") opt.max_kib = bounded(1, 1 << 20);
+    else if (name == "--pointer-arrays") opt.pointer_arrays = bounded(0, 1);
     else usage(prog, "unknown option '" + std::string(name) + "'");
   }
   if (opt.min_kib > opt.max_kib) usage(prog, "--min-kib is above --max-kib");
@@ -192,6 +194,14 @@ class runner {
                             cudaMemcpyHostToDevice));
     }
     allocate(sums_, 2);
+    if (opt.pointer_arrays != 0) {
+      // The table of weight pointers, as many floats as the pointers take.
+      std::vector<float*> table(weights_.size(), nullptr);
+      for (std::size_t l = 0; l < weights_.size(); ++l) table[l] = weights_[l].ptr;
+      allocate(weight_table_, static_cast<int>(table.size() * sizeof(float*) / sizeof(float)));
+      CUDA_CHECK(cudaMemcpy(weight_table_.ptr, table.data(), table.size() * sizeof(float*),
+                            cudaMemcpyHostToDevice));
+    }
     CUDA_CHECK(cudaMallocHost(&host_input_, sizeof(float) * at(0).n));
     CUDA_CHECK(cudaMallocHost(&host_sums_, sizeof(float) * 2));
   }
@@ -205,6 +215,7 @@ class runner {
       if (w.ptr != nullptr) release(w);
     }
     release(sums_);
+    if (weight_table_.ptr != nullptr) release(weight_table_);
     for (cudaEvent_t ev : spare_events_) CUDA_CHECK(cudaEventDestroy(ev));
     CUDA_CHECK(cudaFreeHost(host_input_));
     CUDA_CHECK(cudaFreeHost(host_sums_));
@@ -276,8 +287,13 @@ class runner {
         accumulate(p.bwd, sg, g);
       }
       before(p.upd, {&g}, {&w});
-      LAUNCH(rp_update, grid_for(w.count), kThreadsPerBlock, streams_[p.upd], w.ptr,
-             w.count, g.ptr, g.count);
+      if (opt_.pointer_arrays != 0) {
+        LAUNCH(rp_update_indirect, grid_for(w.count), kThreadsPerBlock, streams_[p.upd],
+               reinterpret_cast<float* const*>(weight_table_.ptr), l, w.count, g.ptr, g.count);
+      } else {
+        LAUNCH(rp_update, grid_for(w.count), kThreadsPerBlock, streams_[p.upd], w.ptr,
+               w.count, g.ptr, g.count);
+      }
       after(p.upd, {&g}, {&w});
       release(g);
       if (in.ptr != nullptr) release(in);
@@ -415,6 +431,7 @@ class runner {
   cudaStream_t streams_[2] = {nullptr, nullptr};  // the legacy stream with --streams 1
   std::vector<buffer> weights_;  // index l: layer l's (index 0 unused)
   buffer sums_;
+  buffer weight_table_;  // --pointer-arrays 1: float* [layers + 1], the weights
   std::vector<cudaEvent_t> spare_events_;
   float* host_input_ = nullptr;  // pinned
   float* host_sums_ = nullptr;   // pinned
@@ -428,8 +445,9 @@ class runner {
 int main(int argc, char** argv) {
   const options opt = parse_options(argc, argv);
   std::vector<layer_plan> plan = draw_program(opt);
-  std::printf("config: seed %" PRIu64 " layers %d iters %d streams %d sizes %d-%d KiB\n",
-              opt.seed, opt.layers, opt.iters, opt.streams, opt.min_kib, opt.max_kib);
+  std::printf("config: seed %" PRIu64 " layers %d iters %d streams %d sizes %d-%d KiB%s\n",
+              opt.seed, opt.layers, opt.iters, opt.streams, opt.min_kib, opt.max_kib,
+              opt.pointer_arrays != 0 ? " pointer-arrays" : "");
   std::printf("input: %d floats\n", plan[0].n);
   for (int l = 1; l <= opt.layers; ++l) {
     const layer_plan& p = plan[static_cast<std::size_t>(l)];

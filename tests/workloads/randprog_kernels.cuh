@@ -95,6 +95,25 @@ KERNEL_FOOTPRINT(rp_update, [](simgpu::footprint& fp, float* w, int wn, const fl
   fp.flops(6.0 * wn);
 });
 
+// The same update with the weights found at table[slot] (--pointer-arrays 1), as a
+// kernel chasing a device array of pointers does. The footprint names the table and
+// g, not the weights (Note [Footprints that hide the chased buffers] in kernels.cuh):
+// only real-access tracking finds them.
+__global__ void rp_update_indirect(float* const* table, int slot, int wn, const float* g,
+                                   int ng) {
+  int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= wn) return;
+  float* w = table[slot];
+  std::size_t k = static_cast<std::size_t>(i);
+  w[i] = 0.875f * w[i] + 0.125f * rp_softsign(g[k % static_cast<std::size_t>(ng)]);
+}
+KERNEL_FOOTPRINT(rp_update_indirect, [](simgpu::footprint& fp, float* const* table, int slot,
+                                        int wn, const float* g, int ng) {
+  fp.read(table + slot, 1);
+  fp.read(g, static_cast<std::size_t>(ng));
+  fp.flops(6.0 * wn);
+});
+
 // out[slot] = v[0] + v[1] + ... + v[n-1], in that order; one thread.
 __global__ void rp_sum(const float* v, int n, float* out, int slot) {
   if (blockIdx.x * blockDim.x + threadIdx.x != 0) return;
