@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "interpose/hook_table.h"
+#include "profiler/cupti_source.h"
 #include "profiler/session.h"
 
 namespace oversub::interpose {
@@ -35,8 +36,14 @@ profiler::copy_kind profile_copy_kind(cudaMemcpyKind kind) noexcept;
 // Before a launch, copy or memset enqueues: the fallback's view of it.
 template <hook_id Base, typename... A>
 void profile_before(A... args) noexcept {
-  if (!profiling() || !profiler::hooks_feed_launches()) return;
   auto t = std::make_tuple(args...);
+  if constexpr (Base == hook_id::__cudaLaunchKernel) {
+    // Its CUPTI callback carries no params: the launch is named here (Note [Launches
+    // without params] in profiler/cupti_source.h).
+    profiler::cupti::note_hook_launch(reinterpret_cast<const void*>(std::get<0>(t)),
+                                      std::get<3>(t));
+  }
+  if (!profiling() || !profiler::hooks_feed_launches()) return;
   if constexpr (Base == hook_id::cudaLaunchKernel || Base == hook_id::__cudaLaunchKernel ||
                 Base == hook_id::cudaLaunchCooperativeKernel) {
     profiler::on_hook_launch(reinterpret_cast<const void*>(std::get<0>(t)), std::get<3>(t));
@@ -53,6 +60,7 @@ void profile_before(A... args) noexcept {
 
 // After the call returned: progress, and the profile once enough iterations.
 inline void profile_after() noexcept {
+  profiler::cupti::clear_hook_launch();
   if (profiling()) profiler::after_call();
 }
 

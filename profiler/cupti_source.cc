@@ -53,6 +53,23 @@ thread_local int t_runtime_depth = 0;
 // none); its driver-level launch is taken in its place (Note [Launches without
 // params] in cupti_source.h).
 thread_local int t_unread_launch = 0;
+// Per thread: what oversub's runtime launch hook is passing now (note_hook_launch).
+thread_local const void* t_hook_func = nullptr;
+thread_local void** t_hook_args = nullptr;
+
+// A runtime launch callback without params: the hook's launch, else the driver
+// launch underneath (Note [Launches without params]).
+void unread_runtime_launch(std::uint32_t corr) {
+  if (t_hook_func == nullptr) {
+    t_unread_launch = t_runtime_depth;
+    return;
+  }
+  const void* func = t_hook_func;
+  void** args = t_hook_args;
+  t_hook_func = nullptr;
+  t_hook_args = nullptr;
+  each_sink([&](sink& k) { k.runtime_launch(func, args, corr); });
+}
 
 template <typename F>
 bool resolve(void* lib, const char* name, F& out) {
@@ -99,7 +116,7 @@ void on_runtime(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
     case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
     case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000:
       // No params struct in CUPTI 13 (Note [Launches without params]).
-      t_unread_launch = t_runtime_depth;
+      unread_runtime_launch(corr);
       break;
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
@@ -107,14 +124,14 @@ void on_runtime(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000: {
       const auto* p = static_cast<const cudaLaunchKernel_v7000_params*>(d->functionParams);
       if (p != nullptr) each_sink([&](sink& k) { k.runtime_launch(p->func, p->args, corr); });
-      else t_unread_launch = t_runtime_depth;
+      else unread_runtime_launch(corr);
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: {
       const auto* p = static_cast<const cudaLaunchKernelExC_v11060_params*>(d->functionParams);
       if (p != nullptr) each_sink([&](sink& k) { k.runtime_launch(p->func, p->args, corr); });
-      else t_unread_launch = t_runtime_depth;
+      else unread_runtime_launch(corr);
       break;
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
@@ -336,6 +353,16 @@ outcome subscribe(sink* to, std::string* detail) noexcept {
     *detail = "out of memory while subscribing";
     return outcome::unavailable;
   }
+}
+
+void note_hook_launch(const void* func, void** args) noexcept {
+  t_hook_func = func;
+  t_hook_args = args;
+}
+
+void clear_hook_launch() noexcept {
+  t_hook_func = nullptr;
+  t_hook_args = nullptr;
 }
 
 std::uint64_t timestamp_ns() noexcept {

@@ -29,6 +29,15 @@
 // cuFuncGetParamInfo refuses it (session.h). Only the first driver launch under such
 // a runtime launch is taken.
 //
+// That relies on the driver callback sharing the runtime call's correlation id (as
+// simgpu gives it). CUPTI's documentation gives every API call its own id and a
+// runtime-launched kernel's record the runtime call's, so a launch that came through
+// oversub's own runtime hook is taken from the hook instead: the hook names the
+// function and arguments it is about to pass (note_hook_launch) and the runtime
+// callback without params takes them with its own correlation id. The driver-level
+// path remains for callers oversub's hooks do not see (a runtime reached through
+// its own handle, a statically linked one).
+//
 // Note [More than one sink]: CUPTI allows one subscriber per process on older
 // drivers, and two parts of oversub want what it reports: the profiling session
 // (session.h) and the swap and um learners' launch timing (launch_timing.h). So
@@ -79,6 +88,12 @@ constexpr std::size_t max_sinks = 4;
 // CUPTI, *detail names it; unavailable: no libcupti, a CUPTI error or no room for
 // another sink, *detail says which.
 outcome subscribe(sink* to, std::string* detail) noexcept;
+
+// The launch the calling thread's runtime launch hook is about to make, for a
+// runtime callback without params (Note [Launches without params]); cleared after
+// the call. Thread-local stores only.
+void note_hook_launch(const void* func, void** args) noexcept;
+void clear_hook_launch() noexcept;
 
 // Delivers every activity record still buffered (forced flush).
 void flush() noexcept;

@@ -6,7 +6,11 @@
 //                the library it loaded the kernel from;
 //   lib_sum      the program's own library: cuLibraryLoadData of a simgpu library
 //                image, cuLibraryGetKernel, cuLaunchKernel of the CUkernel cast to
-//                CUfunction (all three found with cuGetProcAddress, as cuBLAS does).
+//                CUfunction (all three found with cudaGetDriverEntryPointByVersion);
+//   tensor_sum   again through __cudaLaunchKernel, found with dlsym on the runtime's
+//                own handle, as a library holding its own view of the runtime would:
+//                oversub's runtime hook does not see it, so the profiler has only the
+//                CUPTI callbacks (the runtime's without params, the driver's under it).
 //
 // Both take multi_tensor_apply's shape of argument: 1024 device pointers by value (8
 // KiB), the first 4 KiB of them all to one buffer and the rest to eight others, then
@@ -129,6 +133,14 @@ int main(int argc, char** argv) {
     std::printf(" then %d\n", static_cast<int>(r));
   }
   check(r, "cuLibraryGetKernel");
+  using launch_rt_t = decltype(&__cudaLaunchKernel);
+  void* cudart = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
+  auto unhooked_launch =
+      cudart ? reinterpret_cast<launch_rt_t>(dlsym(cudart, "__cudaLaunchKernel")) : nullptr;
+  if (unhooked_launch == nullptr) {
+    std::fprintf(stderr, "library_launch_probe: no __cudaLaunchKernel in libcudart.so.13\n");
+    return 1;
+  }
   cudaKernel_t runtime_sum = nullptr;
   check(__cudaGetKernel(&runtime_sum, reinterpret_cast<const void*>(&tensor_sum)),
         "__cudaGetKernel");
@@ -154,6 +166,14 @@ int main(int argc, char** argv) {
     check(launch(reinterpret_cast<CUfunction>(lib_sum), 1, 1, 1, kSummed, 1, 1, 0, nullptr,
                  args_b, nullptr),
           "cuLaunchKernel(lib_sum)");
+    float* tmp2 = filled(bytes);
+    void* args_c[] = {&b, &tmp2, &n};
+    check(unhooked_launch(runtime_sum, dim3(1), dim3(kSummed), args_c, 0, nullptr),
+          "__cudaLaunchKernel(tensor_sum) through the runtime's handle");
+    check(cudaMemcpy(got.data(), tmp2, kSummed * sizeof(float), cudaMemcpyDeviceToHost),
+          "download tmp2");
+    if (got[0] != kLists) ++g_failures;
+    check(cudaFree(tmp2), "cudaFree tmp2");
     check(cudaMemcpy(got.data(), tmp, kSummed * sizeof(float), cudaMemcpyDeviceToHost),
           "download tmp");
     if (got[0] != kLists || got[kSummed - 1] != kLists) {

@@ -25,8 +25,9 @@
             seen through CUPTI with the right buffer sets and the api period; with
             CUPTI held, only the runtime launch is seen, as the warning says
   library   library_launch_probe launches through __cudaLaunchKernel (CUPTI callback
-            without params: taken from the driver-level launch underneath) and a
-            CUkernel of its own cuLibraryLoadData, each with 8 KiB of tensor pointers
+            without params: taken from oversub's hook), a CUkernel of its own
+            cuLibraryLoadData, and __cudaLaunchKernel again past oversub's hook (taken
+            from the driver-level launch underneath), each with 8 KiB of tensor pointers
             by value: both seen through CUPTI with the buffer sets simgpu's footprint
             gives (pointers past 4 KiB included) and their kernels' correlation ids and
             durations; under swap mode on a device smaller than the buffers no kernel
@@ -314,7 +315,7 @@ def case_library(c: Ctx) -> None:
     check(p.cupti, "launches not seen through CUPTI")
     check(p.source == "api", f"source {p.source}, want api (oversub_iteration_begin)")
     names = [p.strings[l.name].split("(")[0] for l in p.launches]
-    check(names == ["tensor_sum", "lib_sum"], f"launches {names}")
+    check(names == ["tensor_sum", "lib_sum", "tensor_sum"], f"launches {names}")
     check_buffer_sets(p, rows, cupti=True)
     for l in p.launches:
         check(len(l.buffers) == 10, f"{p.strings[l.name]}: {len(l.buffers)} buffers, want 10 "
