@@ -461,6 +461,10 @@ const config& current_config() {
   return cfg;
 }
 
+void set_effective_mode(run_mode m) {
+  const_cast<config&>(current_config()).mode = m;
+}
+
 int open_stats_destination(const config& cfg) {
   if (cfg.stats_file.empty()) return -1;
   return open_append(cfg.stats_file);

@@ -235,6 +235,10 @@ std::string_view to_string(stats_format s);
 // unknown names through the log, and on malformed values prints every problem
 // and ends the process with status 2. Thread-safe; never destroyed.
 const config& current_config();
+// The mode actually run, where the device cannot give the one asked (Note [Swap needs
+// host-located VMM] in pool/device_pool.cc). Called once, before any allocation is
+// served in that mode.
+void set_effective_mode(run_mode m);
 
 // Opens cfg.stats_file for appending ("%p" expanded); -1 when unset or failing.
 int open_stats_destination(const config& cfg);

@@ -126,9 +126,32 @@ std::uint64_t resolve_swap_capacity(const device_limit& limit) {
 
 }  // namespace
 
+// Note [Swap needs host-located VMM] in pool/device_pool.cc: swap mode on a device
+// that cannot map host memory runs as um, or, without managed memory, as pool.
+void fall_back_without_host_vmm() {
+  const config& cfg = current_config();
+  if (cfg.mode != run_mode::swap || !pool::available() || pool::host_vmm_supported(0)) return;
+  if (pool::managed_memory_supported(0)) {
+    log::write_raw(
+        "oversub: OVERSUB_MODE=swap needs host-located VMM memory, and this device or "
+        "driver does not support it (CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_"
+        "SUPPORTED is 0): running as OVERSUB_MODE=um (managed memory) instead\n");
+    set_effective_mode(run_mode::um);
+  } else {
+    log::write_raw(
+        "oversub: OVERSUB_MODE=swap needs host-located VMM memory "
+        "(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) and OVERSUB_MODE=um "
+        "needs managed memory (CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY); this device or driver "
+        "has neither, so nothing can be moved off the device: running as OVERSUB_MODE=pool, "
+        "and allocations past the device's memory fail with CUDA's out-of-memory error\n");
+    set_effective_mode(run_mode::pool);
+  }
+}
+
 bool decide_pool_mode() noexcept {
   static std::once_flag once;
   std::call_once(once, [] {
+    fall_back_without_host_vmm();
     const config& cfg = current_config();
     bool on = false;
     if (cfg.mode >= run_mode::pool) {

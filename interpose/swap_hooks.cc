@@ -26,6 +26,7 @@ namespace {
 profiler::function_cache g_layouts;
 profiler::function_cache g_driver_layouts;
 std::atomic<bool> g_refusal_logged{false};
+std::atomic<bool> g_unreadable_logged{false};
 
 // The parameter layout of func, asked of CUDA once (outside any lock of ours), or
 // null while an application error is pending (Note [Probing leaves no error
@@ -34,7 +35,9 @@ std::atomic<bool> g_refusal_logged{false};
 const profiler::function_info* layout_of(const void* func) noexcept {
   if (const profiler::function_info* f = g_layouts.lookup(func)) return f;
   profiler::function_info info;
-  if (!profiler::probe_runtime_params(cuda_queries(), func, info.params)) return nullptr;
+  if (!profiler::probe_runtime_params(cuda_queries(), func, info.params, &info.unreadable)) {
+    return nullptr;
+  }
   return g_layouts.insert(func, std::move(info));
 }
 
@@ -75,14 +78,25 @@ cudaError_t prepare(call_site at, int device, const pool::byte_range* ranges, st
 const profiler::function_info* driver_layout_of(void* f) noexcept {
   if (const profiler::function_info* info = g_driver_layouts.lookup(f)) return info;
   profiler::function_info info;
-  profiler::probe_driver_params(cuda_queries(), f, info.params);
+  info.unreadable = !profiler::probe_driver_params(cuda_queries(), f, info.params);
   return g_driver_layouts.insert(f, std::move(info));
 }
 
 // A launch whose n_words argument words are words: the live allocations they point
-// into made resident on stream, after the schedule has had its say.
+// into made resident on stream, after the schedule has had its say. unreadable: the
+// parameter layout could not be read, so the words are none of the launch's, and it
+// may touch any page (Note [A launch that may touch anything] in pool/residency.h).
 cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
-                           std::size_t n_words, cudaStream_t stream) noexcept {
+                           std::size_t n_words, cudaStream_t stream,
+                           bool unreadable = false) noexcept {
+  if (unreadable) {
+    stats::global().launches_unreadable.count();
+    if (!g_unreadable_logged.exchange(true, std::memory_order_relaxed)) {
+      log::info("{}: a launch whose parameter layout cannot be read; swap mode takes it to "
+                "touch any page (counted as launches_unreadable)", at.name);
+    }
+    pool::device_touch_all(device, driver_stream(at.per_thread, stream));
+  }
   std::array<std::uint64_t, profiler::max_scan_words> bases;
   const std::size_t found = n_words == 0 ? 0 : core().scan(words, n_words, bases.data());
   // Note [Windows into large allocations] (pool/residency.h): an allocation larger
@@ -125,20 +139,27 @@ bool decide_swap_mode() noexcept {
 cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t stream) noexcept {
   std::array<std::uint64_t, profiler::max_scan_words> words;
   std::size_t n_words = 0;
+  bool unreadable = false;
   if (func != nullptr && args != nullptr) {
     if (const profiler::function_info* f = layout_of(func)) {
       n_words = profiler::gather_words(f->params, args, words.data());
+      unreadable = f->unreadable;
+    } else {
+      unreadable = true;  // not probed yet (an application error is pending)
     }
   }
-  return prepare_launch(site_of(id), current_device(), words.data(), n_words, stream);
+  return prepare_launch(site_of(id), current_device(), words.data(), n_words, stream,
+                        unreadable);
 }
 
 cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params, void** extra,
                                cudaStream_t stream) noexcept {
   std::array<std::uint64_t, profiler::max_scan_words> words;
   std::size_t n_words = 0;
+  bool unreadable = false;
   if (f != nullptr && (params != nullptr || extra != nullptr)) {
     const profiler::function_info* info = driver_layout_of(f);
+    unreadable = info->unreadable;
     if (params != nullptr) {
       n_words = profiler::gather_words(info->params, params, words.data());
     } else {
@@ -148,7 +169,7 @@ cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params,
       }
     }
   }
-  return prepare_launch(at, device, words.data(), n_words, stream);
+  return prepare_launch(at, device, words.data(), n_words, stream, unreadable);
 }
 
 cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bool writes,

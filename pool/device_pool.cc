@@ -234,6 +234,33 @@ void configure(const pool_settings& s) {
 
 bool available() { return driver().complete; }
 
+// Note [Swap needs host-located VMM]: swap mode maps a page's address to a host-located
+// handle (cuMemCreate with CU_MEM_LOCATION_TYPE_HOST) while the page is out, so that
+// an access nobody predicted still finds the bytes. Drivers and devices without
+// CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED refuse such handles, so
+// the interposer asks before the first allocation and runs um mode instead (managed
+// memory keeps the same promise), or, without managed memory either, no mode that
+// oversubscribes.
+namespace {
+bool device_attribute_is_set(int ordinal, CUdevice_attribute attribute) {
+  const driver_table& d = driver();
+  if (!d.complete) return false;
+  CUdevice dev = 0;
+  int value = 0;
+  return d.cuDeviceGet(&dev, ordinal) == CUDA_SUCCESS &&
+         d.cuDeviceGetAttribute(&value, attribute, dev) == CUDA_SUCCESS && value != 0;
+}
+}  // namespace
+
+bool host_vmm_supported(int device) {
+  return device_attribute_is_set(device,
+                                 CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
+}
+
+bool managed_memory_supported(int device) {
+  return device_attribute_is_set(device, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY);
+}
+
 namespace {
 
 // Note [Long-lived layout from a profile]: the block laid out for this allocation, or
@@ -367,6 +394,10 @@ prepare_result device_prepare(int device, std::span<const byte_range> ranges, CU
   if (s != nullptr && s->managed) return s->managed->prepare(ranges, stream);
   residency_engine* e = engine_of(device);
   return e == nullptr ? prepare_result{} : e->prepare(ranges, stream, writes);
+}
+
+void device_touch_all(int device, CUstream stream) noexcept {
+  if (residency_engine* e = engine_of(device)) e->touch_all(stream);
 }
 
 bool device_evict(int device, std::span<const byte_range> ranges) noexcept {

@@ -39,6 +39,12 @@ std::uint64_t swap_capacity_of(std::uint64_t limit_bytes, std::uint64_t free_byt
 // Set once, before the first allocation (the interposer does it at first use).
 void configure(const pool_settings& s);
 
+// Note [Swap needs host-located VMM] (device_pool.cc): what the device says of
+// CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and
+// CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY (device ordinal); false when it cannot be asked.
+bool host_vmm_supported(int device);
+bool managed_memory_supported(int device);
+
 // False when the driver could not be loaded: the hooks forward to CUDA then.
 bool available();
 
@@ -61,6 +67,9 @@ void note_work(CUstream stream) noexcept;
 // Outside swap mode, or for memory that is not the pool's, ok and nothing moves.
 prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
                               bool writes) noexcept;
+// Swap mode: work on stream that may use any of device's pages (Note [A launch that
+// may touch anything] in residency.h).
+void device_touch_all(int device, CUstream stream) noexcept;
 // Swap mode: schedule-driven moves of ranges of device's memory (no stream waits):
 // evictions begun, and fetches that never wait on the host (pages that find no room
 // yet are appended to later; residency_engine::prefetch_now).

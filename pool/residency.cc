@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "pool/driver_api.h"
+#include "pool/stream_fences.h"
 
 namespace oversub::pool {
 
@@ -145,14 +146,16 @@ CUevent residency_engine::stream_event_locked(CUstream s) {
 }
 
 // The copy stream waits for everything the pages' users enqueued so far and for the
-// pages' copies under way: each stream and each copy once (Note [Batched moves]).
+// pages' copies under way: each stream and each copy once (Note [Batched moves]); and
+// for everything every other stream enqueued so far (Note [Moves after all work]).
 CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstream copy_stream) {
   const driver_table& d = driver();
   std::vector<CUstream> users;
   std::vector<int> pending;
   for (page* p : ps) {
     for (CUstream u : p->users) {
-      if (std::find(users.begin(), users.end(), u) == users.end()) users.push_back(u);
+      const CUstream c = canonical_stream(u);
+      if (std::find(users.begin(), users.end(), c) == users.end()) users.push_back(c);
     }
     if (p->copy >= 0 && !copies_[p->copy].done &&
         std::find(pending.begin(), pending.end(), p->copy) == pending.end()) {
@@ -162,11 +165,39 @@ CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstrea
   for (int c : pending) {
     if (CUresult r = order_after_copy_locked(c, copy_stream); r != CUDA_SUCCESS) return r;
   }
-  for (CUstream u : users) {
+  // The streams that may have work the copy stream is not ordered after yet: the
+  // users always, every other stream with work since the copy stream last waited for it.
+  std::vector<std::pair<CUstream, std::uint64_t>> others;
+  fences().for_each_stream([&](CUstream s, std::uint64_t work) {
+    if (s == nullptr || s == copy_stream) return;
+    if (std::find(users.begin(), users.end(), s) != users.end()) return;
+    const auto it = covered_.find({copy_stream, s});
+    if (it != covered_.end() && it->second >= work) return;
+    others.emplace_back(s, work);
+  });
+  const auto order_after_stream = [&](CUstream u, std::uint64_t work) -> CUresult {
     CUevent e = stream_event_locked(u);
     if (e == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     if (CUresult r = d.cuEventRecord(e, u); r != CUDA_SUCCESS) return r;
     if (CUresult r = d.cuStreamWaitEvent(copy_stream, e, 0); r != CUDA_SUCCESS) return r;
+    if (work != 0) covered_[{copy_stream, u}] = work;
+    return CUDA_SUCCESS;
+  };
+  for (CUstream u : users) {
+    if (CUresult r = order_after_stream(u, 0); r != CUDA_SUCCESS) return r;
+  }
+  for (const auto& [s, work] : others) {
+    // A capturing stream's new work is a graph, not queued work; what it queued before
+    // the capture began cannot be fenced without joining the capture: that stream is
+    // asked again at the next move. A stream the application destroyed (no event can
+    // be recorded on it) may still have work queued: wait for the device once.
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS) {
+      if (status != CU_STREAM_CAPTURE_STATUS_NONE) continue;
+      if (order_after_stream(s, work) == CUDA_SUCCESS) continue;
+    }
+    if (CUresult r = d.cuCtxSynchronize(); r != CUDA_SUCCESS) return r;
+    covered_[{copy_stream, s}] = work;
   }
   return CUDA_SUCCESS;
 }
@@ -550,9 +581,18 @@ CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
   // before the address changes backing.
   std::vector<page*> used;
   for (page* p : ps) {
-    if (!p->users.empty()) used.push_back(p);
+    if (!p->users.empty() || !touch_all_users_.empty()) used.push_back(p);
   }
   if (!used.empty()) {
+    // Note [A launch that may touch anything]: such streams used every page.
+    for (page* p : used) {
+      for (CUstream u : touch_all_users_) {
+        if (std::find(p->users.begin(), p->users.end(), u) == p->users.end()) {
+          p->users.push_back(u);
+        }
+      }
+    }
+    touch_all_users_.clear();
     if (CUresult r = order_after_locked(used, to_device_); r != CUDA_SUCCESS) return r;
     if (CUresult r = d.cuStreamSynchronize(to_device_); r != CUDA_SUCCESS) return r;
     for (page* p : used) p->users.clear();

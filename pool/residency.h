@@ -42,6 +42,24 @@
 // copy in and makes the consuming stream wait on the copy's event (cuStreamWaitEvent);
 // later users on other streams wait on it too until it is known complete.
 //
+// Note [Moves after all work]: a kernel can reach a page that no prepare() announced
+// (a pointer it loads from device memory, a graph replay, a launch whose parameters
+// could not be read), on a stream that never used the page as far as the engine
+// knows. So an eviction's copy, and with it the release of the device memory, waits
+// not only for the page's users but for everything every stream had enqueued when the
+// eviction began (stream_fences knows every stream with work); a stream whose work
+// the copy stream already waited for, with nothing new since, is not asked again.
+// Work enqueued after the eviction began is not covered: an unannounced access then
+// reaches the page through whatever maps it when it runs (Note [An unpredicted access
+// is slow, not a crash]), as an unannounced access to an evicting page always could.
+//
+// Note [A launch that may touch anything]: a launch whose parameter layout cannot be
+// read may use any page. touch_all() records its stream as a user of every page
+// without naming them: evictions are ordered after it anyway (Note [Moves after all
+// work]), and the next fetch, whose remap would change what a page's address maps
+// under it, first waits for everything those streams enqueued so far (the host
+// waits, as for any fetch of a page an unannounced user reached on the host).
+//
 // Note [Windows into large allocations]: a framework's caching allocator hands out
 // tensors inside segments of 20 MiB or more, and the argument scan finds the
 // segment, not the tensor. Making whole segments resident for each launch would
@@ -170,6 +188,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -279,6 +298,8 @@ class residency_engine {
   // ranges, without making any stream wait. Pages in use by queued work are ordered
   // after it. Returns false on a driver error or when room could not be made.
   bool evict(std::span<const byte_range> ranges);
+  // Note [A launch that may touch anything]: work on stream whose pages are unknown.
+  void touch_all(CUstream stream);
   bool prefetch(std::span<const byte_range> ranges);
   // Note [Prefetch without waiting]: as prefetch(), but never waits on the host for
   // an eviction's copy: room comes only from evictions already finished or from new
@@ -396,6 +417,12 @@ class residency_engine {
   CUresult ensure_host_handle_locked(page& p);
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
   CUevent stream_event_locked(CUstream s);
+  // Note [Moves after all work]: per (copy stream, stream), the work epoch of that
+  // stream the copy stream was last ordered after.
+  std::map<std::pair<CUstream, CUstream>, std::uint64_t> covered_;
+  // Note [A launch that may touch anything]: streams whose work may use any page,
+  // until the next fetch has waited for them.
+  std::vector<CUstream> touch_all_users_;
   // Driver calls, counted (residency_stats::mapping_calls).
   CUresult map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);  // map + access
   CUresult map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);

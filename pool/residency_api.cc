@@ -5,6 +5,7 @@
 
 #include "pool/driver_api.h"
 #include "pool/residency.h"
+#include "pool/stream_fences.h"
 
 namespace oversub::pool {
 
@@ -115,6 +116,14 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
     }
   }
   return result;
+}
+
+void residency_engine::touch_all(CUstream stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const CUstream s = canonical_stream(stream);
+  if (std::find(touch_all_users_.begin(), touch_all_users_.end(), s) == touch_all_users_.end()) {
+    touch_all_users_.push_back(s);
+  }
 }
 
 bool residency_engine::evict(std::span<const byte_range> ranges) {

@@ -122,6 +122,17 @@ class stream_fences {
   // captures), then polls. A stream that is gone costs one cuCtxSynchronize.
   void fence_all() noexcept;
 
+  // Calls f(stream, epoch of its latest work) for every stream that has had work
+  // (streams as canonical_stream gives them). No driver call.
+  template <typename F>
+  void for_each_stream(F&& f) const noexcept {
+    const int n = used_slots_.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+      f(slots_[i].stream.load(std::memory_order_relaxed),
+        slots_[i].last_work.load(std::memory_order_relaxed));
+    }
+  }
+
   std::uint64_t events_recorded() const noexcept { return events_recorded_; }
   // True while some recorded event is not known complete (no driver call).
   bool outstanding() const noexcept {

@@ -34,6 +34,7 @@ struct param_slot {
 struct function_info {
   std::uint32_t id = 0;              // recorder function id
   std::vector<param_slot> params;    // in parameter order
+  bool unreadable = false;           // the layout could not be read (params empty)
 };
 
 // Most words one launch is scanned for: CUDA 12.1+ allows 32764 bytes of kernel

@@ -97,7 +97,7 @@ class session final : public cupti::sink {
         name = nullptr;
       }
       info.id = rec_.add_function(demangle(name));
-      probe_driver_params(q_, func, info.params);
+      info.unreadable = !probe_driver_params(q_, func, info.params);
       f = driver_cache_.insert(func, std::move(info));
     }
     record_launch(*f, params, extra, corr);
@@ -269,15 +269,19 @@ session* get() { return g_session.load(std::memory_order_acquire); }
 
 }  // namespace
 
-void probe_driver_params(const cuda_queries& q, void* func,
+bool probe_driver_params(const cuda_queries& q, void* func,
                          std::vector<param_slot>& out) noexcept {
   using query_t = int (*)(void*, std::size_t, std::size_t*, std::size_t*);
+  constexpr int no_such_parameter = 1;  // CUDA_ERROR_INVALID_VALUE
   query_t query = q.driver_param_info;
   std::size_t off = 0, size = 0;
-  if (query == nullptr || query(func, 0, &off, &size) != 0) {
+  int answer = query == nullptr ? -1 : query(func, 0, &off, &size);
+  if (answer != 0) {
     // A CUkernel passed as a CUfunction (or a function without parameters).
+    const bool none = answer == no_such_parameter;
     query = q.kernel_param_info;
-    if (query == nullptr || query(func, 0, &off, &size) != 0) return;
+    answer = query == nullptr ? -1 : query(func, 0, &off, &size);
+    if (answer != 0) return none || answer == no_such_parameter;
   }
   try {
     out.push_back(param_slot{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size)});
@@ -287,22 +291,29 @@ void probe_driver_params(const cuda_queries& q, void* func,
     }
   } catch (...) {
     out.clear();  // out of memory: no layout
+    return false;
   }
+  return true;
 }
 
 bool probe_runtime_params(const cuda_queries& q, const void* func,
-                          std::vector<param_slot>& out) noexcept {
+                          std::vector<param_slot>& out, bool* unreadable) noexcept {
   if (q.runtime_peek_error == nullptr || q.runtime_take_error == nullptr ||
       q.runtime_peek_error() != 0) {
     return false;
   }
+  constexpr int no_such_parameter = 1;  // cudaErrorInvalidValue
+  int first = -1;
   if (q.runtime_param_info != nullptr) {
     for (std::size_t i = 0; i < 1024; ++i) {
       std::size_t off = 0, size = 0;
-      if (q.runtime_param_info(func, i, &off, &size) != 0) break;
+      const int answer = q.runtime_param_info(func, i, &off, &size);
+      if (i == 0) first = answer;
+      if (answer != 0) break;
       out.push_back(param_slot{static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size)});
     }
   }
+  if (unreadable != nullptr) *unreadable = first != 0 && first != no_such_parameter;
   q.runtime_take_error();
   return true;
 }

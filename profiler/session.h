@@ -60,15 +60,21 @@ struct cuda_queries {
 // So the probe runs only when no error is pending, and clears the slot after it;
 // with one pending it answers false (out untouched), and the caller probes again at
 // a later launch.
+// unreadable (optional): set when the runtime could not say (no query, or parameter 0
+// refused with another error than cudaErrorInvalidValue, "no such parameter").
 bool probe_runtime_params(const cuda_queries& q, const void* func,
-                          std::vector<param_slot>& out) noexcept;
+                          std::vector<param_slot>& out, bool* unreadable = nullptr) noexcept;
 // The parameter layout of a driver function (cuFuncGetParamInfo until it says
 // there is no such parameter; the driver keeps no error slot to clean). A launch's
 // function may be a CUkernel passed as a CUfunction (the CUDA 12+ runtime's and
 // libraries' launches): when cuFuncGetParamInfo refuses the first parameter,
 // cuKernelGetParamInfo is asked instead. Empty when the driver cannot say: the
 // launch is then recorded and prepared with no buffers (its argument words unread).
-void probe_driver_params(const cuda_queries& q, void* func,
+// Returns false in that case: no query answered, or none said that the function has
+// no parameter 0 (CUDA_ERROR_INVALID_VALUE), so the layout is unknown, not empty
+// (swap mode takes such a launch to touch any page: Note [A launch that may touch
+// anything] in pool/residency.h).
+bool probe_driver_params(const cuda_queries& q, void* func,
                          std::vector<param_slot>& out) noexcept;
 
 // True when the configuration asks for profiling.

@@ -9,6 +9,11 @@ that the device never held more than the swap capacity, that pages really moved,
 that nothing was refused or lost. Without the library the same run must fail with
 CUDA's out-of-memory error (so the test proves the device really was too small).
 
+With --no-host-vmm MODEL the device is MODEL with host_vmm_supported = 0: swap mode
+must say once that CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0
+and run as um, to the same loss bits (Note [Swap needs host-located VMM] in
+pool/device_pool.cc).
+
   swap_test.py --lib liboversub.so --simtrain simtrain --ratio 3 [--mode-args '--caching']
 """
 from __future__ import annotations
@@ -72,6 +77,11 @@ def main() -> int:
                     help="entry points the library must have seen called (its stats)")
     ap.add_argument("--expect-no-calls", default="", metavar="NAME,...",
                     help="entry points the library must not have seen called")
+    ap.add_argument("--expect-unreadable", action="store_true",
+                    help="every launch's parameter layout is unreadable (SIMGPU_FAIL="
+                         "param_info:1+ in --env): counted, and taken to touch any page")
+    ap.add_argument("--no-host-vmm", type=Path, metavar="MODEL",
+                    help="run on MODEL with host_vmm_supported = 0: swap must run as um")
     ap.add_argument("--fail", metavar="SIMGPU_FAIL",
                     help="inject this failure (e.g. copy:60) and expect a CUDA error "
                          "with every loss printed before it still correct")
@@ -100,9 +110,25 @@ def main() -> int:
                     "OVERSUB_MODE": args.mode, "OVERSUB_STATS": "json",
                     "OVERSUB_STATS_FILE": str(stats_file)}
         settings.update(e.split("=", 1) for e in args.env)
+        mode = args.mode
+        if args.no_host_vmm:
+            model = Path(tmp) / "no-host-vmm.model"
+            text = args.no_host_vmm.read_text()
+            if not re.search(r"^host_vmm_supported = 1", text, re.M):
+                fail(f"{args.no_host_vmm} has no 'host_vmm_supported = 1' line")
+            model.write_text(re.sub(r"^host_vmm_supported = 1", "host_vmm_supported = 0", text,
+                                    flags=re.M))
+            settings["SIMGPU_DEVICE"] = str(model)
         proc = run(cmd, settings, args.lib)
         if proc.returncode != 0:
             fail(f"simtrain fails under OVERSUB_MODE={args.mode} at {args.ratio}x", proc)
+        if args.no_host_vmm:
+            said = proc.stderr.count("CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_"
+                                     "SUPPORTED is 0): running as OVERSUB_MODE=um")
+            if said != 1:
+                fail(f"swap mode without host-located VMM said so {said} times, want once",
+                     proc)
+            mode = "um"
         got = ITER_RE.findall(proc.stdout)
         if got != want:
             fail(f"loss bits differ under {args.mode} at {args.ratio}x: {got} != {want}", proc)
@@ -114,7 +140,7 @@ def main() -> int:
     for name in filter(None, args.expect_no_calls.split(",")):
         if calls.get(name, 0) != 0:
             fail(f"{name} was called {calls[name]} times; the workload should not use it", proc)
-    if args.mode == "um":
+    if mode == "um":
         moved = check_um(stats, device, "OVERSUB_POLICY=naive" in args.env)
         if args.expect_scheduled:
             counters = stats["counters"]
@@ -126,9 +152,21 @@ def main() -> int:
     else:
         # simtrain passes plain pointers, so without --caching the scan finds every
         # buffer and no kernel may reach a swapped-out page.
-        moved = check_swap(stats, proc, device, "--caching" not in args.mode_args,
-                           args.expect_scheduled)
-    print(f"{args.mode} {args.config} {args.mode_args or '(default)'} at {args.ratio}x: peak "
+        moved = "" if args.expect_unreadable else check_swap(
+            stats, proc, device, "--caching" not in args.mode_args, args.expect_scheduled)
+    if args.expect_unreadable:
+        # No buffer is found: nothing is fetched, pages leave as new ones come, and the
+        # kernels reach the evicted ones on the host.
+        res = stats["pool"]["device0"]["swap"]
+        if res.get("evictions", 0) == 0 or res.get("peak_resident_bytes", 0) > res.get(
+                "capacity_bytes", 0):
+            fail(f"pages did not leave, or the capacity was exceeded: {res}", proc)
+        unreadable = stats["counters"].get("launches_unreadable", {}).get("total", 0)
+        launches = calls.get("__cudaLaunchKernel", 0) + calls.get("cuLaunchKernel", 0)
+        if unreadable == 0 or unreadable < launches:
+            fail(f"{unreadable} launches counted unreadable of {launches}", proc)
+        moved += f"; {unreadable} launches with unreadable layouts, taken to touch any page"
+    print(f"{mode} {args.config} {args.mode_args or '(default)'} at {args.ratio}x: peak "
           f"{peak} bytes on a {device}-byte device, loss bits identical over {len(want)} "
           f"iterations; {moved}")
     return 0

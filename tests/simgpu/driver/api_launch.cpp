@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "api.h"
+#include "fault_injection.h"
 #include "kernels.h"
 #include "library.h"
 
@@ -104,6 +105,7 @@ SIMGPU_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, si
   SIMGPU_API(device, cuFuncGetParamInfo, func, paramIndex, paramOffset, paramSize);
   kernel_obj* k = find_kernel(func);
   if (k == nullptr) SIMGPU_RETURN(CUDA_ERROR_INVALID_HANDLE);
+  if (CUresult f = inject_failure(fail_kind::param_info); f != CUDA_SUCCESS) SIMGPU_RETURN(f);
   if (paramIndex >= k->params.size()) SIMGPU_RETURN(CUDA_ERROR_INVALID_VALUE);
   if (paramOffset) *paramOffset = k->params[paramIndex].offset;
   if (paramSize) *paramSize = k->params[paramIndex].size;

@@ -98,6 +98,7 @@ bool parse_fail(const char* text, std::vector<fail_rule>* rules) {
     else if (kind == "reserve") { r.kind = fail_kind::reserve; r.code = CUDA_ERROR_OUT_OF_MEMORY; }
     else if (kind == "library_load") { r.kind = fail_kind::library_load; r.code = CUDA_ERROR_OUT_OF_MEMORY; }
     else if (kind == "kernel_query") { r.kind = fail_kind::kernel_query; r.code = CUDA_ERROR_NOT_FOUND; }
+    else if (kind == "param_info") { r.kind = fail_kind::param_info; r.code = CUDA_ERROR_NOT_SUPPORTED; }
     else if (kind == "graph_instantiate") {
       r.kind = fail_kind::graph_instantiate;
       r.code = CUDA_ERROR_OUT_OF_MEMORY;
@@ -130,7 +131,7 @@ config load() {
     if (!parse_fail(v, &c.fail))
       config_error("SIMGPU_FAIL='%s' is not valid: expected kind:n[:code][,kind:n[:code]...] "
                    "with kind one of alloc, host_alloc, copy, map, launch, reserve, graph_instantiate, "
-                   "graph_launch, library_load, kernel_query, n a 1-based "
+                   "graph_launch, library_load, kernel_query, param_info, n a 1-based "
                    "count (n+ for that call and all later ones) and code a CUresult "
                    "number or name", v);
   }

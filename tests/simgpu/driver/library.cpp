@@ -240,6 +240,7 @@ SIMGPU_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex,
   SIMGPU_API(device, cuKernelGetParamInfo, kernel, paramIndex, paramOffset, paramSize);
   kernel_obj* k = kernel_of_handle(kernel);
   if (k == nullptr) SIMGPU_RETURN(CUDA_ERROR_INVALID_HANDLE);
+  if (CUresult f = inject_failure(fail_kind::param_info); f != CUDA_SUCCESS) SIMGPU_RETURN(f);
   if (paramIndex >= k->params.size()) SIMGPU_RETURN(CUDA_ERROR_INVALID_VALUE);
   SIMGPU_KERNEL_QUERY();
   if (paramOffset) *paramOffset = k->params[paramIndex].offset;

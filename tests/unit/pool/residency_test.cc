@@ -17,6 +17,25 @@
 #include "pool/driver_api.h"
 #include "pool/residency.h"
 #include "pool/vmm_arena.h"
+#include "simgpu/kernel.h"
+
+// Kernels for Note [Moves after all work]: a long one, and one that reads an int
+// through a pointer it loads from device memory (its footprint names only the table).
+__global__ void long_kernel(int* out) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = 7;
+}
+SIMGPU_KERNEL_FOOTPRINT(long_kernel, [](simgpu::footprint& fp, int* out) {
+  fp.write(out, 1);
+  fp.flops(1e12);  // about 20 ms on the H100-PCIe model
+});
+__global__ void chase_read_kernel(const int* const* table, int* out) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = *table[0];
+}
+SIMGPU_KERNEL_FOOTPRINT(chase_read_kernel, [](simgpu::footprint& fp, const int* const* table,
+                                              int* out) {
+  fp.read(table, 1);
+  fp.write(out, 1);
+});
 
 namespace oversub::pool {
 namespace {
@@ -516,6 +535,62 @@ TEST_F(Residency, TheArenaOverTheEngineHoldsMoreThanTheCapacity) {
   arena.trim();
   EXPECT_EQ(e.stats().pages, 0u);
   EXPECT_EQ(e.stats().host_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace oversub::pool
+
+namespace oversub::pool {
+namespace {
+
+// Note [Moves after all work]: page 0 is used on stream A only, as far as the engine
+// knows. On stream B, behind a long kernel, a kernel reads page 0 through a pointer
+// stored in page 1 (announced: page 1 only). Evicting page 0 to make room must still
+// wait for B's work before its device memory is unmapped: simgpu records the page the
+// kernel really reached, and with SIMGPU_RACE=abort an unmap ordered after A alone
+// aborts the test.
+TEST_F(Residency, AnEvictionWaitsForWorkThatReachesThePageUnannounced) {
+  residency_engine e(config(2, 16));
+  cudaStream_t b = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+  const CUstream cb = reinterpret_cast<CUstream>(b);
+  ASSERT_TRUE(e.create_page(va(0)));
+  ASSERT_TRUE(use(e, 0));
+  ASSERT_EQ(cudaMemsetAsync(ptr(0), 0x21, kPage, s_), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  ASSERT_TRUE(e.create_page(va(1)));
+  const byte_range table{va(1), kPage};
+  ASSERT_TRUE(e.prepare({&table, 1}, cb));
+  const int* target = reinterpret_cast<const int*>(va(0));
+  ASSERT_EQ(cudaMemcpyAsync(ptr(1), &target, sizeof target, cudaMemcpyHostToDevice, b),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  int* out = reinterpret_cast<int*>(va(1) + 4096);
+  int* scratch = reinterpret_cast<int*>(va(1) + 8192);
+  ASSERT_TRUE(e.prepare({&table, 1}, cb));
+  void* long_args[] = {&scratch};
+  ASSERT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&long_kernel), dim3(1), dim3(1),
+                             long_args, 0, b),
+            cudaSuccess);
+  ASSERT_TRUE(e.prepare({&table, 1}, cb));
+  const int* const* tp = reinterpret_cast<const int* const*>(va(1));
+  void* chase_args[] = {&tp, &out};
+  ASSERT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&chase_read_kernel), dim3(1), dim3(1),
+                             chase_args, 0, b),
+            cudaSuccess);
+  // A third page needs room: page 0 (least recently used) leaves.
+  ASSERT_TRUE(e.create_page(va(2)));
+  ASSERT_TRUE(use(e, 2));
+  ASSERT_TRUE(e.create_page(va(3)));
+  ASSERT_TRUE(use(e, 3));
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  ASSERT_TRUE(e.prepare({&table, 1}, cb));
+  int got = 0;
+  ASSERT_EQ(cudaMemcpyAsync(&got, out, sizeof got, cudaMemcpyDeviceToHost, b), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  EXPECT_EQ(got, 0x21212121);
+  expect_bytes(0, 0x21);
+  ASSERT_EQ(cudaStreamDestroy(b), cudaSuccess);
 }
 
 }  // namespace
