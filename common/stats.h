@@ -45,6 +45,7 @@ namespace oversub::stats {
   X(pool_deviations, event, "planned iterations that deviated and fell back to online") \
   X(pool_refusals, event, "pool allocations refused: the arena had no room")             \
   X(swap_refusals, event, "calls refused in swap mode: their memory could not be made resident") \
+  X(swap_oversized, event, "swap mode: calls that needed more than the swap capacity at once and ran with part of their memory on the host") \
   X(launches_unreadable, event, "swap mode: launches whose parameter layout could not be read (taken to touch any page)") \
   X(swap_scheduled, event, "swap mode: launches that followed the learned schedule")  \
   X(swap_deviations, event, "swap mode: launches that left the learned schedule")     \

@@ -399,9 +399,16 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemCreate>, driver_hook_id i
   if (f.swap) {
     if (!pool::device_reserve_foreign(f.device, static_cast<std::int64_t>(size))) {
       stats::global().swap_refusals.count();
-      log::warn("{} of {} refused on device {}: memory created outside oversub would leave "
-                "its swap capacity of {} no room; returning CUDA_ERROR_OUT_OF_MEMORY",
+      // The application maps device memory itself (PyTorch's expandable segments):
+      // oversub counts it against the swap capacity and never moves it.
+      log::warn("{} of {} refused on device {}: device memory the application maps itself "
+                "is never moved by oversub, and with the {} it already holds this would leave "
+                "the swap capacity of {} no room for oversub's pages; returning "
+                "CUDA_ERROR_OUT_OF_MEMORY. With PyTorch, set "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False (its allocations then reach "
+                "oversub as cudaMalloc), or raise OVERSUB_DEVICE_LIMIT.",
                 at.name, format_bytes(size), f.device,
+                format_bytes(stats::global().foreign_vmm_bytes.current()),
                 format_bytes(pool::device_residency_capacity(f.device)));
       return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include "common/log.h"
 #include "common/options.h"
@@ -27,6 +28,7 @@ profiler::function_cache g_layouts;
 profiler::function_cache g_driver_layouts;
 std::atomic<bool> g_refusal_logged{false};
 std::atomic<bool> g_unreadable_logged{false};
+std::atomic<bool> g_oversized_logged{false};
 
 // The parameter layout of func, asked of CUDA once (outside any lock of ours), or
 // null while an application error is pending (Note [Probing leaves no error
@@ -65,10 +67,51 @@ cudaError_t refuse(call_site at, int device, const pool::prepare_result& r) noex
   return cudaErrorMemoryAllocation;
 }
 
+// Note [Larger than the capacity]: a call whose own memory exceeds the swap capacity
+// (an optimizer's foreach launch over every parameter, a huge batch) cannot have all
+// of it resident. Refusing it would end the job; instead it runs with what fits made
+// resident and the rest reached where it is, in host memory over the link (Note [An
+// unpredicted access is slow, not a crash] in pool/residency.h): every range becomes
+// optional, and reachable, so that its stream still counts as a user of each page and
+// no page moves under it. Slow, counted (swap_oversized) and said once.
+pool::prepare_result prepare_oversized(call_site at, int device, const pool::byte_range* ranges,
+                                       std::size_t n, bool writes, CUstream stream,
+                                       const pool::prepare_result& refused) noexcept {
+  try {
+    std::vector<pool::byte_range> relaxed;
+    relaxed.reserve(2 * n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (ranges[i].reach) {
+        relaxed.push_back(ranges[i]);
+        continue;
+      }
+      relaxed.push_back(pool::byte_range{ranges[i].addr, ranges[i].bytes, true, false});
+      relaxed.push_back(pool::byte_range{ranges[i].addr, ranges[i].bytes, false, true});
+    }
+    const pool::prepare_result r = pool::device_prepare(device, relaxed, stream, writes);
+    if (r) {
+      stats::global().swap_oversized.count();
+      const bool first = !g_oversized_logged.exchange(true, std::memory_order_relaxed);
+      log::emit(first ? log::level::warn : log::level::info,
+                "{} on device {} needs {} resident at once, more than the swap capacity of {}: "
+                "it runs with part of its memory read from host memory over the link, which "
+                "is slow. Raise OVERSUB_DEVICE_LIMIT or lower the batch size.",
+                at.name, device, format_bytes(refused.needed_bytes),
+                format_bytes(pool::device_residency_capacity(device)));
+    }
+    return r;
+  } catch (...) {  // out of memory: refused as before
+    return refused;
+  }
+}
+
 cudaError_t prepare(call_site at, int device, const pool::byte_range* ranges, std::size_t n,
                     bool writes, cudaStream_t stream) noexcept {
-  const pool::prepare_result r =
-      pool::device_prepare(device, {ranges, n}, driver_stream(at.per_thread, stream), writes);
+  const CUstream s = driver_stream(at.per_thread, stream);
+  pool::prepare_result r = pool::device_prepare(device, {ranges, n}, s, writes);
+  if (r.code == pool::residency_errc::too_large) {
+    r = prepare_oversized(at, device, ranges, n, writes, s, r);
+  }
   if (r) return cudaSuccess;
   stats::global().swap_refusals.count();
   return refuse(at, device, r);
