@@ -634,12 +634,15 @@ OVERSUB_MEMSET_2D_ASYNC(cuMemsetD2D32Async)
 #undef OVERSUB_MEMSET_2D
 #undef OVERSUB_MEMSET_2D_ASYNC
 
-// ---- graphs: a possible write, ranges not computed (swap_hooks.h)
+// ---- graphs: a replay may write any page (swap_graph_launch, swap_hooks.h)
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuGraphLaunch>, driver_hook_id id,
                        real_driver<driver_hook_id::cuGraphLaunch> real, CUgraphExec exec,
                        CUstream stream) noexcept {
-  return copy_work(id, stream, {}, {}, true, real, exec, stream);
+  return driver_work(
+      id, stream,
+      [&](call_site at, int device) { return swap_graph_launch(at, device, stream); },
+      [&] { return real(exec, stream); });
 }
 
 }  // namespace

@@ -222,6 +222,15 @@ cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bo
   return prepare(at, device, ranges, 2, writes, stream);
 }
 
+cudaError_t swap_graph_launch(call_site at, int device, cudaStream_t stream) noexcept {
+  pool::device_touch_all(device, driver_stream(at.per_thread, stream));
+  return prepare(at, device, nullptr, 0, true, stream);
+}
+
+cudaError_t swap_graph_launch(hook_id id, cudaStream_t stream) noexcept {
+  return swap_graph_launch(site_of(id), current_device(), stream);
+}
+
 cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,
                         cudaStream_t stream) noexcept {
   return swap_ranges(site_of(id), current_device(), a, b, writes, stream);

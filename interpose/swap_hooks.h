@@ -51,6 +51,10 @@ cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params,
 // memory).
 cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bool writes,
                         cudaStream_t stream) noexcept;
+// A graph replay on stream: its kernels may use any page (Note [A launch that may
+// touch anything] in pool/residency.h); they reach what is on the host where it is.
+cudaError_t swap_graph_launch(call_site at, int device, cudaStream_t stream) noexcept;
+cudaError_t swap_graph_launch(hook_id id, cudaStream_t stream) noexcept;
 cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,
                         cudaStream_t stream) noexcept;
 
@@ -87,9 +91,11 @@ cudaError_t swap_before(hook_id id, A... args) noexcept {
     cudaStream_t s = nullptr;
     if constexpr (Base == hook_id::cudaMemset2DAsync) s = std::get<5>(t);
     return swap_ranges(id, {std::get<0>(t), std::get<1>(t) * std::get<4>(t)}, {}, true, s);
+  } else if constexpr (Base == hook_id::cudaGraphLaunch) {
+    return swap_graph_launch(id, std::get<1>(t));
   } else {
-    // 3D copies and memsets, peer copies, graph launches: a possible write, ranges
-    // not computed (their stream does not matter for an empty prepare).
+    // 3D copies and memsets, peer copies: a possible write, ranges not computed
+    // (their stream does not matter for an empty prepare).
     return swap_ranges(id, {}, {}, true, nullptr);
   }
 }

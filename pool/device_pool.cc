@@ -170,22 +170,24 @@ bool report_section(std::string& json, std::string& text) {
                           R"("evictions":{},"clean_evictions":{},"dead_evictions":{},)"
                           R"("fetches":{},"dead_fetches":{},)"
                           R"("bytes_to_host":{},"bytes_to_device":{},"waits":{},"failures":{},)"
-                          R"("copies":{},"mapping_calls":{},"spare_reuses":{},"spare_bytes":{},"lends":{}}})",
+                          R"("copies":{},"mapping_calls":{},"spare_reuses":{},"spare_bytes":{},"lends":{},)"
+                          R"("born_on_host":{}}})",
                           s->engine->capacity_bytes(), e.pages, e.resident_bytes,
                           e.peak_resident_bytes, e.host_bytes, e.peak_host_bytes, e.evictions,
                           e.clean_evictions, e.dead_evictions, e.fetches, e.dead_fetches,
                           e.bytes_to_host, e.bytes_to_device, e.waits, e.failures, e.copies,
-                          e.mapping_calls, e.spare_reuses, e.spare_bytes, e.lends);
+                          e.mapping_calls, e.spare_reuses, e.spare_bytes, e.lends, e.born_on_host);
       text += fmt::format(
           "oversub:   swap device {}: capacity {}  resident {} (peak {})  on host {} (peak {})  "
           "evictions {} ({} clean, {} dead)  fetches {} ({} dead)  to host {}  to device {}  "
-          "waits {}  failures {}  copies {}  mapping calls {}  spares reused {}  lent {}\n",
+          "waits {}  failures {}  copies {}  mapping calls {}  spares reused {}  lent {}  "
+          "born on host {}\n",
           d, format_bytes(s->engine->capacity_bytes()), format_bytes(e.resident_bytes),
           format_bytes(e.peak_resident_bytes), format_bytes(e.host_bytes),
           format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.dead_evictions,
           e.fetches, e.dead_fetches,
           format_bytes(e.bytes_to_host), format_bytes(e.bytes_to_device), e.waits, e.failures,
-          e.copies, e.mapping_calls, e.spare_reuses, e.lends);
+          e.copies, e.mapping_calls, e.spare_reuses, e.lends, e.born_on_host);
     }
     if (const std::optional<managed_stats> maybe_m =
             s->managed ? s->managed->try_stats() : std::nullopt) {

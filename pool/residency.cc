@@ -88,7 +88,7 @@ void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f
 bool residency_engine::create_page(std::uintptr_t va) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ensure_ready_locked()) return false;
-  if (make_room_locked(cfg_.page_bytes) != CUDA_SUCCESS) return false;
+  if (make_room_locked(cfg_.page_bytes) != CUDA_SUCCESS) return create_on_host_locked(va);
   page p;
   if (take_device_locked(p.device) != CUDA_SUCCESS) return false;
   if (map_locked(va, p.device) != CUDA_SUCCESS) {
@@ -100,6 +100,29 @@ bool residency_engine::create_page(std::uintptr_t va) {
   ++stats_.pages;
   stats_.resident_bytes += cfg_.page_bytes;
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
+  return true;
+}
+
+// Note [Pages born on the host]: when no room can be made for a new page (no page may
+// move while a stream that used them captures a graph, Note [No moves while a user
+// captures]; or every page is pinned), the page starts on the host: its host handle is
+// mapped at its address, as for an evicted page, and the first prepare() that needs it
+// fetches it. Its bytes are undefined until written, as for any new allocation.
+bool residency_engine::create_on_host_locked(std::uintptr_t va) {
+  page p;
+  if (ensure_host_handle_locked(p) != CUDA_SUCCESS) return false;
+  if (map_locked(va, p.host) != CUDA_SUCCESS) {
+    driver().cuMemUnmap(p.shadow, cfg_.page_bytes);
+    driver().cuMemRelease(p.host);
+    free_shadow_.push_back(p.shadow);
+    stats_.host_bytes -= cfg_.page_bytes;
+    return false;
+  }
+  p.where = state::on_host;
+  p.last_use = ++tick_;
+  pages_.emplace(va, std::move(p));
+  ++stats_.pages;
+  ++stats_.born_on_host;
   return true;
 }
 
@@ -184,6 +207,13 @@ CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstrea
     return CUDA_SUCCESS;
   };
   for (CUstream u : users) {
+    // Note [No moves while a user captures]: an event recorded on a capturing stream is
+    // a node of its graph, and a copy stream waiting on it would join the capture.
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d.cuStreamIsCapturing(u, &status) == CUDA_SUCCESS &&
+        status != CU_STREAM_CAPTURE_STATUS_NONE) {
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     if (CUresult r = order_after_stream(u, 0); r != CUDA_SUCCESS) return r;
   }
   for (const auto& [s, work] : others) {

@@ -60,6 +60,16 @@
 // under it, first waits for everything those streams enqueued so far (the host
 // waits, as for any fetch of a page an unannounced user reached on the host).
 //
+// Note [No moves while a user captures]: while a stream captures a graph, its work
+// is recorded, not run, and an event recorded on it is a node of the graph: a copy
+// stream made to wait on it would join the capture, and the moves would be replayed
+// with the graph. So a move that must be ordered after a capturing stream is not made
+// now (evict and prefetch do nothing and report no failure; the schedule asks again
+// later), prepare() enqueues nothing for a capturing stream, and a page the arena
+// needs meanwhile starts on the host (Note [Pages born on the host] in residency.cc).
+// simtrain --graphs at 3x (the step captured once, allocating from a private pool
+// during capture, as PyTorch's CUDA graphs do) ran out of memory without this.
+//
 // Note [Windows into large allocations]: a framework's caching allocator hands out
 // tensors inside segments of 20 MiB or more, and the argument scan finds the
 // segment, not the tensor. Making whole segments resident for each launch would
@@ -239,6 +249,8 @@ struct residency_stats {
   // Note [Lending an evicting page's memory]: fetches that took the device memory of
   // an eviction still under way instead of waiting for it on the host.
   std::uint64_t lends = 0;
+  // Note [Pages born on the host]: new pages that started on the host (no room).
+  std::uint64_t born_on_host = 0;
 };
 
 struct byte_range {
@@ -415,6 +427,7 @@ class residency_engine {
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later,
                       const victim_rank& rank);
   CUresult ensure_host_handle_locked(page& p);
+  bool create_on_host_locked(std::uintptr_t va);  // Note [Pages born on the host]
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
   CUevent stream_event_locked(CUstream s);
   // Note [Moves after all work]: per (copy stream, stream), the work epoch of that

@@ -131,7 +131,9 @@ bool residency_engine::evict(std::span<const byte_range> ranges) {
   if (!ready_) return false;
   std::vector<std::uintptr_t> vas = pages_of(ranges);
   std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where != state::resident; });
-  const bool ok = evict_begin_locked(vas) == CUDA_SUCCESS;
+  const CUresult r = evict_begin_locked(vas);
+  // Note [No moves while a user captures]: nothing moves now, and nothing failed.
+  const bool ok = r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   for (std::uintptr_t va : vas) {
     if (pages_[va].where == state::evicting) pages_[va].planned = true;
   }
@@ -190,7 +192,8 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
       fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr,
                    rank);
   for (std::uintptr_t va : deferred) later->push_back(byte_range{va, cfg_.page_bytes});
-  return r == CUDA_SUCCESS;
+  // Note [No moves while a user captures]: not now, and nothing failed.
+  return r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
 bool residency_engine::reserve_foreign(std::int64_t bytes) {
