@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <map>
@@ -95,7 +96,13 @@ bool derive_footprint(const kernel_obj* k, const std::vector<uint8_t>& buf,
           dup = true;
         }
       }
-      if (!dup && fp->count < SIMGPU_MAX_ACCESSES)
+      if (!dup && fp->count >= SIMGPU_MAX_ACCESSES) {
+        // Dropping it would hide an access from the race detector.
+        std::fprintf(stderr, "simgpu: kernel '%s' passes more than %d allocations\n",
+                     k->name.c_str(), SIMGPU_MAX_ACCESSES);
+        std::abort();
+      }
+      if (!dup)
         fp->accesses[fp->count++] = simgpuAccess{reinterpret_cast<const void*>(base), bytes, mode};
     }
   }

@@ -29,6 +29,8 @@
 #include <dlfcn.h>
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -60,7 +62,13 @@ class footprint {
 
  private:
   void add(const void* p, std::size_t bytes, int mode) {
-    if (p == nullptr || bytes == 0 || fp_->count >= SIMGPU_MAX_ACCESSES) return;
+    if (p == nullptr || bytes == 0) return;
+    if (fp_->count >= SIMGPU_MAX_ACCESSES) {
+      // A range dropped here would be an access the race detector never sees.
+      std::fprintf(stderr, "simgpu: a kernel footprint declares more than %d ranges\n",
+                   SIMGPU_MAX_ACCESSES);
+      std::abort();
+    }
     fp_->accesses[fp_->count++] = simgpuAccess{p, bytes, mode};
   }
   simgpuFootprint* fp_;
