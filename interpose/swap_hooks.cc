@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
+#include <new>
+#include <span>
 #include <vector>
 
 #include "common/log.h"
@@ -125,6 +128,20 @@ const profiler::function_info* driver_layout_of(void* f) noexcept {
   return g_driver_layouts.insert(f, std::move(info));
 }
 
+// The launch path's per-thread scratch: a 32 KB parameter block scans to 4096 words,
+// and these arrays (about 360 KB) must not live on the application's stack. Null when
+// it cannot be allocated: the launch is then taken to touch any page.
+struct launch_scratch {
+  std::uint64_t words[profiler::max_scan_words];
+  std::uint64_t bases[profiler::max_scan_words];
+  pool::byte_range ranges[3 * profiler::max_scan_words];
+};
+launch_scratch* scratch() noexcept {
+  thread_local std::unique_ptr<launch_scratch> s;
+  if (!s) s.reset(new (std::nothrow) launch_scratch);
+  return s.get();
+}
+
 // A launch whose n_words argument words are words: the live allocations they point
 // into made resident on stream, after the schedule has had its say. unreadable: the
 // parameter layout could not be read, so the words are none of the launch's, and it
@@ -140,8 +157,13 @@ cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
     }
     pool::device_touch_all(device, driver_stream(at.per_thread, stream));
   }
-  std::array<std::uint64_t, profiler::max_scan_words> bases;
-  const std::size_t found = n_words == 0 ? 0 : core().scan(words, n_words, bases.data());
+  launch_scratch* sc = scratch();
+  if (sc == nullptr) {
+    pool::device_touch_all(device, driver_stream(at.per_thread, stream));
+    return prepare(at, device, nullptr, 0, true, stream);
+  }
+  std::uint64_t* bases = sc->bases;
+  const std::size_t found = n_words == 0 ? 0 : core().scan(words, n_words, bases);
   // Note [Windows into large allocations] (pool/residency.h): an allocation larger
   // than a quarter of the capacity is taken for a segment of a caching allocator; each
   // word pointing into it asks for a window of an eighth of the capacity from the
@@ -149,7 +171,7 @@ cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
   const std::uint64_t capacity = pool::device_residency_capacity(device);
   const std::uint64_t large = capacity / 4;
   const std::uint64_t window = std::max<std::uint64_t>(capacity / 8, 1);
-  std::array<pool::byte_range, 3 * profiler::max_scan_words> ranges;
+  std::span<pool::byte_range> ranges(sc->ranges);
   std::size_t k = 0;
   for (std::size_t i = 0; i < found; ++i) {
     const std::optional<allocation> a = core().find(bases[i]);
@@ -166,7 +188,7 @@ cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
     // The kernel may reach any byte of it: its stream uses every page of it.
     if (k < ranges.size()) ranges[k++] = pool::byte_range{a->base, a->bytes, false, true};
   }
-  schedule_before_launch(device, {ranges.data(), k});
+  schedule_before_launch(device, ranges.first(k));
   return prepare(at, device, ranges.data(), k, true, stream);
 }
 
@@ -180,39 +202,40 @@ bool decide_swap_mode() noexcept {
 }
 
 cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t stream) noexcept {
-  std::array<std::uint64_t, profiler::max_scan_words> words;
+  launch_scratch* sc = scratch();
+  std::uint64_t* words = sc != nullptr ? sc->words : nullptr;
   std::size_t n_words = 0;
-  bool unreadable = false;
-  if (func != nullptr && args != nullptr) {
+  bool unreadable = sc == nullptr;
+  if (sc != nullptr && func != nullptr && args != nullptr) {
     if (const profiler::function_info* f = layout_of(func)) {
-      n_words = profiler::gather_words(f->params, args, words.data());
+      n_words = profiler::gather_words(f->params, args, words);
       unreadable = f->unreadable;
     } else {
       unreadable = true;  // not probed yet (an application error is pending)
     }
   }
-  return prepare_launch(site_of(id), current_device(), words.data(), n_words, stream,
-                        unreadable);
+  return prepare_launch(site_of(id), current_device(), words, n_words, stream, unreadable);
 }
 
 cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params, void** extra,
                                cudaStream_t stream) noexcept {
-  std::array<std::uint64_t, profiler::max_scan_words> words;
+  launch_scratch* sc = scratch();
+  std::uint64_t* words = sc != nullptr ? sc->words : nullptr;
   std::size_t n_words = 0;
-  bool unreadable = false;
-  if (f != nullptr && (params != nullptr || extra != nullptr)) {
+  bool unreadable = sc == nullptr;
+  if (sc != nullptr && f != nullptr && (params != nullptr || extra != nullptr)) {
     const profiler::function_info* info = driver_layout_of(f);
     unreadable = info->unreadable;
     if (params != nullptr) {
-      n_words = profiler::gather_words(info->params, params, words.data());
+      n_words = profiler::gather_words(info->params, params, words);
     } else {
       std::size_t packed_bytes = 0;
       if (const void* packed = profiler::packed_arguments(extra, &packed_bytes)) {
-        n_words = profiler::gather_packed(info->params, packed, packed_bytes, words.data());
+        n_words = profiler::gather_packed(info->params, packed, packed_bytes, words);
       }
     }
   }
-  return prepare_launch(at, device, words.data(), n_words, stream, unreadable);
+  return prepare_launch(at, device, words, n_words, stream, unreadable);
 }
 
 cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bool writes,
