@@ -37,11 +37,29 @@ std::atomic<bool> g_oversized_logged{false};
 // null while an application error is pending (Note [Probing leaves no error
 // behind] in profiler/session.h): the launch is then prepared with no buffers (its
 // pages reached where they are) and the function probed at a later launch.
+// Note [A launch that may touch anything] (pool/residency.h): each function whose
+// layout cannot be read is named once in the log, at warn level for the first.
+void say_unreadable(const char* name) noexcept {
+  const bool first = !g_unreadable_logged.exchange(true, std::memory_order_relaxed);
+  log::emit(first ? log::level::warn : log::level::info,
+            "kernel '{}': its parameter layout cannot be read, so swap mode cannot tell "
+            "which buffers it uses; its launches are taken to touch any page (slower; "
+            "counted as launches_unreadable)",
+            name != nullptr ? name : "<unnamed>");
+}
+
 const profiler::function_info* layout_of(const void* func) noexcept {
   if (const profiler::function_info* f = g_layouts.lookup(func)) return f;
   profiler::function_info info;
   if (!profiler::probe_runtime_params(cuda_queries(), func, info.params, &info.unreadable)) {
     return nullptr;
+  }
+  if (info.unreadable) {
+    const char* name = nullptr;
+    const profiler::cuda_queries& q = cuda_queries();
+    if (q.runtime_name == nullptr || q.runtime_name(&name, func) != 0) name = nullptr;
+    if (q.runtime_take_error != nullptr) q.runtime_take_error();  // Note [Probing leaves no error behind]
+    say_unreadable(name);
   }
   return g_layouts.insert(func, std::move(info));
 }
@@ -125,6 +143,14 @@ const profiler::function_info* driver_layout_of(void* f) noexcept {
   if (const profiler::function_info* info = g_driver_layouts.lookup(f)) return info;
   profiler::function_info info;
   info.unreadable = !profiler::probe_driver_params(cuda_queries(), f, info.params);
+  if (info.unreadable) {
+    const char* name = nullptr;
+    const profiler::cuda_queries& q = cuda_queries();
+    if (q.driver_name == nullptr || q.driver_name(&name, f) != 0) {
+      if (q.kernel_name == nullptr || q.kernel_name(&name, f) != 0) name = nullptr;
+    }
+    say_unreadable(name);
+  }
   return g_driver_layouts.insert(f, std::move(info));
 }
 
@@ -151,10 +177,6 @@ cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
                            bool unreadable = false) noexcept {
   if (unreadable) {
     stats::global().launches_unreadable.count();
-    if (!g_unreadable_logged.exchange(true, std::memory_order_relaxed)) {
-      log::info("{}: a launch whose parameter layout cannot be read; swap mode takes it to "
-                "touch any page (counted as launches_unreadable)", at.name);
-    }
     pool::device_touch_all(device, driver_stream(at.per_thread, stream));
   }
   launch_scratch* sc = scratch();
