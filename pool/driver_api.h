@@ -72,6 +72,14 @@ inline CUmemAllocationProp vmm_prop(CUmemLocationType type, int id) {
   return prop;
 }
 
+// True when stream is capturing a graph; false when it is not, or its state cannot be
+// read (a destroyed stream). stream_fences::capturing answers true in that case.
+inline bool stream_is_capturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver().cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 // True when r is CUDA_SUCCESS; otherwise logs (at debug) what failed.
 bool driver_ok(CUresult r, const char* what);
 

@@ -130,20 +130,12 @@ std::vector<std::uintptr_t> managed_residency::buffers_of_locked(
   return out;
 }
 
-namespace {
-bool stream_capturing(CUstream s) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return driver().cuStreamIsCapturing(s, &status) == CUDA_SUCCESS &&
-         status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-}  // namespace
-
 // waiter's later work after everything producer has queued so far.
 CUresult managed_residency::order_after_locked(CUstream waiter, CUstream producer) {
   const driver_table& d = driver();
   // Note [No moves while a user captures] in residency.h: waiting on an event recorded
   // in a capture would make the waiter join it.
-  if (stream_capturing(producer)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (stream_is_capturing(producer)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   CUevent& e = stream_events_[producer];
   if (e == nullptr && d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -186,7 +178,7 @@ prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CU
   // A capturing stream's work runs at replay: nothing is enqueued for it now (a wait
   // on another stream's work would break the capture's isolation); the driver pages
   // its memory on demand when the graph runs.
-  if (stream_capturing(stream)) return result;
+  if (stream_is_capturing(stream)) return result;
   // Note [Large managed buffers]: the driver pages managed memory on demand, so
   // nothing has to be refused here. A buffer larger than a quarter of the capacity (a
   // caching allocator's segment) is left to demand paging rather than prefetched

@@ -209,11 +209,7 @@ CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstrea
   for (CUstream u : users) {
     // Note [No moves while a user captures]: an event recorded on a capturing stream is
     // a node of its graph, and a copy stream waiting on it would join the capture.
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (d.cuStreamIsCapturing(u, &status) == CUDA_SUCCESS &&
-        status != CU_STREAM_CAPTURE_STATUS_NONE) {
-      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
+    if (stream_is_capturing(u)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (CUresult r = order_after_stream(u, 0); r != CUDA_SUCCESS) return r;
   }
   for (const auto& [s, work] : others) {

@@ -19,12 +19,6 @@ struct unpin_at_exit {
   ~unpin_at_exit() { ++epoch; }
 };
 
-bool capturing(CUstream s) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return driver().cuStreamIsCapturing(s, &status) == CUDA_SUCCESS &&
-         status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 }  // namespace
 
 prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUstream stream,
@@ -54,7 +48,7 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
   const bool reaches = std::any_of(ranges.begin(), ranges.end(),
                                    [](const byte_range& r) { return r.reach && r.bytes != 0; });
   if (wanted.empty() && !reaches) return result;
-  if (capturing(stream)) return result;  // nothing may be enqueued for us now
+  if (stream_is_capturing(stream)) return result;  // nothing may be enqueued for us now
   // Note [Lending an evicting page's memory]: lenders whose copies are done map their
   // host handles again (best effort: a failure leaves them for later).
   if (lent_pages_ != 0) finish_completed_locked();
