@@ -502,11 +502,11 @@ void stop_following(learner& l) {
 // learned before that would deviate at the first launch whose buffers moved. So the
 // learner watches the pool's layout generation: when it changes, the schedule is
 // dropped and the trace cleared without counting a deviation, and learning starts over
-// on the new layout. Until session 15 the online arena's layout of the first
-// iterations did not repeat before the planned pool took over; since the frees of a
-// one-stream program carry no tickets (Note [One stream needs no events] in
-// pool/stream_fences.h), it repeats in the first two, and the learner learned from it
-// at launch 144, to deviate at launch 20 of the next iteration.
+// on the new layout. Because the frees of a one-stream program carry no tickets (Note
+// [One stream needs no events] in pool/stream_fences.h), the online arena's layout
+// repeats in the first two iterations, before the planned pool takes over: without
+// this the learner learned from it at launch 144 and deviated at launch 20 of the
+// next iteration.
 void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) noexcept {
   // swap and um follow the learned schedule (Note [um follows the schedule] in
   // pool/managed_residency.h); lru and naive are on demand only.

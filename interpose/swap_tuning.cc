@@ -51,7 +51,7 @@ namespace oversub::interpose::schedule_internal {
 // more with the engine lending evicting pages' memory to fetches that find no room (Note
 // [Lending an evicting page's memory] in pool/residency.h: the copy in is ordered after
 // the copy out on the GPU instead of the host waiting for it), and the faster of the
-// two is kept. Session 9 measured lending alone as 7-16% faster at some simtrain points
+// two is kept. Measured alone, lending was 7-16% faster at some simtrain points
 // and 7-13% slower at others (docs/swap.md); as the 25th variant (after the grid, so it
 // costs about two iterations) it makes 6 of the 10 bench points faster: H100-PCIe
 // activation-heavy 1.5x 0.6333 -> 0.6273 ms per iteration, 3x 1.7745 -> 1.7423,
@@ -65,7 +65,7 @@ namespace oversub::interpose::schedule_internal {
 // starts, on the device, of the last launch of one loop body and of the next, from
 // CUPTI's kernel records (profiler::timing::kernel_starts; the learner tags those
 // launches, Note [Tagging launches]). The host's clock at its loop starts, used
-// before (session 11), is not the iteration's time wherever the host's lead on the
+// before, is not the iteration's time wherever the host's lead on the
 // device varies: on the full-size ResNet-50 replay (traces/resnet50-b32.oprof,
 // 1618 MiB, H100-PCIe model) a variant timed at 56.2 ms by the host ran at 68.8 ms
 // per iteration; by its kernels' starts it is timed at 68.812 and 68.790, and the
