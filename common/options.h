@@ -236,7 +236,7 @@ std::string_view to_string(stats_format s);
 // and ends the process with status 2. Thread-safe; never destroyed.
 const config& current_config();
 // The mode actually run, where the device cannot give the one asked (Note [Swap needs
-// host-located VMM] in pool/device_pool.cc). Called once, before any allocation is
+// host-located VMM] in core/device_pool.cc). Called once, before any allocation is
 // served in that mode.
 void set_effective_mode(run_mode m);
 

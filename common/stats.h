@@ -103,7 +103,7 @@ void report(const config& cfg) noexcept;
 // not block (try a lock, give up if held) and returns false to print nothing.
 using section_fn = bool (*)(std::string& json, std::string& text);
 void set_pool_section(section_fn fn) noexcept;
-// The same for the swap and um learners' schedule (interpose/swap_schedule.h),
+// The same for the swap and um learners' schedule (core/schedule.h),
 // printed as "schedule":{...} after "pool".
 void set_schedule_section(section_fn fn) noexcept;
 

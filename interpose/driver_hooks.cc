@@ -2,7 +2,7 @@
 // and what they do: the allocating and freeing ones go through the same core as the
 // runtime's (memory_core.h), the launches, copies, memsets and graph launches through
 // the same pool and residency steps (pool_hooks.h, swap_hooks.h), other libraries'
-// VMM allocations are counted (Note [Memory that is not ours] in pool/residency.h).
+// VMM allocations are counted (Note [Memory that is not ours] in residency/swap_engine.h).
 // See driver_hooks.h for how callers get here.
 //
 // Note [One real function per ABI]: each hook forwards to one real function, the
@@ -33,7 +33,7 @@
 #include "interpose/profile_hooks.h"
 #include "interpose/real.h"
 #include "interpose/swap_hooks.h"
-#include "pool/device_pool.h"
+#include "core/device_pool.h"
 
 namespace oversub::interpose {
 

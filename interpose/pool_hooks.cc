@@ -21,10 +21,10 @@
 #include "common/tracker.h"
 #include "common/units.h"
 #include "interpose/real.h"
-#include "pool/device_pool.h"
+#include "core/device_pool.h"
 #include "pool/host_pool.h"
 #include "profiler/session.h"
-#include "tools/simulate/page_model.h"
+#include "policy/page_model.h"
 
 namespace oversub::interpose {
 
@@ -70,13 +70,13 @@ cudaError_t refuse(call_site at, int device, std::size_t bytes, pool::pool_errc 
 
 // Note [Long-lived layout from a profile] (policy/placement.h): with a saved profile,
 // swap mode lays out its long-lived buffers by first or last use where the page model
-// of its iteration (tools/simulate/page_model.h) predicts that faster at the capacity;
+// of its iteration (policy/page_model.h) predicts that faster at the capacity;
 // the pool is told the sizes it expects (in allocation order) and where each goes.
 void lay_out_from_profile(std::uint64_t limit_bytes) {
   const profiler::profile* p = profiler::loaded_input();
   if (p == nullptr) return;
   std::vector<std::size_t> expected;
-  for (std::size_t a : tools::long_lived_zone(*p)) {
+  for (std::size_t a : policy::long_lived_zone(*p)) {
     expected.push_back(static_cast<std::size_t>(p->allocations[a].bytes));
   }
   if (expected.empty()) return;
@@ -88,11 +88,11 @@ void lay_out_from_profile(std::uint64_t limit_bytes) {
   const std::uint64_t capacity = pool::swap_capacity_of(limit_bytes, free_bytes, total_bytes);
   // The learner's stand-ins where the profile has no figure (Note [Launch durations] in
   // swap_schedule.cc), and a device memory rate for kernels it did not time.
-  const tools::layout_choice c =
-      tools::choose_long_lived_layout(*p, static_cast<std::size_t>(capacity), 25e9, 10'000, 2e12);
+  const policy::layout_choice c =
+      policy::choose_long_lived_layout(*p, static_cast<std::size_t>(capacity), 25e9, 10'000, 2e12);
   std::size_t bytes = 0;
   for (std::size_t b : expected) bytes += b;
-  const auto ms = [&](tools::layout_kind k) {
+  const auto ms = [&](policy::layout_kind k) {
     return static_cast<double>(c.predicted_ns[static_cast<int>(k)]) / 1e6;
   };
   const std::string line =
@@ -103,12 +103,12 @@ void lay_out_from_profile(std::uint64_t limit_bytes) {
           : fmt::format("pool: the profile's {} long-lived buffers ({}) laid out in {}; "
                         "predicted iteration in {}: {:.3f} ms in allocation order, {:.3f} by "
                         "first use, {:.3f} by last use",
-                        expected.size(), format_bytes(bytes), tools::to_string(c.kind),
-                        format_bytes(capacity), ms(tools::layout_kind::allocation),
-                        ms(tools::layout_kind::first_use), ms(tools::layout_kind::last_use));
+                        expected.size(), format_bytes(bytes), policy::to_string(c.kind),
+                        format_bytes(capacity), ms(policy::layout_kind::allocation),
+                        ms(policy::layout_kind::first_use), ms(policy::layout_kind::last_use));
   if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
   else log::info("{}", line);
-  if (c.kind != tools::layout_kind::allocation) {
+  if (c.kind != policy::layout_kind::allocation) {
     pool::set_long_lived_layout(std::move(expected), c.order);
   }
 }
@@ -126,7 +126,7 @@ std::uint64_t resolve_swap_capacity(const device_limit& limit) {
 
 }  // namespace
 
-// Note [Swap needs host-located VMM] in pool/device_pool.cc: swap mode on a device
+// Note [Swap needs host-located VMM] in core/device_pool.cc: swap mode on a device
 // that cannot map host memory runs as um, or, without managed memory, as pool.
 void fall_back_without_host_vmm() {
   const config& cfg = current_config();

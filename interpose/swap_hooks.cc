@@ -16,8 +16,8 @@
 #include "interpose/pool_hooks.h"
 #include "interpose/profile_hooks.h"
 #include "interpose/real.h"
-#include "interpose/swap_schedule.h"
-#include "pool/device_pool.h"
+#include "core/schedule.h"
+#include "core/device_pool.h"
 #include "profiler/launch_scan.h"
 #include "profiler/session.h"
 
@@ -37,7 +37,7 @@ std::atomic<bool> g_oversized_logged{false};
 // null while an application error is pending (Note [Probing leaves no error
 // behind] in profiler/session.h): the launch is then prepared with no buffers (its
 // pages reached where they are) and the function probed at a later launch.
-// Note [A launch that may touch anything] (pool/residency.h): each function whose
+// Note [A launch that may touch anything] (residency/swap_engine.h): each function whose
 // layout cannot be read is named once in the log, at warn level for the first.
 void say_unreadable(const char* name) noexcept {
   const bool first = !g_unreadable_logged.exchange(true, std::memory_order_relaxed);
@@ -92,7 +92,7 @@ cudaError_t refuse(call_site at, int device, const pool::prepare_result& r) noex
 // (an optimizer's foreach launch over every parameter, a huge batch) cannot have all
 // of it resident. Refusing it would end the job; instead it runs with what fits made
 // resident and the rest reached where it is, in host memory over the link (Note [An
-// unpredicted access is slow, not a crash] in pool/residency.h): every range becomes
+// unpredicted access is slow, not a crash] in residency/swap_engine.h): every range becomes
 // optional, and reachable, so that its stream still counts as a user of each page and
 // no page moves under it. Slow, counted (swap_oversized) and said once.
 pool::prepare_result prepare_oversized(call_site at, int device, const pool::byte_range* ranges,
@@ -171,7 +171,7 @@ launch_scratch* scratch() noexcept {
 // A launch whose n_words argument words are words: the live allocations they point
 // into made resident on stream, after the schedule has had its say. unreadable: the
 // parameter layout could not be read, so the words are none of the launch's, and it
-// may touch any page (Note [A launch that may touch anything] in pool/residency.h).
+// may touch any page (Note [A launch that may touch anything] in residency/swap_engine.h).
 cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
                            std::size_t n_words, cudaStream_t stream,
                            bool unreadable = false) noexcept {
@@ -186,7 +186,7 @@ cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
   }
   std::uint64_t* bases = sc->bases;
   const std::size_t found = n_words == 0 ? 0 : core().scan(words, n_words, bases);
-  // Note [Windows into large allocations] (pool/residency.h): an allocation larger
+  // Note [Windows into large allocations] (residency/swap_engine.h): an allocation larger
   // than a quarter of the capacity is taken for a segment of a caching allocator; each
   // word pointing into it asks for a window of an eighth of the capacity from the
   // word on, best effort.

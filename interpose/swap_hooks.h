@@ -1,5 +1,5 @@
 // The swap side of the hooks (OVERSUB_MODE=swap): before a launch, copy or memset is
-// enqueued, the device memory it uses is made resident (pool/residency.h) and the
+// enqueued, the device memory it uses is made resident (residency/swap_engine.h) and the
 // work is ordered after the fetches.
 //
 // A launch's buffers are the live allocations its argument words point into
@@ -7,7 +7,7 @@
 // 8-byte-aligned word of the arguments, looked up in the tracker's interval map). A
 // copy's or memset's are its destination and source ranges. Work whose ranges we
 // cannot compute (3D copies and memsets, graph launches) is still counted as a
-// possible write (Note [What counts as a write] in pool/residency.h); what it touches
+// possible write (Note [What counts as a write] in residency/swap_engine.h); what it touches
 // on the host is reached through the host mapping, slowly but correctly.
 //
 // Note [Swap before any profile]: with no schedule learned yet (the first iteration,
@@ -52,7 +52,7 @@ cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params,
 cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bool writes,
                         cudaStream_t stream) noexcept;
 // A graph replay on stream: its kernels may use any page (Note [A launch that may
-// touch anything] in pool/residency.h); they reach what is on the host where it is.
+// touch anything] in residency/swap_engine.h); they reach what is on the host where it is.
 cudaError_t swap_graph_launch(call_site at, int device, cudaStream_t stream) noexcept;
 cudaError_t swap_graph_launch(hook_id id, cudaStream_t stream) noexcept;
 cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,

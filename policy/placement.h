@@ -45,7 +45,7 @@ struct placement_options {
   // chunks), a power of two and a multiple of alignment_bytes; 0: no pages. With a
   // page size, buffers of different lifetime classes are kept off each other's pages
   // where that takes no more pages (Note [Grouping by lifetime into pages] in
-  // placement.cpp), the region is a whole number of pages and is meant to start on a
+  // placement.cc), the region is a whole number of pages and is meant to start on a
   // page boundary. Not used by the pool yet (measured: docs/pool.md).
   std::size_t page_bytes = 0;
 };

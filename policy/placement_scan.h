@@ -1,6 +1,6 @@
-// The scan at the heart of the planner (placement.cpp): the buffers placed so far,
+// The scan at the heart of the planner (placement.cc): the buffers placed so far,
 // in offset order, and the search for the gap a new buffer goes into. Internal to
-// policy/; split out of placement.cpp to keep each file readable in one sitting.
+// policy/; split out of placement.cc to keep each file readable in one sitting.
 #ifndef OVERSUB_POLICY_PLACEMENT_SCAN_H
 #define OVERSUB_POLICY_PLACEMENT_SCAN_H
 

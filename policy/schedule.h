@@ -3,13 +3,13 @@
 // that every launch finds its buffers resident, device bytes never exceed the
 // capacity, and fetches finish before their use whenever the link allows.
 //
-// Four policies, built on one planner state (policy/schedule.cpp):
+// Four policies, built on one planner state (policy/schedule.cc):
 // - cost:     Belady with prefetch. Evicts the resident buffer whose next use is
 //             farthest, measured as the time left before it must be back minus its
 //             round trip (Note [Cost victim]); prefetches upcoming buffers in order
 //             of next use as early as capacity allows (Note [Prefetch cursor]). Also
 //             plans on demand only and hoists each fetch as early as memory allows
-//             (Note [Plan then hoist], [Gap key], [Pipeline room] in schedule.cpp);
+//             (Note [Plan then hoist], [Gap key], [Pipeline room] in schedule.cc);
 //             the simulator keeps the fastest plan.
 // - vdnn_all: vDNN: offload every activation after its last forward use, fetch the
 //             activations back in reverse order one step ahead in backward;

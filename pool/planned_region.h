@@ -77,7 +77,7 @@ class planned_region final : public memory_resource {
   // The plan in use (tests check its offsets); empty before one is made.
   std::optional<policy::placement> current_plan() const;
   std::uintptr_t region_base() const;
-  // Note [The pool's layout changed] (interpose/swap_schedule.cc): counts the plans
+  // Note [The pool's layout changed] (core/schedule.cc): counts the plans
   // made and retired, each a new layout of the iteration's buffers.
   std::uint64_t layout_generation() const noexcept {
     return layout_generation_.load(std::memory_order_acquire);

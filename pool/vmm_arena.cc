@@ -6,7 +6,6 @@
 
 #include "common/log.h"
 #include "pool/driver_api.h"
-#include "pool/residency.h"
 
 namespace oversub::pool {
 

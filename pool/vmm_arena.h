@@ -36,7 +36,21 @@
 
 namespace oversub::pool {
 
-class residency_engine;
+// What backs the arena's chunks in swap mode (Note [Chunks as pages] in
+// vmm_arena.cc): the residency engine (residency/swap_engine.h) implements it, so the
+// arena needs nothing above pool/.
+class page_backing {
+ public:
+  // Maps a new page at va (page-aligned, inside a reservation); false when no room
+  // can be made (the allocation fails as out of memory).
+  virtual bool create_page(std::uintptr_t va) = 0;
+  // The page holds no live data any more (the arena's trim): release what backs it.
+  // The caller knows no queued work uses it.
+  virtual void destroy_page(std::uintptr_t va) = 0;
+
+ protected:
+  ~page_backing() = default;
+};
 
 struct vmm_arena_config {
   int device = 0;
@@ -45,7 +59,7 @@ struct vmm_arena_config {
   // OVERSUB_MODE=swap: every chunk is a page of this engine (device memory while
   // resident, host memory while swapped out) and there are no dedicated mappings
   // (Note [Chunks as pages]). Not owned.
-  residency_engine* pages = nullptr;
+  page_backing* pages = nullptr;
   // With pages: address space reserved beyond range_bytes, so that an arena larger
   // than the device stays one range (Note [One range in swap mode]).
   std::size_t swap_range_bytes = 0;

@@ -1,5 +1,5 @@
 // launch_timing: measured kernel durations and host-link bandwidth for the swap and
-// um learners (interpose/swap_schedule.h), from CUPTI's activity records.
+// um learners (core/schedule.h), from CUPTI's activity records.
 //
 // Note [Tagging launches]: the learner numbers the launches it sees (its own
 // counter, a "tag") before it lets each one through to CUDA. It names the tag with
@@ -57,7 +57,7 @@ std::size_t durations(std::uint64_t first, std::size_t n, std::uint64_t* out) no
 // tags[i] started on the device, on CUPTI's clock (ns; only differences mean
 // anything), unknown where no record has come yet (a kernel still queued or running
 // on a real GPU) or none will. Returns how many were known. Note [Timing on the
-// device] in interpose/swap_schedule.cc.
+// device] in core/schedule.cc.
 std::size_t kernel_starts(const std::uint64_t* tags, std::size_t n, std::uint64_t* out) noexcept;
 
 // Forgets the durations of tags below `first` (the learner no longer needs them).

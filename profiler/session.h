@@ -73,7 +73,7 @@ bool probe_runtime_params(const cuda_queries& q, const void* func,
 // Returns false in that case: no query answered, or none said that the function has
 // no parameter 0 (CUDA_ERROR_INVALID_VALUE), so the layout is unknown, not empty
 // (swap mode takes such a launch to touch any page: Note [A launch that may touch
-// anything] in pool/residency.h).
+// anything] in residency/swap_engine.h).
 bool probe_driver_params(const cuda_queries& q, void* func,
                          std::vector<param_slot>& out) noexcept;
 

@@ -342,7 +342,7 @@ def peak3_row(k: kit, res: step_result, name: str, limit: int, base, proc, same:
 def tuning(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -> None:
     """swap at peak/3 long enough for the schedule's variants to be timed on the device
     from CUPTI's kernel records and the fastest kept (Note [Timing on the device] in
-    interpose/swap_schedule.cc): the losses of a run as long without the library, and
+    core/schedule.cc): the losses of a run as long without the library, and
     what the stats' "schedule" section says of the choice. On simgpu a smaller batch
     (64 iterations of the step's shape take a minute of wall time there), and CUPTI's
     records only once their kernels are done, as on a GPU (SIMGPU_CUPTI_RECORDS)."""

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The swap and um learners plan from measured figures (Note [Launch durations] in
-interpose/swap_schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
+core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
 
   measured  (--mode swap|um) CUPTI is there: the stats' "schedule" section says the
             durations and the link come from CUPTI, every launch of the learned

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Swap mode moves what its schedule planned (Note [Deferred fetches fall due] in
-interpose/swap_schedule.cc): simtrain with 4 MiB weights at 3x oversubscription under
+core/schedule.cc): simtrain with 4 MiB weights at 3x oversubscription under
 OVERSUB_POLICY=cost. The bytes the engine copies each way in a steady iteration (a run
 of 8 iterations less one of 6, halved) are at most the learned plan's own prediction
 (the stats' "schedule" section, predicted_h2d_bytes and predicted_d2h_bytes) plus one

@@ -12,7 +12,7 @@ CUDA's out-of-memory error (so the test proves the device really was too small).
 With --no-host-vmm MODEL the device is MODEL with host_vmm_supported = 0: swap mode
 must say once that CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0
 and run as um, to the same loss bits (Note [Swap needs host-located VMM] in
-pool/device_pool.cc).
+core/device_pool.cc).
 
   swap_test.py --lib liboversub.so --simtrain simtrain --ratio 3 [--mode-args '--caching']
 """

@@ -9,14 +9,15 @@
 
 #include "policy/schedule.h"
 #include "tools/simulate/device_model.h"
-#include "tools/simulate/page_model.h"
-#include "tools/simulate/profile_model.h"
+#include "policy/page_model.h"
+#include "policy/profile_model.h"
 #include "tools/simulate/what_if.h"
 
 namespace oversub::tools {
 namespace {
 
 using policy::policy_kind;
+using namespace policy;
 
 // Round figures so that times are easy to compute by hand: 1 byte/ns each way over
 // the link, 10 us per copy, 2 us launch latency, 10 bytes/ns device memory.

@@ -1,6 +1,6 @@
 // randprog: a randomized layered program on the CUDA runtime API, the workload of
 // oversub's randomized swap test (tests/preload/swap_random_test.py). Built by nvcc
-// for a real GPU, or by g++ (through randprog_sim.cpp) for simgpu, like simtrain.
+// for a real GPU, or by g++ (through randprog_sim.cc) for simgpu, like simtrain.
 //
 // From --seed it draws a program of --layers layers. Layer l makes a new buffer of a
 // random size (--min-kib to --max-kib, log-uniform, any float count) from the

@@ -1,6 +1,6 @@
 // oversub-replay: replays a profile (.oprof, docs/profile-format.md) against the
 // CUDA runtime API, checking every buffer's data. Built by nvcc for a real GPU, or
-// by g++ (through replay_sim.cpp) for simgpu, like simtrain; under LD_PRELOAD of
+// by g++ (through replay_sim.cc) for simgpu, like simtrain; under LD_PRELOAD of
 // liboversub.so it measures any mode and policy on any trace with the real library.
 //
 // A profile holds one training iteration. The replay:

@@ -244,7 +244,7 @@ def case_edges(args: argparse.Namespace, tmp: Path) -> None:
     # larger than a quarter of the capacity, which a launch asks for only in windows
     # from its argument words, and the kernel reached it outside them. Every page of
     # such an allocation now records the launch's stream as a user (byte_range::reach
-    # in pool/residency.h). 'edges' checks the data with races reported;
+    # in residency/swap_engine.h). 'edges' checks the data with races reported;
     # 'edges-races' aborts at the first one.
     case_oversubscribed(args, trace, "swap", ref, "abort" if args.races_abort else "report")
     if not args.races_abort:

@@ -1,6 +1,6 @@
 // simtrain: a small deterministic trainer written against the CUDA runtime API, the
 // training workload oversub is tested with. Built by nvcc for a real GPU, or by g++
-// (through simtrain_sim.cpp) for simgpu; gpu_compat.h makes the difference.
+// (through simtrain_sim.cc) for simgpu; gpu_compat.h makes the difference.
 //
 // The model: `depth` fully connected width x width layers with bias and ReLU, a
 // residual add closing every block of 2 layers (out = relu(W2 relu(W1 u)) + u), a

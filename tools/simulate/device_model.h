@@ -12,18 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "policy/cost_model.h"
+#include "policy/device_model.h"
 
 namespace oversub::tools {
 
-struct device_model {
-  std::string name;                 // the file's `name`, else its stem
-  std::string path;                 // the file read
-  std::uint64_t memory_bytes = 0;   // `memory`
-  double fp32_flops = 0;            // FLOP/s
-  double memory_bandwidth = 0;      // device memory bytes/s
-  policy::cost_model costs;         // pinned link, copy setup, launch latency, managed memory
-};
+using policy::device_model;
+
 
 // A device model or why there is none.
 struct device_model_result {

@@ -26,8 +26,8 @@
 #include "common/units.h"
 #include "profiler/profile_format.h"
 #include "tools/simulate/device_model.h"
-#include "tools/simulate/page_model.h"
-#include "tools/simulate/profile_model.h"
+#include "policy/page_model.h"
+#include "policy/profile_model.h"
 #include "tools/simulate/what_if.h"
 
 #ifndef OVERSUB_DEVICE_MODELS_DIR
@@ -38,6 +38,11 @@ namespace {
 
 using namespace oversub;
 using namespace oversub::tools;
+using policy::duration_source;
+using policy::model_from_profile;
+using policy::page_model;
+using policy::pages_of_profile;
+using policy::profile_model;
 
 constexpr const char* usage =
     "usage: oversub-simulate PROFILE [--device NAME|FILE] [--device-dir DIR]\n"

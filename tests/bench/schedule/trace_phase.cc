@@ -6,7 +6,7 @@
 // Usage: trace_phase [--pages[=first-use|last-use]] PROFILE [DEVICE] [N] [CAPACITY...]
 //   (DEVICE: h100-pcie;
 // N: 5; capacities in bytes instead of the sweep's). --pages: the swap engine's view,
-// the profile's page model (Note [Page model] in tools/simulate/page_model.h),
+// the profile's page model (Note [Page model] in policy/page_model.h),
 // planned at policy::planning_capacity and with the reuse floor in whole pages; with
 // =first-use or =last-use, its long-lived buffers laid out so.
 #include <algorithm>
@@ -21,8 +21,8 @@
 #include "policy/simulate.h"
 #include "profiler/profile_format.h"
 #include "tools/simulate/device_model.h"
-#include "tools/simulate/page_model.h"
-#include "tools/simulate/profile_model.h"
+#include "policy/page_model.h"
+#include "policy/profile_model.h"
 #include "tools/simulate/what_if.h"
 
 namespace {
@@ -54,9 +54,9 @@ int main(int argc, char** argv) {
   // [Long-lived layout from a profile] in policy/placement.h).
   const std::string flag = argc > 1 ? argv[1] : "";
   const bool pages = flag.rfind("--pages", 0) == 0;
-  const tools::layout_kind layout = flag == "--pages=first-use" ? tools::layout_kind::first_use
-                                    : flag == "--pages=last-use" ? tools::layout_kind::last_use
-                                                                 : tools::layout_kind::allocation;
+  const policy::layout_kind layout = flag == "--pages=first-use" ? policy::layout_kind::first_use
+                                    : flag == "--pages=last-use" ? policy::layout_kind::last_use
+                                                                 : policy::layout_kind::allocation;
   if (pages) {
     --argc;
     ++argv;
@@ -78,17 +78,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trace_phase: %s: %s\n", argv[1], e->message.c_str());
     return 1;
   }
-  const tools::profile_model pm = tools::model_from_profile(
-      std::get<profiler::profile>(read), device.value, tools::duration_source::automatic);
+  const policy::profile_model pm = policy::model_from_profile(
+      std::get<profiler::profile>(read), device.value, policy::duration_source::automatic);
   if (!pm.error.empty()) {
     std::fprintf(stderr, "trace_phase: %s\n", pm.error.c_str());
     return 1;
   }
-  const tools::page_model pg =
-      pages ? tools::pages_of_profile(
+  const policy::page_model pg =
+      pages ? policy::pages_of_profile(
                   std::get<profiler::profile>(read), pm.model, std::size_t{2} << 20, 256,
-                  tools::long_lived_layout_order(std::get<profiler::profile>(read), layout))
-            : tools::page_model{};
+                  policy::long_lived_layout_order(std::get<profiler::profile>(read), layout))
+            : policy::page_model{};
   if (!pg.error.empty()) {
     std::fprintf(stderr, "trace_phase: %s\n", pg.error.c_str());
     return 1;

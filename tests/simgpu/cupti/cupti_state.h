@@ -48,12 +48,12 @@ class quiet_scope {
 // The id CUPTI reports for a context (cuCtxGetId), 0 for none.
 uint32_t context_id(CUcontext ctx) noexcept;
 
-// Activity side (activity.cpp): flushes every buffer with records and, when
+// Activity side (activity.cc): flushes every buffer with records and, when
 // finalizing, the empty current one too.
 void flush_activity(bool finalizing) noexcept;
 void disable_all_activity() noexcept;
 
-// Callback side (callbacks.cpp): drops the subscriber.
+// Callback side (callbacks.cc): drops the subscriber.
 void drop_subscriber() noexcept;
 
 }  // namespace simgpu::cupti

@@ -15,7 +15,7 @@
 // An operation (event records included) is issued at the host time when its call
 // begins, and the host returns its call family's cost later (launch_enqueue_ns,
 // copy_enqueue_ns, event_record_ns, else api_overhead_ns: Note [Driver call costs]
-// in device_model.cpp). So on an idle stream an event recorded at host time t is
+// in device_model.cc). So on an idle stream an event recorded at host time t is
 // reached at t, and a kernel enqueued next is issued at t + event_record_ns and
 // starts launch_latency_ns after that; an event recorded right after a synchronous
 // copy carries the copy's end time. Allocation calls cost host time too
@@ -87,7 +87,7 @@ void clock_host_advance(double ns);
 void charge_host_call();
 
 // Which of the model's host costs an enqueue pays (Note [Driver call costs] in
-// device_model.cpp): api_overhead_ns, launch_enqueue_ns, copy_enqueue_ns,
+// device_model.cc): api_overhead_ns, launch_enqueue_ns, copy_enqueue_ns,
 // event_record_ns.
 enum class call_cost { api, launch, copy, event_record };
 
@@ -99,7 +99,7 @@ double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost = call_
 
 // Host time advances to the moment the device has finished every operation
 // enqueued so far (vmm_waits_for_device). A wait in time only: it orders nothing
-// for the race detector (Note [VMM calls that wait] in vmm.cpp).
+// for the race detector (Note [VMM calls that wait] in vmm.cc).
 void host_wait_device_time(const char* why);
 // Records that the operation ends at end_ns.
 void op_end(stream_obj* s, engine e, double end_ns);

@@ -12,7 +12,7 @@
 //   handle   a VMM physical allocation (cuMemCreate), backed by a memfd.
 //   pinned   host memory from cuMemAllocHost/cuMemHostAlloc or cuMemHostRegister.
 //   window   a stretch of code that acts as the device (a kernel, the device side of
-//            a copy): device memory it may use is unprotected on demand (fault.cpp).
+//            a copy): device memory it may use is unprotected on demand (fault.cc).
 #ifndef SIMGPU_DRIVER_DEVICE_H
 #define SIMGPU_DRIVER_DEVICE_H
 
@@ -105,7 +105,7 @@ struct stats {
   uint64_t managed_evicted_bytes = 0;
   uint64_t races = 0;
   // Bytes kernels read or wrote in host-located VMM mappings (a swapped-out page
-  // reached over the link): Note [Kernels on host-located mappings] in kernels.cpp.
+  // reached over the link): Note [Kernels on host-located mappings] in kernels.cc.
   uint64_t kernel_host_mapped_bytes = 0;
 };
 

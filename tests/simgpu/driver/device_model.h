@@ -21,7 +21,7 @@ struct device_model {
   double copy_latency_ns = 0;
   double launch_latency_ns = 0;
   double api_overhead_ns = 0;       // host time of a call without a family cost below
-  // Host time per call family (Note [Driver call costs] in device_model.cpp).
+  // Host time per call family (Note [Driver call costs] in device_model.cc).
   // VMM calls: a per-call part plus a part per 2 MiB page of the call's size.
   struct vmm_cost {
     double call_ns = 0;

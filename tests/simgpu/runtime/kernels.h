@@ -22,7 +22,7 @@ struct kernel_ref {
 
 // By host function (the address nvcc code and kernel.h register), loading the
 // kernel through the driver's library API on first use (Note [Kernels load as
-// libraries] in registration.cpp). Kernels registered with the driver directly are
+// libraries] in registration.cc). Kernels registered with the driver directly are
 // found through simgpuFunctionFromHost.
 kernel_ref kernel_from_host(const void* host_fun) noexcept;
 

@@ -3,7 +3,7 @@
 // - a ring of long-lived buffers, each used once per iteration: the link is the
 //   bottleneck and both directions can overlap, so the transfer bound is reachable
 //   up to a few buffers' trips; cost must come within 1.15x of it (before Note
-//   [Pipeline room] in schedule.cpp: 2.01x, the directions in series);
+//   [Pipeline room] in schedule.cc: 2.01x, the directions in series);
 // - a compute-bound chain: cost must stay within 1.10x of T_unlimited;
 // - an MLP training step shaped like simtrain (weights, gradients and two optimizer
 //   states per layer, every use a write as in a profile) at 78% of its peak (the
@@ -153,7 +153,7 @@ TEST(CostGoals, RingReachesTheTransferBound) {
       << "cost " << s.iteration_ns << " ns, bound " << bound << " ns";
 }
 
-// Pages (Note [Pipeline room] in schedule.cpp): the swap engine's view of simtrain
+// Pages (Note [Pipeline room] in schedule.cc): the swap engine's view of simtrain
 // --depth 8 --width 512 --batch 128 (the page model of its profile on the H100-PCIe
 // model, `oversub simulate --granularity page`): 18 pages of 2 MiB, 71 launches,
 // in 23.80 MiB (the bench's 1.5x). Backward brings a gradient/optimizer page in
@@ -221,7 +221,7 @@ TEST(CostGoals, MlpStepMovesNoMoreThanLruAndIsFaster) {
     EXPECT_LT(cost.iteration_ns, lru.iteration_ns) << what;
     EXPECT_LT(cost.iteration_ns, vdnn.iteration_ns) << what;
   }
-  // Note [Gap key] in schedule.cpp: optimizer state idle since the last step leaves
+  // Note [Gap key] in schedule.cc: optimizer state idle since the last step leaves
   // instead of fresh activations, so its copies out overlap the backward pass's
   // copies in: 1.65x the bound at 55% of the peak (1.87x with Belady's key alone).
   const auto cap = static_cast<std::size_t>(0.55 * static_cast<double>(peak_live_bytes(m)));

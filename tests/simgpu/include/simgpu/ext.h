@@ -184,7 +184,7 @@ void simgpuSetActivitySink(simgpuActivitySink sink, void* user);
 uint64_t simgpuVirtualTimeNs(void);
 
 // 1 when SIMGPU_CUPTI_RECORDS=when-done: libcupti keeps each record until the virtual
-// clock has passed its end (Note [Records when done] in cupti/activity.cpp).
+// clock has passed its end (Note [Records when done] in cupti/activity.cc).
 int simgpuActivityWhenDone(void);
 
 #ifdef __cplusplus

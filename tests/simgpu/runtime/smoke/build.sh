@@ -8,5 +8,5 @@ build=$(cd "${1:-$root/build}" && pwd)
 lib="$build/tests/simgpu"
 out="$build/simgpu_smoke_runtime"
 g++ -std=c++20 -O1 -g -isystem /usr/local/cuda/include -I"$root/tests/simgpu/include" \
-  "$here/smoke_runtime.cpp" "$here/smoke_kernels.cpp" -o "$out" -L"$lib" -lcudart -lcupti -Wl,-rpath,"$lib"
+  "$here/smoke_runtime.cc" "$here/smoke_kernels.cc" -o "$out" -L"$lib" -lcudart -lcupti -Wl,-rpath,"$lib"
 SIMGPU_DEVICE_DIR="$lib/devices" LD_LIBRARY_PATH="$lib" "$out"

@@ -31,17 +31,17 @@
 // estimate: compute-bound kernels (large GEMMs, convolutions) run longer on a real
 // device, which makes the modeled iteration shorter and the estimated overhead of
 // swapping larger (pessimistic for oversub).
-#ifndef OVERSUB_TOOLS_SIMULATE_PROFILE_MODEL_H
-#define OVERSUB_TOOLS_SIMULATE_PROFILE_MODEL_H
+#ifndef OVERSUB_POLICY_PROFILE_MODEL_H
+#define OVERSUB_POLICY_PROFILE_MODEL_H
 
 #include <cstdint>
 #include <string>
 
 #include "policy/iteration_model.h"
 #include "profiler/profile_format.h"
-#include "tools/simulate/device_model.h"
+#include "policy/device_model.h"
 
-namespace oversub::tools {
+namespace oversub::policy {
 
 enum class duration_source {
   automatic,  // measured where the profile has it, modeled where it is 0
@@ -50,7 +50,7 @@ enum class duration_source {
 
 struct profile_model {
   std::string error;  // empty: model is valid
-  policy::iteration_model model;
+  iteration_model model;
   std::uint32_t durations_measured = 0;  // launches with the profile's duration
   std::uint32_t durations_modeled = 0;   // launches with a modeled duration
   std::uint32_t long_lived = 0;          // long-lived buffers, the unfreed included
@@ -66,6 +66,6 @@ std::uint64_t modeled_duration_ns(std::uint64_t bytes_used, const device_model& 
 profile_model model_from_profile(const profiler::profile& p, const device_model& device,
                                  duration_source durations);
 
-}  // namespace oversub::tools
+}  // namespace oversub::policy
 
-#endif  // OVERSUB_TOOLS_SIMULATE_PROFILE_MODEL_H
+#endif  // OVERSUB_POLICY_PROFILE_MODEL_H

@@ -163,7 +163,7 @@
 // is outside what the engine keeps correct either way.) A scheduled prefetch (no wait)
 // borrows only from the schedule's own evictions, an on-demand fetch from any. Off
 // unless set_lending(true): it is faster at some points and slower at others (the
-// swap learner times it, Note [Lending as a variant] in interpose/swap_schedule.cc).
+// swap learner times it, Note [Lending as a variant] in core/schedule.cc).
 //
 // Note [Asking the driver once]: a driver call is host time, and in a host-bound job
 // the host's time is the iteration's (on simgpu every call, a cuEventQuery too, costs
@@ -190,8 +190,8 @@
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
 // call could have its page evicted in between; training loops launch from one thread
 // per device, and a later issue may hold the gate across the launch.
-#ifndef OVERSUB_POOL_RESIDENCY_H
-#define OVERSUB_POOL_RESIDENCY_H
+#ifndef OVERSUB_RESIDENCY_SWAP_ENGINE_H
+#define OVERSUB_RESIDENCY_SWAP_ENGINE_H
 
 #include <cuda.h>
 
@@ -205,12 +205,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "pool/vmm_arena.h"
+
 namespace oversub::pool {
 
 // Which pages a prefetch's own evictions may take, and in what order
 // (residency_engine::prefetch_now): for a page by address, 0 when it must stay
 // resident, otherwise its rank: pages of higher rank leave first (Note [Prefetch
-// keeps what is needed sooner] in interpose/swap_schedule.cc gives the distance to the
+// keeps what is needed sooner] in core/schedule.cc gives the distance to the
 // page's next use).
 using victim_rank = std::function<std::uint64_t(std::uintptr_t)>;
 
@@ -283,7 +285,7 @@ struct prepare_result {
   explicit operator bool() const { return code == residency_errc::ok; }
 };
 
-class residency_engine {
+class residency_engine final : public page_backing {
  public:
   explicit residency_engine(residency_config cfg);
   ~residency_engine();
@@ -292,10 +294,10 @@ class residency_engine {
 
   // The arena maps a new page at va (page-aligned, inside a reservation): device
   // memory, making room first. False when no room can be made.
-  bool create_page(std::uintptr_t va);
+  bool create_page(std::uintptr_t va) override;
   // The page holds no live data any more (the arena's trim): release what backs it,
   // after the copies under way. The caller knows no queued work uses it.
-  void destroy_page(std::uintptr_t va);
+  void destroy_page(std::uintptr_t va) override;
   // True when va is a page of this engine.
   bool owns_page(std::uintptr_t va) const;
 
@@ -494,4 +496,4 @@ class residency_engine {
 
 }  // namespace oversub::pool
 
-#endif  // OVERSUB_POOL_RESIDENCY_H
+#endif  // OVERSUB_RESIDENCY_SWAP_ENGINE_H

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-// The kernels (smoke_kernels.cpp): kernel.h's threadIdx/blockDim/gridDim macros
+// The kernels (smoke_kernels.cc): kernel.h's threadIdx/blockDim/gridDim macros
 // would clash with cudaLaunchConfig_t::gridDim here.
 void axpy(float* y, const float* x, float a, int n);
 void fill(float* y, float v, int n);

@@ -3,7 +3,7 @@
 // emits, cudaLaunchCooperativeKernel, each with its _ptsz form) resolves its kernel
 // before the CUPTI entry callback so the callback can name it (symbolName), then
 // forwards to the driver's cuLaunchKernel(Ex) with the kernel's CUkernel cast to
-// CUfunction (Note [Kernels load as libraries] in registration.cpp).
+// CUfunction (Note [Kernels load as libraries] in registration.cc).
 #include "kernels.h"
 #include "runtime_state.h"
 

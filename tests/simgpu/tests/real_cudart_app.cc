@@ -1,5 +1,5 @@
 // A CUDA program built the ordinary way, against NVIDIA's runtime:
-//   g++ -I/usr/local/cuda/include real_cudart_app.cpp -L/usr/local/cuda/lib64 -lcudart
+//   g++ -I/usr/local/cuda/include real_cudart_app.cc -L/usr/local/cuda/lib64 -lcudart
 // It knows nothing of simgpu (no simgpu header, no kernels). check_real_cudart.py
 // runs it unchanged with LD_LIBRARY_PATH pointing at simgpu, where it must find a
 // device and get right answers. It queries the device, allocates, copies, sets

@@ -1,7 +1,7 @@
 // A smoke test of simgpu's libcuda.so.1 through the driver API alone (no runtime):
 // not part of the library. Build and run by hand:
 //   g++ -std=c++20 -O1 -pthread -I tests/simgpu/include -isystem /usr/local/cuda/include
-//       tests/simgpu/driver/smoke.cpp build-driver/tests/simgpu/libcuda.so.1 -o /tmp/smoke
+//       tests/simgpu/driver/smoke.cc build-driver/tests/simgpu/libcuda.so.1 -o /tmp/smoke
 //   LD_LIBRARY_PATH=build-driver/tests/simgpu /tmp/smoke [mode]
 // Modes: basic (default), uaf, uaf_fault, host_touch, race, norace, vmm, managed, oom
 // (SIMGPU_MEMORY=1MiB), capture, fork, threads, fail (SIMGPU_FAIL=alloc:2,launch:1:INVALID_VALUE),

@@ -1,5 +1,5 @@
 // The managed-memory backend (see managed_residency.h).
-#include "pool/managed_residency.h"
+#include "residency/um_engine.h"
 
 #include <algorithm>
 #include <vector>

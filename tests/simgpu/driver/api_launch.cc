@@ -1,7 +1,7 @@
 // Driver entry points: kernel launches (with _ptsz exports) and function queries.
 // The CUPTI symbolName of a launch is the kernel's registered name. A launch's f is
 // a CUfunction or a CUkernel cast to one (library.h); the cuFunc* queries take only
-// a CUfunction (Note [Kernels and functions] in library.cpp).
+// a CUfunction (Note [Kernels and functions] in library.cc).
 #include <cstring>
 
 #include "api.h"

@@ -1,6 +1,6 @@
 // simgpu_probe: one small CUDA program per behaviour that ends or marks a process
 // (a kernel touching freed or unmapped memory, host code touching device memory,
-// the race detector, malformed settings, the exit report). test_process.cpp runs it
+// the race detector, malformed settings, the exit report). test_process.cc runs it
 // as a subprocess with chosen SIMGPU_* variables and checks its exit status, stdout
 // and stderr. Usage: simgpu_probe <scenario>; it prints `key=value` facts on stdout
 // (addresses as 0x..., CUDA status codes as numbers) and returns 0 when every call

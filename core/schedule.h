@@ -21,14 +21,14 @@
 //
 // The schedule only moves pages earlier than on-demand would: correctness never
 // depends on it (Note [Swap before any profile] in swap_hooks.h).
-#ifndef OVERSUB_INTERPOSE_SWAP_SCHEDULE_H
-#define OVERSUB_INTERPOSE_SWAP_SCHEDULE_H
+#ifndef OVERSUB_CORE_SCHEDULE_H
+#define OVERSUB_CORE_SCHEDULE_H
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 
 namespace oversub::interpose {
 
@@ -70,4 +70,4 @@ swap_schedule_stats schedule_stats() noexcept;
 
 }  // namespace oversub::interpose
 
-#endif  // OVERSUB_INTERPOSE_SWAP_SCHEDULE_H
+#endif  // OVERSUB_CORE_SCHEDULE_H

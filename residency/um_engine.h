@@ -15,8 +15,8 @@
 // report concurrentManagedAccess = 0: no demand paging, and prefetching to the device
 // is refused. Then a launch migrates every managed allocation it uses; the backend
 // says so once and only tracks.
-#ifndef OVERSUB_POOL_MANAGED_RESIDENCY_H
-#define OVERSUB_POOL_MANAGED_RESIDENCY_H
+#ifndef OVERSUB_RESIDENCY_UM_ENGINE_H
+#define OVERSUB_RESIDENCY_UM_ENGINE_H
 
 #include <cuda.h>
 
@@ -31,7 +31,7 @@
 #include <unordered_map>
 
 #include "pool/memory_resource.h"
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 
 namespace oversub::pool {
 
@@ -125,4 +125,4 @@ class managed_residency {
 
 }  // namespace oversub::pool
 
-#endif  // OVERSUB_POOL_MANAGED_RESIDENCY_H
+#endif  // OVERSUB_RESIDENCY_UM_ENGINE_H

@@ -8,8 +8,8 @@
 
 #include "common/log.h"
 #include "common/options.h"
-#include "interpose/swap_learner.h"
-#include "pool/device_pool.h"
+#include "core/schedule_internal.h"
+#include "core/device_pool.h"
 #include "profiler/launch_timing.h"
 
 namespace oversub::interpose::schedule_internal {
@@ -30,7 +30,7 @@ namespace oversub::interpose::schedule_internal {
 // on the device (Note [Timing on the device]) for two iterations, and its time is the
 // second: the first still carries the switch, which can make it slower or faster
 // (the faster of the two was taken until the engine's copies out went page by page,
-// Note [Evictions copy page by page] in pool/residency.h: then, on simtrain --depth 8
+// Note [Evictions copy page by page] in residency/swap_engine.h: then, on simtrain --depth 8
 // --width 512 --batch 16 at 1.5x on the H100-PCIe model, the variant kept was timed at
 // 0.6078 ms and ran at 0.6452 in its steady state). The plan as learned passes
 // one iteration untimed before its two: the first iterations after on-demand
@@ -49,7 +49,7 @@ namespace oversub::interpose::schedule_internal {
 //
 // Note [Lending as a variant]: once the 24 variants are timed, the fastest is timed once
 // more with the engine lending evicting pages' memory to fetches that find no room (Note
-// [Lending an evicting page's memory] in pool/residency.h: the copy in is ordered after
+// [Lending an evicting page's memory] in residency/swap_engine.h: the copy in is ordered after
 // the copy out on the GPU instead of the host waiting for it), and the faster of the
 // two is kept. Measured alone, lending was 7-16% faster at some simtrain points
 // and 7-13% slower at others (docs/swap.md); as the 25th variant (after the grid, so it

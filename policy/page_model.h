@@ -4,7 +4,7 @@
 // Note [Page model]
 // The residency engine moves 2 MiB pages of oversub's arena, not buffers, and the
 // swap learner plans and simulates those pages (Note [A schedule over pages] in
-// interpose/swap_schedule.h): each page is a long-lived buffer of a page's bytes and
+// core/schedule.h): each page is a long-lived buffer of a page's bytes and
 // each launch uses the pages its buffers lie on. A page shared by buffers of different
 // lifetimes moves with all of them, so the library moves more bytes than a plan over
 // buffers (the full-size ResNet-50 trace: 1.89 GiB against 1.38 GiB to the device per
@@ -15,7 +15,7 @@
 //      splits the start off its one free block), 256-byte aligned, from offset 0 (or
 //      in the order given: Note [Long-lived layout from a profile] in
 //      policy/placement.h);
-//   2. the per-iteration ones are placed by policy::plan_placement over the
+//   2. the per-iteration ones are placed by plan_placement over the
 //      iteration's allocation and free events in the replay's order (at each launch
 //      position: the frees there, then the allocations), as pool/planned_region does
 //      once it has learned the iteration, in a region that follows the long-lived
@@ -27,8 +27,8 @@
 // depends on their fragmentation), and which pages the engine finds dead at run time
 // (a page whose buffers are all freed is not copied out); the model copies every page
 // it evicts, as the learner's does.
-#ifndef OVERSUB_TOOLS_SIMULATE_PAGE_MODEL_H
-#define OVERSUB_TOOLS_SIMULATE_PAGE_MODEL_H
+#ifndef OVERSUB_POLICY_PAGE_MODEL_H
+#define OVERSUB_POLICY_PAGE_MODEL_H
 
 #include <cstddef>
 #include <cstdint>
@@ -39,30 +39,30 @@
 #include "policy/iteration_model.h"
 #include "profiler/profile_format.h"
 
-namespace oversub::tools {
+namespace oversub::policy {
 
 struct page_model {
   std::string error;  // empty: model is valid
-  policy::iteration_model model;
+  iteration_model model;
   std::size_t long_lived_bytes = 0;  // the long-lived zone, aligned
   std::size_t region_bytes = 0;      // the planned region of the per-iteration buffers
   std::size_t page_bytes = 0;
   std::size_t pages = 0;             // pages some launch uses
 };
 
-// Note [Page model]. buffers: the profile's model (tools/simulate/profile_model.h), whose
+// Note [Page model]. buffers: the profile's model (policy/profile_model.h), whose
 // launches' durations and widened lifetimes it keeps.
-// long_lived: where the long-lived allocations lie, as policy::long_lived_order gives it
+// long_lived: where the long-lived allocations lie, as long_lived_order gives it
 // (indices among the profile's long-lived allocations of nonzero size, in its order,
 // in address order); empty: in the profile's order, as a fresh arena allocates them.
-page_model pages_of_profile(const profiler::profile& p, const policy::iteration_model& buffers,
+page_model pages_of_profile(const profiler::profile& p, const iteration_model& buffers,
                             std::size_t page_bytes = std::size_t{2} << 20,
                             std::size_t region_alignment = 256,
                             std::span<const std::uint32_t> long_lived = {});
 
 // Note [Long-lived layout from a profile] (policy/placement.h): which layout of the
 // long-lived buffers to take in swap mode at capacity_bytes. The profile's page model
-// is planned (policy::plan_schedule, cost, at policy::planning_capacity) and simulated
+// is planned (plan_schedule, cost, at planning_capacity) and simulated
 // in allocation order, by first use and by last use, its kernels at the profile's
 // durations (Note [Duration model] where 0, with memory_bandwidth) and its link at the
 // profile's measured rates (else link_bytes_per_s); the layout predicted fastest is
@@ -75,7 +75,7 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
 // (6 pages), laid out by first use, its Adam step spanning 4 pages instead of 3, was
 // predicted 3.726 ms against 4.234 in allocation order and ran 5.532 against 4.624
 // (untuned). The engine fell short of that plan for want of the plan's overlap of
-// copies out and in (Note [Evictions copy page by page] in pool/residency.h); since
+// copies out and in (Note [Evictions copy page by page] in residency/swap_engine.h); since
 // bee6f40 it runs 4.223 against 4.364 (Titan X 14.723 against 15.769), so the rule is
 // gone.
 //
@@ -92,19 +92,19 @@ const char* to_string(layout_kind k);
 struct layout_choice {
   std::string error;                 // empty: every layout was planned
   layout_kind kind = layout_kind::allocation;  // the one taken
-  std::vector<std::uint32_t> order;  // its policy::long_lived_order (empty: allocation)
+  std::vector<std::uint32_t> order;  // its long_lived_order (empty: allocation)
   std::uint64_t predicted_ns[3] = {};  // the predicted iteration, by layout_kind
 };
 // The profile's long-lived allocations of nonzero size (what a layout places), as
 // indices into p.allocations in the profile's order.
 std::vector<std::size_t> long_lived_zone(const profiler::profile& p);
-// The order of layout k (policy::long_lived_order by the launch of the profile's
+// The order of layout k (long_lived_order by the launch of the profile's
 // iteration that first or last uses each long-lived allocation); empty for allocation.
 std::vector<std::uint32_t> long_lived_layout_order(const profiler::profile& p, layout_kind k);
 layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t capacity_bytes,
                                        double link_bytes_per_s, std::uint64_t copy_setup_ns,
                                        double memory_bandwidth);
 
-}  // namespace oversub::tools
+}  // namespace oversub::policy
 
-#endif  // OVERSUB_TOOLS_SIMULATE_PAGE_MODEL_H
+#endif  // OVERSUB_POLICY_PAGE_MODEL_H

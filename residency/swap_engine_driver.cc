@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "pool/driver_api.h"
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 
 namespace oversub::pool {
 // ---- Driver calls (counted: residency_stats::mapping_calls) ----

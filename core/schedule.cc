@@ -1,5 +1,5 @@
 // Swap mode's learned schedule (see swap_schedule.h).
-#include "interpose/swap_schedule.h"
+#include "core/schedule.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,12 +17,12 @@
 #include "common/options.h"
 #include "common/stats.h"
 #include "common/units.h"
-#include "pool/device_pool.h"
+#include "core/device_pool.h"
 #include "policy/schedule.h"
 #include "policy/simulate.h"
 #include "profiler/cupti_source.h"
 #include "profiler/launch_timing.h"
-#include "interpose/swap_learner.h"
+#include "core/schedule_internal.h"
 #include "profiler/period.h"
 
 namespace oversub::interpose {
@@ -126,7 +126,7 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
     const int fitted = int{link.h2d.fitted} + int{link.d2h.fitted};
     l.costs.copy_setup_ns =
         fitted == 0 ? 0 : (link.h2d.setup_ns + link.d2h.setup_ns) / static_cast<std::uint64_t>(fitted);
-    // Note [Not asking too early] (pool/residency.h): CUPTI's clock is the clock the
+    // Note [Not asking too early] (residency/swap_engine.h): CUPTI's clock is the clock the
     // rates were measured on.
     pool::device_set_copy_clock(l.device, &profiler::cupti::timestamp_ns, h2d, d2h);
   }
@@ -277,7 +277,7 @@ std::optional<std::size_t> next_use(const learner& l, std::size_t i, std::uintpt
 }
 
 // Note [Deferred fetches fall due]: a scheduled fetch that finds no room is tried
-// again before the next launch (Note [Prefetch without waiting] in pool/residency.h),
+// again before the next launch (Note [Prefetch without waiting] in residency/swap_engine.h),
 // but only until the launch that uses its page: from then on the on-demand step has
 // made the page resident, used it, and the schedule may have evicted it again. A
 // retry after that brought the page back while its eviction's copy was still
@@ -309,7 +309,7 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
   }
   add_ranges(l, l.plan.launches[i].fetch_before, fetch);
   if (!evict.empty()) pool::device_evict(l.device, evict);
-  // Note [Prefetch without waiting] (pool/residency.h): fetches start only where room
+  // Note [Prefetch without waiting] (residency/swap_engine.h): fetches start only where room
   // is free already; the rest is tried again before the next launch, and the
   // on-demand step still waits when a launch's own pages are not there in time.
   // Note [Deferred fetches fall due]: only those whose use is still ahead.
@@ -509,7 +509,7 @@ void stop_following(learner& l) {
 // next iteration.
 void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) noexcept {
   // swap and um follow the learned schedule (Note [um follows the schedule] in
-  // pool/managed_residency.h); lru and naive are on demand only.
+  // residency/um_engine.h); lru and naive are on demand only.
   const swap_policy policy = current_config().policy;
   if (policy == swap_policy::lru || policy == swap_policy::naive) return;
   // Note [What the learner moves].

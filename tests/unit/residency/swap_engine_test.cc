@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "pool/driver_api.h"
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 #include "pool/vmm_arena.h"
 #include "simgpu/kernel.h"
 
@@ -108,7 +108,7 @@ TEST_F(Residency, PagesSwappedOutAndBackKeepTheirBytes) {
   EXPECT_EQ(st.failures, 0u);
 }
 
-// Note [Lending an evicting page's memory] (pool/residency.h): with lending on, a fetch
+// Note [Lending an evicting page's memory] (residency/swap_engine.h): with lending on, a fetch
 // that finds no room while evictions are under way takes an evicting page's device
 // memory and orders its copy in after that page's copy out on the GPU, instead of
 // waiting on the host. Every page keeps its bytes through two rounds of 16 pages in 4
@@ -325,7 +325,7 @@ void Residency::expect_only_page_3_left(residency_engine& e, int fill) {
   EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
 }
 
-// Note [Prefetch keeps what is needed sooner] (interpose/swap_schedule.cc): a
+// Note [Prefetch keeps what is needed sooner] (core/schedule.cc): a
 // scheduled prefetch that finds no room evicts only pages its rank lets go (rank 0
 // keeps a page), whatever their last use; with every resident page kept it evicts
 // nothing and defers.
@@ -353,7 +353,7 @@ TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   ASSERT_NO_FATAL_FAILURE(expect_only_page_3_left(e, 0x20));
 }
 
-// Note [Evictions copy page by page] (pool/residency.h): two adjacent pages evicted
+// Note [Evictions copy page by page] (residency/swap_engine.h): two adjacent pages evicted
 // together go out in a copy each, and a prefetch that finds room for only some of its
 // pages fetches them in the order asked for (the schedule's: soonest use first), not
 // in address order.
@@ -393,7 +393,7 @@ std::uint64_t host_ns() {
   return f == nullptr ? 0 : f();
 }
 
-// Note [Asking the driver once] (pool/residency.h): work that uses a page whose fetch
+// Note [Asking the driver once] (residency/swap_engine.h): work that uses a page whose fetch
 // is still under way waits for the copy without asking the driver first, and later
 // work on the same stream neither asks nor waits again (stream order holds it). On
 // simgpu every driver question costs host time, so ten prepares of that page cost the
@@ -424,7 +424,7 @@ TEST_F(Residency, WorkWaitsForAFetchOnceWithoutAsking) {
 std::uint64_t g_fake_now = 1000;
 std::uint64_t fake_clock() noexcept { return g_fake_now; }
 
-// Note [Not asking too early] (pool/residency.h): with a clock and the link's rates,
+// Note [Not asking too early] (residency/swap_engine.h): with a clock and the link's rates,
 // the engine does not ask about a copy out before the clock says it could be done,
 // even when it is (here the device has finished it): a fetch waiting for its room is
 // deferred until the clock has passed the copy's earliest end, then goes ahead.

@@ -4,7 +4,7 @@
 // Split from residency.cc, which moves the pages.
 #include <algorithm>
 
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 
 namespace oversub::pool {
 

@@ -1,5 +1,5 @@
-// page_model: a profile's iteration over the arena's pages (tools/simulate/page_model.h).
-#include "tools/simulate/page_model.h"
+// page_model: a profile's iteration over the arena's pages (policy/page_model.h).
+#include "policy/page_model.h"
 
 #include <algorithm>
 #include <limits>
@@ -9,10 +9,10 @@
 #include "policy/placement.h"
 #include "policy/schedule.h"
 #include "policy/simulate.h"
-#include "tools/simulate/device_model.h"
-#include "tools/simulate/profile_model.h"
+#include "policy/device_model.h"
+#include "policy/profile_model.h"
 
-namespace oversub::tools {
+namespace oversub::policy {
 
 namespace {
 
@@ -22,7 +22,7 @@ std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a;
 
 }  // namespace
 
-page_model pages_of_profile(const profiler::profile& p, const policy::iteration_model& buffers,
+page_model pages_of_profile(const profiler::profile& p, const iteration_model& buffers,
                             std::size_t page_bytes, std::size_t region_alignment,
                             std::span<const std::uint32_t> long_lived) {
   page_model r;
@@ -68,7 +68,7 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
   for (std::size_t b = 0; b < p.allocations.size(); ++b) {
     const profiler::allocation_record& a = p.allocations[b];
     if (a.long_lived || a.bytes == 0) continue;
-    const policy::model_buffer& m = buffers.buffers[b];
+    const model_buffer& m = buffers.buffers[b];
     span s{};
     if (a.free_at == profiler::no_index) {
       s = {std::min<std::size_t>(a.alloc_at, n), n + 1};
@@ -87,7 +87,7 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
     allocs_at[spans[k].alloc_pos].push_back(k);
     frees_at[spans[k].free_pos].push_back(k);
   }
-  std::vector<policy::buffer_lifetime> lifetimes(members.size());
+  std::vector<buffer_lifetime> lifetimes(members.size());
   std::uint32_t event = 0;
   for (std::size_t pos = 0; pos < n + 2; ++pos) {
     for (std::size_t k : frees_at[pos]) lifetimes[k].free_time = event++;
@@ -96,8 +96,8 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
       lifetimes[k].alloc_time = event++;
     }
   }
-  const policy::placement plan = policy::plan_placement(lifetimes, arena_alignment);
-  if (!policy::placement_is_valid(lifetimes, plan, arena_alignment)) {
+  const placement plan = plan_placement(lifetimes, arena_alignment);
+  if (!placement_is_valid(lifetimes, plan, arena_alignment)) {
     r.error = "internal error: the planned placement of the per-iteration buffers is not valid";
     return r;
   }
@@ -105,12 +105,12 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
   for (std::size_t k = 0; k < members.size(); ++k) offset[members[k]] = base + plan.offsets[k];
   r.region_bytes = plan.region_bytes;
   // 3. Each launch's pages, numbered in order of first use (sorted within a launch).
-  std::unordered_map<std::size_t, policy::buffer_id> id_of_page;
+  std::unordered_map<std::size_t, buffer_id> id_of_page;
   r.model.launches.reserve(n);
   std::vector<std::size_t> pages;
-  for (const policy::model_launch& l : buffers.launches) {
+  for (const model_launch& l : buffers.launches) {
     pages.clear();
-    for (policy::buffer_id b : l.uses) {
+    for (buffer_id b : l.uses) {
       const std::size_t bytes = buffers.buffers[b].bytes;
       if (bytes == 0 || offset[b] == none) continue;
       for (std::size_t pg = offset[b] / page_bytes; pg <= (offset[b] + bytes - 1) / page_bytes;
@@ -120,18 +120,18 @@ page_model pages_of_profile(const profiler::profile& p, const policy::iteration_
     }
     std::sort(pages.begin(), pages.end());
     pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
-    policy::model_launch ml;
+    model_launch ml;
     ml.duration_ns = l.duration_ns;
     for (std::size_t pg : pages) {
       auto [it, added] =
-          id_of_page.emplace(pg, static_cast<policy::buffer_id>(r.model.buffers.size()));
-      if (added) r.model.buffers.push_back(policy::model_buffer{page_bytes, true, 0, 0});
+          id_of_page.emplace(pg, static_cast<buffer_id>(r.model.buffers.size()));
+      if (added) r.model.buffers.push_back(model_buffer{page_bytes, true, 0, 0});
       ml.uses.push_back(it->second);
     }
     r.model.launches.push_back(std::move(ml));
   }
   r.pages = r.model.buffers.size();
-  r.error = policy::validate_model(r.model);
+  r.error = validate_model(r.model);
   return r;
 }
 
@@ -157,7 +157,7 @@ std::vector<std::uint32_t> long_lived_layout_order(const profiler::profile& p, l
   const std::vector<std::size_t> zone = long_lived_zone(p);
   std::vector<std::size_t> index(p.allocations.size(), SIZE_MAX);
   for (std::size_t z = 0; z < zone.size(); ++z) index[zone[z]] = z;
-  std::vector<std::uint32_t> key(zone.size(), policy::no_first_use);
+  std::vector<std::uint32_t> key(zone.size(), no_first_use);
   const std::size_t n = p.launches.size();
   for (std::size_t j = 0; j < n; ++j) {
     // First use: the launches from the last back, the earliest one left; last use:
@@ -167,7 +167,7 @@ std::vector<std::uint32_t> long_lived_layout_order(const profiler::profile& p, l
       if (a < index.size() && index[a] != SIZE_MAX) key[index[a]] = static_cast<std::uint32_t>(i);
     }
   }
-  return policy::long_lived_order(key);
+  return long_lived_order(key);
 }
 
 layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t capacity_bytes,
@@ -193,20 +193,20 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
     return c;
   }
   constexpr std::size_t page = std::size_t{2} << 20;
-  const std::size_t capacity = policy::planning_capacity(capacity_bytes, page);
+  const std::size_t capacity = planning_capacity(capacity_bytes, page);
   for (int k = 0; k < 3; ++k) {
     const page_model m = pages_of_profile(p, buffers.model, page, 256, orders[k]);
     if (!m.error.empty()) {
       c.error = m.error;
       return c;
     }
-    policy::schedule_result r =
-        policy::plan_schedule(m.model, capacity, device.costs, policy::policy_kind::cost, 0);
+    schedule_result r =
+        plan_schedule(m.model, capacity, device.costs, policy_kind::cost, 0);
     if (!r.ok()) {
       c.error = r.error;
       return c;
     }
-    c.predicted_ns[k] = policy::simulate(m.model, r.value, device.costs).iteration_ns;
+    c.predicted_ns[k] = simulate(m.model, r.value, device.costs).iteration_ns;
     if (c.predicted_ns[k] < c.predicted_ns[static_cast<int>(c.kind)]) {
       c.kind = static_cast<layout_kind>(k);
       c.order = orders[k];
@@ -221,4 +221,4 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
   return c;
 }
 
-}  // namespace oversub::tools
+}  // namespace oversub::policy

@@ -1,7 +1,7 @@
 // The residency engine's lending of an evicting page's memory to a fetch (Note [Lending
 // an evicting page's memory] in residency.h): the switch, which pages may lend, and
 // finishing a lender's eviction.
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 
 #include <algorithm>
 #include <utility>

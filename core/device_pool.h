@@ -3,8 +3,8 @@
 // residency engine), the pinned host pool, the stream fences, and the pool's section
 // of the exit statistics. Plain calls with
 // CUDA's driver types; the hooks translate runtime calls into these.
-#ifndef OVERSUB_POOL_DEVICE_POOL_H
-#define OVERSUB_POOL_DEVICE_POOL_H
+#ifndef OVERSUB_CORE_DEVICE_POOL_H
+#define OVERSUB_CORE_DEVICE_POOL_H
 
 #include <cstdint>
 #include <span>
@@ -12,7 +12,7 @@
 
 #include "pool/host_pool.h"
 #include "pool/memory_resource.h"
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 
 namespace oversub::pool {
 
@@ -83,7 +83,7 @@ void device_set_lending(int device, bool on) noexcept;
 // measured link rates (nothing otherwise).
 void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
                            double h2d_bytes_per_s, double d2h_bytes_per_s) noexcept;
-// Note [The pool's layout changed] (interpose/swap_schedule.cc): how many times the
+// Note [The pool's layout changed] (core/schedule.cc): how many times the
 // planned pool has made or retired a plan on device (0 without one).
 std::uint64_t device_layout_generation(int device) noexcept;
 // Swap mode: the engine's figures and capacity (zeros otherwise).
@@ -117,4 +117,4 @@ host_pool& pinned_host();
 
 }  // namespace oversub::pool
 
-#endif  // OVERSUB_POOL_DEVICE_POOL_H
+#endif  // OVERSUB_CORE_DEVICE_POOL_H

@@ -1,5 +1,5 @@
 // The per-device arenas and the pool's report section (see device_pool.h).
-#include "pool/device_pool.h"
+#include "core/device_pool.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,7 +12,7 @@
 #include "common/stats.h"
 #include "common/units.h"
 #include "pool/driver_api.h"
-#include "pool/managed_residency.h"
+#include "residency/um_engine.h"
 #include "pool/planned_region.h"
 #include "pool/stream_fences.h"
 #include "pool/vmm_arena.h"

@@ -1,8 +1,8 @@
 // swap_learner: the swap schedule's learner as its two files share it
 // (swap_schedule.cc learns and follows the iteration; swap_tuning.cc chooses among
 // variants of its schedule by measured time). Internal to interpose/.
-#ifndef OVERSUB_INTERPOSE_SWAP_LEARNER_H
-#define OVERSUB_INTERPOSE_SWAP_LEARNER_H
+#ifndef OVERSUB_CORE_SCHEDULE_INTERNAL_H
+#define OVERSUB_CORE_SCHEDULE_INTERNAL_H
 
 #include <cstddef>
 #include <cstdint>
@@ -10,11 +10,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "interpose/swap_schedule.h"
+#include "core/schedule.h"
 #include "policy/cost_model.h"
 #include "policy/iteration_model.h"
 #include "policy/schedule.h"
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 
 namespace oversub::interpose::schedule_internal {
 
@@ -38,7 +38,7 @@ struct unit {
 struct variant {
   std::size_t rotation = 0;    // the loop body starts this many launches into the period
   std::size_t free_pages = 0;  // pages left out of the plan's capacity past Note [Headroom]
-  bool lend = false;           // Note [Lending an evicting page's memory] (pool/residency.h)
+  bool lend = false;           // Note [Lending an evicting page's memory] (residency/swap_engine.h)
   bool operator==(const variant&) const = default;
 };
 
@@ -139,4 +139,4 @@ void tune_step(learner& l, int device, std::uint64_t number);
 
 }  // namespace oversub::interpose::schedule_internal
 
-#endif  // OVERSUB_INTERPOSE_SWAP_LEARNER_H
+#endif  // OVERSUB_CORE_SCHEDULE_INTERNAL_H

@@ -1,5 +1,5 @@
 // The residency engine (see residency.h).
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 
 #include <algorithm>
 

@@ -1,11 +1,11 @@
-// profile_model: profile to iteration model (tools/simulate/profile_model.h).
-#include "tools/simulate/profile_model.h"
+// profile_model: profile to iteration model (policy/profile_model.h).
+#include "policy/profile_model.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-namespace oversub::tools {
+namespace oversub::policy {
 
 std::uint64_t modeled_duration_ns(std::uint64_t bytes_used, const device_model& device) {
   const double stream_ns = std::ceil(static_cast<double>(bytes_used) * 1e9 / device.memory_bandwidth);
@@ -22,10 +22,10 @@ profile_model model_from_profile(const profiler::profile& p, const device_model&
     return r;
   }
   const auto last = static_cast<std::uint32_t>(n - 1);
-  policy::iteration_model& m = r.model;
+  iteration_model& m = r.model;
   m.buffers.reserve(p.allocations.size());
   for (const profiler::allocation_record& a : p.allocations) {
-    policy::model_buffer b;
+    model_buffer b;
     b.bytes = a.bytes;
     b.long_lived = a.long_lived || a.free_at == profiler::no_index;
     // Freed before any launch could use it: a long-lived one freed at position 0, a
@@ -50,7 +50,7 @@ profile_model model_from_profile(const profiler::profile& p, const device_model&
   m.launches.reserve(n);
   for (std::uint32_t i = 0; i < n; ++i) {
     const profiler::launch_record& l = p.launches[i];
-    policy::model_launch ml;
+    model_launch ml;
     std::uint64_t bytes_used = 0;
     for (std::uint32_t b : l.buffers) {
       if (b >= m.buffers.size()) {
@@ -65,7 +65,7 @@ profile_model model_from_profile(const profiler::profile& p, const device_model&
       }
       ml.uses.push_back(b);
       bytes_used += m.buffers[b].bytes;
-      policy::model_buffer& buf = m.buffers[b];
+      model_buffer& buf = m.buffers[b];
       if (!buf.long_lived) {
         buf.alloc_launch = std::min(buf.alloc_launch, i);
         buf.free_launch = std::max(buf.free_launch, i);
@@ -80,8 +80,8 @@ profile_model model_from_profile(const profiler::profile& p, const device_model&
     }
     m.launches.push_back(std::move(ml));
   }
-  r.error = policy::validate_model(m);
+  r.error = validate_model(m);
   return r;
 }
 
-}  // namespace oversub::tools
+}  // namespace oversub::policy

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "pool/driver_api.h"
-#include "pool/residency.h"
+#include "residency/swap_engine.h"
 #include "pool/stream_fences.h"
 
 namespace oversub::pool {
