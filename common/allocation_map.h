@@ -51,7 +51,9 @@ class allocation_map {
   // The allocation containing address, or null. Valid until the next change.
   const allocation* find(std::uintptr_t address) const;
 
-  // Note [Scanning argument words]: for each word that lies inside a live
+  // Note [Scanning argument words]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // For each word that lies inside a live
   // allocation, that allocation's base, each base written once to bases (room for
   // count); returns how many. Words outside [lowest base, highest end) are
   // rejected with two compares, so scalars (sizes, floats, flags) cost almost
@@ -63,7 +65,9 @@ class allocation_map {
   bool empty() const { return by_base_.empty(); }
 
  private:
-  // Note [The scan cache]: a launch passes the same pointers as the launch of the
+  // Note [The scan cache]
+  // ~~~~~~~~~~~~~~~~~~~~~
+  // A launch passes the same pointers as the launch of the
   // same kernel an iteration ago, and under a framework's caching allocator the map
   // rarely changes, so scan() keeps, per word (hashed into a small direct-mapped
   // table), the allocation range it found. An entry is valid only while generation_

@@ -182,7 +182,9 @@ bool parse_mode(std::string_view text, run_mode& out) {
   return false;
 }
 
-// Note [Fraction or bytes]: "0.75" and "4096" are both plain numbers. A decimal
+// Note [Fraction or bytes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// "0.75" and "4096" are both plain numbers. A decimal
 // point makes a fraction of the device (0.5 of an 80 GiB device is 40 GiB), its
 // absence makes a byte count, as in the other size options users know (PyTorch,
 // mimalloc). Fractions above 1 are allowed (up to 16) for the modes that place
@@ -331,7 +333,9 @@ const std::vector<option_info>& option_table() {
   return *table;
 }
 
-// Note [Closest name]: a name whose tail contains what was typed (OVERSUB_LIMIT,
+// Note [Closest name]
+// ~~~~~~~~~~~~~~~~~~~
+// A name whose tail contains what was typed (OVERSUB_LIMIT,
 // OVERSUB_STAT) most likely meant that option, the first such in the table (the
 // table lists the older, more used options first: OVERSUB_LIMIT means
 // OVERSUB_DEVICE_LIMIT, not OVERSUB_HOST_LIMIT); otherwise the smallest edit
@@ -389,7 +393,9 @@ parse_outcome parse_options(const std::vector<std::string_view>& env) {
       result.unknown.push_back({std::string(name), std::string(closest_option_name(name))});
     }
   }
-  // Note [Swap plans its pool]: swap mode's schedule is learned from the pages each
+  // Note [Swap plans its pool]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Swap mode's schedule is learned from the pages each
   // launch uses, which repeat only when every iteration's buffers land at the same
   // addresses: the planned placement. So swap mode defaults to OVERSUB_POOL=planned;
   // an explicit OVERSUB_POOL still wins.

@@ -243,7 +243,9 @@ void set_effective_mode(run_mode m);
 // Opens cfg.stats_file for appending ("%p" expanded); -1 when unset or failing.
 int open_stats_destination(const config& cfg);
 
-// Note [One profile path]: OVERSUB_PROFILE=path is OVERSUB_PROFILE_IN=path when a file
+// Note [One profile path]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// OVERSUB_PROFILE=path is OVERSUB_PROFILE_IN=path when a file
 // is there (readable) and OVERSUB_PROFILE_OUT=path otherwise, so the same command
 // profiles its first run and starts every later one from that profile. An explicit
 // OVERSUB_PROFILE_IN or OVERSUB_PROFILE_OUT is kept. Applied once, when the

@@ -11,7 +11,9 @@
 //     nullopt means "not ours" and the free is forwarded untouched;
 //   - virtual_info() turns the real cudaMemGetInfo answer into the virtual one.
 //
-// Note [Reserve before allocate]: the bytes are taken from the budget before the
+// Note [Reserve before allocate]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The bytes are taken from the budget before the
 // real call, with a compare-and-swap on the device's used counter, so two threads
 // cannot both pass the check and together exceed the limit; a failed real call
 // gives them back. The map itself is under one mutex, never held across a CUDA

@@ -34,7 +34,9 @@ namespace {
 
 constexpr int max_devices = 16;
 
-// Note [Swap capacity]: with OVERSUB_DEVICE_LIMIT the pages may hold the limit;
+// Note [Swap capacity]
+// ~~~~~~~~~~~~~~~~~~~~
+// With OVERSUB_DEVICE_LIMIT the pages may hold the limit;
 // without it, the device's free memory when the engine starts less a headroom of
 // 1/16 of the device (at most 1 GiB) for what others allocate after us (cuBLAS
 // workspaces, the runtime's own buffers), rounded down to whole pages.
@@ -60,8 +62,8 @@ std::unique_ptr<residency_engine> make_engine(int device, const pool_settings& s
   return std::make_unique<residency_engine>(c);
 }
 
-// Note [One range in swap mode] in vmm_arena.cc: the pages may spill to the host up
-// to the host budget, and no further than the host's memory.
+// See Note [One range in swap mode] in pool/vmm_arena.cc: the pages may spill to the host
+// up to the host budget, and no further than the host's memory.
 std::size_t swap_range_bytes(const pool_settings& s) {
   if (!s.swap) return 0;
   // A budget of none (all bits set) is the host's memory: nothing when that is unknown.
@@ -71,8 +73,8 @@ std::size_t swap_range_bytes(const pool_settings& s) {
                                             : s.host_budget_bytes);
 }
 
-// Note [Long-lived layout from a profile] (device_pool.h): what set_long_lived_layout
-// asked, and each device's blocks.
+// See Note [Long-lived layout from a profile] (policy/placement.h): what
+// set_long_lived_layout asked, and each device's blocks.
 struct long_lived_layout {
   std::vector<std::size_t> expected;
   std::vector<std::uint32_t> order;
@@ -136,7 +138,9 @@ device_state* state(int device) {
   return s;
 }
 
-// Note [Report without blocking]: the exit report runs in liboversub's destructor;
+// Note [Report without blocking]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The exit report runs in liboversub's destructor;
 // an arena lock held by a thread that exit() cut short would hang it, so the
 // section reads only the counters each arena publishes under try_lock.
 bool report_section(std::string& json, std::string& text) {
@@ -236,7 +240,9 @@ void configure(const pool_settings& s) {
 
 bool available() { return driver().complete; }
 
-// Note [Swap needs host-located VMM]: swap mode maps a page's address to a host-located
+// Note [Swap needs host-located VMM]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Swap mode maps a page's address to a host-located
 // handle (cuMemCreate with CU_MEM_LOCATION_TYPE_HOST) while the page is out, so that
 // an access nobody predicted still finds the bytes. Drivers and devices without
 // CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED refuse such handles, so
@@ -265,9 +271,9 @@ bool managed_memory_supported(int device) {
 
 namespace {
 
-// Note [Long-lived layout from a profile]: the block laid out for this allocation, or
-// null. The blocks are taken at the device's first allocation; those are plain arena
-// blocks, so the allocation that claims one frees it as any other.
+// See Note [Long-lived layout from a profile] in policy/placement.h: the block laid out
+// for this allocation, or null. The blocks are taken at the device's first allocation;
+// those are plain arena blocks, so the allocation that claims one frees it as any other.
 void* claim_laid_out(device_state& s, int device, std::size_t bytes, CUstream stream) {
   layout_slots& l = s.layout;
   std::lock_guard<std::mutex> lock(l.mutex);

@@ -24,13 +24,14 @@ struct pool_settings {
   bool um = false;                                // OVERSUB_MODE=um: managed memory, prefetched
   bool um_naive = false;                          // ... without prefetches (OVERSUB_POLICY=naive)
   // Swap and um modes: device bytes the pages may hold (OVERSUB_DEVICE_LIMIT resolved);
-  // 0: the device's free memory at first use less a headroom (Note [Swap capacity]).
+  // 0: the device's free memory at first use less a headroom (Note [Swap capacity] in
+  // core/device_pool.cc).
   std::uint64_t swap_capacity_bytes = 0;
   // Swap mode: every write-capable call is seen (residency_config::clean_evictions).
   bool all_writes_seen = false;
 };
 
-// Note [Swap capacity] (device_pool.cc): the bytes swap mode's pages may hold, from
+// See Note [Swap capacity] (device_pool.cc): the bytes swap mode's pages may hold, from
 // OVERSUB_DEVICE_LIMIT resolved (limit_bytes), else from the device's free and total
 // memory.
 std::uint64_t swap_capacity_of(std::uint64_t limit_bytes, std::uint64_t free_bytes,
@@ -39,7 +40,7 @@ std::uint64_t swap_capacity_of(std::uint64_t limit_bytes, std::uint64_t free_byt
 // Set once, before the first allocation (the interposer does it at first use).
 void configure(const pool_settings& s);
 
-// Note [Swap needs host-located VMM] (device_pool.cc): what the device says of
+// See Note [Swap needs host-located VMM] (device_pool.cc): what the device says of
 // CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and
 // CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY (device ordinal); false when it cannot be asked.
 bool host_vmm_supported(int device);
@@ -68,7 +69,7 @@ void note_work(CUstream stream) noexcept;
 prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
                               bool writes) noexcept;
 // Swap mode: work on stream that may use any of device's pages (Note [A launch that
-// may touch anything] in residency.h).
+// may touch anything] in residency/swap_engine.h).
 void device_touch_all(int device, CUstream stream) noexcept;
 // Swap mode: schedule-driven moves of ranges of device's memory (no stream waits):
 // evictions begun, and fetches that never wait on the host (pages that find no room
@@ -77,24 +78,25 @@ bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          std::vector<byte_range>& later,
                          const victim_rank& rank = {}) noexcept;
-// Swap mode: Note [Lending an evicting page's memory] on or off (nothing otherwise).
+// Swap mode: Note [Lending an evicting page's memory] in residency/swap_engine.h on or
+// off (nothing otherwise).
 void device_set_lending(int device, bool on) noexcept;
-// Swap mode: Note [Not asking too early] (residency.h): the host clock and the
-// measured link rates (nothing otherwise).
+// Swap mode: Note [Not asking too early] (residency/swap_engine.h): the host clock and
+// the measured link rates (nothing otherwise).
 void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
                            double h2d_bytes_per_s, double d2h_bytes_per_s) noexcept;
-// Note [The pool's layout changed] (core/schedule.cc): how many times the
+// See Note [The pool's layout changed] (core/schedule.cc): how many times the
 // planned pool has made or retired a plan on device (0 without one).
 std::uint64_t device_layout_generation(int device) noexcept;
 // Swap mode: the engine's figures and capacity (zeros otherwise).
 residency_stats device_residency(int device);
 std::uint64_t device_residency_capacity(int device) noexcept;
-// Note [Memory that is not ours] (residency.h): bytes another library created on
-// device through the VMM API, counted against the swap/um capacity (bytes < 0 gives
+// See Note [Memory that is not ours] (residency/backend.h): bytes another library created
+// on device through the VMM API, counted against the swap/um capacity (bytes < 0 gives
 // them back). False when they would leave no room; true when no residency runs.
 bool device_reserve_foreign(int device, std::int64_t bytes) noexcept;
 
-// Note [Long-lived layout from a profile] (policy/placement.h), swap mode: expected[k]
+// See Note [Long-lived layout from a profile] (policy/placement.h), swap mode: expected[k]
 // is the size of the k-th long-lived buffer the saved profile's iteration uses, in
 // allocation order, and order the k in the address order wanted. At a device's first
 // allocation the pool takes a block for each, in that order (contiguous in a fresh

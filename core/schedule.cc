@@ -42,16 +42,18 @@ using namespace schedule_internal;
 
 constexpr std::size_t max_trace = std::size_t{1} << 16;         // launches kept while learning
 constexpr std::size_t check_every = 16;                         // launches between searches
-// Note [Launch durations]: each launch of the learned iteration is given its kernel's
+// Note [Launch durations]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Each launch of the learned iteration is given its kernel's
 // measured duration, the median over the iterations in the trace
-// (profiler/launch_timing.h, Note [Tagging launches]); the link figures are fitted
-// from the engine's own copies, per direction (Note [Link figures from the engine's
-// copies] there). Where CUPTI cannot be had (no libcupti, another tool holds it) or
-// gave no record, the constants below stand in: every launch counts the same, so the
-// cost policy ranks by launch distance, and the link is a PCIe 4/5 x16 link's pinned
-// rate. The verbose log says which once, and the stats' "schedule" section always.
-// The durations are learned at the launch hook, from CUPTI's forced flush: that is
-// once per learned schedule, not per launch.
+// (Note [Tagging launches] in profiler/launch_timing.h); the
+// link figures are fitted from the engine's own copies, per direction (Note [Link figures
+// from the engine's copies] in profiler/launch_timing.h). Where CUPTI cannot be had
+// (no libcupti, another tool holds it) or gave no record, the constants below stand in:
+// every launch counts the same, so the cost policy ranks by launch distance, and the link
+// is a PCIe 4/5 x16 link's pinned rate. The verbose log says which once, and the stats'
+// "schedule" section always. The durations are learned at the launch hook, from CUPTI's
+// forced flush: that is once per learned schedule, not per launch.
 constexpr std::uint64_t launch_ns = 20'000;
 constexpr double link_bytes_per_s = 25e9;
 constexpr std::uint64_t copy_setup_ns = 10'000;
@@ -87,7 +89,7 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
   return v[v.size() / 2];
 }
 
-// Note [Launch durations]: l.durations_ns and l.costs for the period ending the
+// See Note [Launch durations]: l.durations_ns and l.costs for the period ending the
 // trace, from what CUPTI measured over the stretch s, else the constants.
 void measure(learner& l, const profiler::periodic_stretch& s) {
   const std::size_t n = s.end - s.begin;
@@ -126,7 +128,7 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
     const int fitted = int{link.h2d.fitted} + int{link.d2h.fitted};
     l.costs.copy_setup_ns =
         fitted == 0 ? 0 : (link.h2d.setup_ns + link.d2h.setup_ns) / static_cast<std::uint64_t>(fitted);
-    // Note [Not asking too early] (residency/swap_engine.h): CUPTI's clock is the clock the
+    // See Note [Not asking too early] (residency/swap_engine.h): CUPTI's clock is the clock the
     // rates were measured on.
     pool::device_set_copy_clock(l.device, &profiler::cupti::timestamp_ns, h2d, d2h);
   }
@@ -156,7 +158,7 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
   }
 }
 
-// Note [Long-lived layout from a profile] (policy/placement.h): once an iteration is
+// See Note [Long-lived layout from a profile] (policy/placement.h): once an iteration is
 // learned every long-lived buffer has been allocated; the blocks laid out for none go
 // back to the arena, and the log says how many were claimed.
 void end_layout(int device) {
@@ -183,8 +185,8 @@ bool learn(learner& l, int device) {
   }
   l.learned.assign(l.trace.end() - static_cast<std::ptrdiff_t>(s->period), l.trace.end());
   measure(l, *s);
-  // Note [Choosing among schedules by measured time]: the same iteration again keeps
-  // the variant chosen for it.
+  // See Note [Choosing among schedules by measured time] in core/tuning.cc: the same
+  // iteration again keeps the variant chosen for it.
   const bool again = !l.tuned_for.empty() && l.tuned_for == l.learned;
   const config& cfg = current_config();
   variant v = again ? l.tuned : variant{};
@@ -195,8 +197,8 @@ bool learn(learner& l, int device) {
     }
   }
   const bool tune = cfg.tune && cfg.policy == swap_policy::cost && l.learned.size() > 1;
-  // Note [Timing on the device]: without CUPTI's kernel records the plan as learned
-  // is kept.
+  // See Note [Timing on the device] in core/tuning.cc: without CUPTI's kernel records the
+  // plan as learned is kept.
   const bool kernel_times = profiler::timing::current() == profiler::timing::source::cupti;
   l.tuning = tune && !again && kernel_times;
   l.status = !tune          ? tune_status::off
@@ -250,7 +252,9 @@ void add_ranges(const learner& l, const std::vector<Action>& actions,
   }
 }
 
-// Note [Prefetch keeps what is needed sooner]: a scheduled prefetch that finds no room
+// Note [Prefetch keeps what is needed sooner]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A scheduled prefetch that finds no room
 // begins evictions of its own (the least recently used pages). It must not take a page
 // the schedule needs before a page it fetches: that page would leave and be wanted
 // back before the fetch pays off. So it keeps every page whose next use from launch i
@@ -276,18 +280,20 @@ std::optional<std::size_t> next_use(const learner& l, std::size_t i, std::uintpt
   return next != uses.end() ? *next - i : uses.front() + l.period.size() - i;
 }
 
-// Note [Deferred fetches fall due]: a scheduled fetch that finds no room is tried
+// Note [Deferred fetches fall due]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A scheduled fetch that finds no room is tried
 // again before the next launch (Note [Prefetch without waiting] in residency/swap_engine.h),
 // but only until the launch that uses its page: from then on the on-demand step has
 // made the page resident, used it, and the schedule may have evicted it again. A
 // retry after that brought the page back while its eviction's copy was still
-// running: the engine then keeps the page (Note [Batched moves]), so the copy out
-// was wasted and the room the plan counted on never came, and the next prefetches
-// evicted pages of their own to make it, which came back the same way. simtrain
-// --depth 8 --width 2048 --batch 16 at 3x on the H100-PCIe model (16 MiB weights,
-// adam steps of 32 pages against 80): 344 evictions against 234 fetches per
-// iteration, 688 MiB out for the plan's 472, 19.71 ms; with each deferred fetch
-// dropped once its launch has come, 236 and 236, exactly the plan's bytes each way,
+// running: the engine then keeps the page (Note [Batched moves] in
+// residency/swap_engine.h), so the copy out was wasted and the room the plan counted on
+// never came, and the next prefetches evicted pages of their own to make it, which came
+// back the same way. simtrain --depth 8 --width 2048 --batch 16 at 3x on the H100-PCIe
+// model (16 MiB weights, adam steps of 32 pages against 80): 344 evictions against 234
+// fetches per iteration, 688 MiB out for the plan's 472, 19.71 ms; with each deferred
+// fetch dropped once its launch has come, 236 and 236, exactly the plan's bytes each way,
 // 15.01 ms. The small simtrain points: weight-heavy 3x 3.969 -> 3.951 ms (Titan X
 // 14.237 -> 13.973), 10x 6.778 -> 6.760, activation-heavy 3x on the Titan X 7.922 ->
 // 7.756, on the H100-PCIe 2.1425 -> 2.1445; the rest, the traces at 1/8 and full-size
@@ -309,10 +315,10 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
   }
   add_ranges(l, l.plan.launches[i].fetch_before, fetch);
   if (!evict.empty()) pool::device_evict(l.device, evict);
-  // Note [Prefetch without waiting] (residency/swap_engine.h): fetches start only where room
+  // See Note [Prefetch without waiting] (residency/swap_engine.h): fetches start only where room
   // is free already; the rest is tried again before the next launch, and the
   // on-demand step still waits when a launch's own pages are not there in time.
-  // Note [Deferred fetches fall due]: only those whose use is still ahead.
+  // See Note [Deferred fetches fall due]: only those whose use is still ahead.
   std::size_t due = 0;
   for (std::size_t k = 0; k < l.later.size(); ++k) {
     if (l.later_due[k] >= now) l.later[due++] = l.later[k];
@@ -321,7 +327,7 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
   l.later.clear();
   l.later_due.clear();
   if (!fetch.empty()) {
-    // Note [Prefetch keeps what is needed sooner]. The window is found at the engine's
+    // See Note [Prefetch keeps what is needed sooner]. The window is found at the engine's
     // first question (most prefetches find room and ask none), and the predicate holds
     // one reference, so building it allocates nothing on the launch path.
     struct window {
@@ -454,7 +460,7 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
     model.launches.push_back(std::move(launch));
   }
   const config& cfg = current_config();
-  // Note [Headroom] in policy/schedule.h.
+  // See Note [Headroom] in policy/schedule.h.
   const std::uint64_t capacity =
       policy::planning_capacity(pool::device_residency_capacity(device), page_bytes);
   const std::uint64_t less = v.free_pages * page_bytes;
@@ -496,7 +502,9 @@ void stop_following(learner& l) {
 }
 }  // namespace
 
-// Note [The pool's layout changed]: the pages a launch uses depend on where the pool
+// Note [The pool's layout changed]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The pages a launch uses depend on where the pool
 // placed its buffers, and the planned pool (pool/planned_region.h) lays them out anew
 // when it makes a plan from the iterations it watched, or retires one. A schedule
 // learned before that would deviate at the first launch whose buffers moved. So the
@@ -512,7 +520,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
   // residency/um_engine.h); lru and naive are on demand only.
   const swap_policy policy = current_config().policy;
   if (policy == swap_policy::lru || policy == swap_policy::naive) return;
-  // Note [What the learner moves].
+  // See Note [What the learner moves] in core/schedule_internal.h.
   const bool whole_buffers = current_config().mode == run_mode::um;
   std::vector<unit> pages;
   for (const pool::byte_range& r : ranges) {
@@ -528,7 +536,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
   std::sort(pages.begin(), pages.end());
   pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
 
-  // Note [Launch durations]: CUPTI is asked once, outside the learner's lock.
+  // See Note [Launch durations]: CUPTI is asked once, outside the learner's lock.
   static std::atomic<bool> timing_asked{false};
   if (!timing_asked.exchange(true, std::memory_order_acq_rel)) {
     std::string ignored;
@@ -540,7 +548,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
   std::lock_guard<std::mutex> lock(l.mutex);
   const std::uint32_t token = intern(l, pages);
   const std::uint64_t number = l.launches++;
-  // Note [The pool's layout changed].
+  // See Note [The pool's layout changed].
   if (const std::uint64_t generation = pool::device_layout_generation(device);
       generation != l.layout_generation) {
     l.layout_generation = generation;
@@ -556,7 +564,8 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
     if (device == l.device && token == l.period[l.cursor]) {
       profiler::timing::tag_next_launch(profiler::timing::no_tag);
       if (l.tuning && l.cursor == 0) tune_step(l, device, number);
-      // Note [Timing on the device]: the kernel of each loop body's last launch.
+      // See Note [Timing on the device] in core/tuning.cc: the kernel of each loop body's
+      // last launch.
       if (l.tuning && !l.awaiting && l.cursor + 1 == l.period.size()) {
         profiler::timing::tag_next_launch(number);
       }

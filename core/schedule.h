@@ -1,7 +1,9 @@
 // swap_schedule: swap mode's schedule, learned from the launches themselves and
 // carried out ahead of them (OVERSUB_POLICY=cost or vdnn-all; lru has none).
 //
-// Note [A schedule over pages]: what the residency engine moves is pages (2 MiB of
+// Note [A schedule over pages]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// What the residency engine moves is pages (2 MiB of
 // the arena), and a training loop that repeats touches the same pages in the same
 // order every iteration: the arena hands out the same addresses for the same
 // allocation sequence, and weights never move. So the core learns the iteration
@@ -20,7 +22,7 @@
 //      keeps every launch correct meanwhile.
 //
 // The schedule only moves pages earlier than on-demand would: correctness never
-// depends on it (Note [Swap before any profile] in swap_hooks.h).
+// depends on it (Note [Swap before any profile] in interpose/swap_hooks.h).
 #ifndef OVERSUB_CORE_SCHEDULE_H
 #define OVERSUB_CORE_SCHEDULE_H
 
@@ -46,7 +48,7 @@ struct swap_schedule_stats {
   // The bytes that iteration moves each way in the prediction.
   std::uint64_t predicted_h2d_bytes = 0;
   std::uint64_t predicted_d2h_bytes = 0;
-  // Note [Choosing among schedules by measured time] (swap_schedule.cc): the variant
+  // See Note [Choosing among schedules by measured time] (core/tuning.cc): the variant
   // followed (where its loop body starts in the learned period, pages left free),
   // whether the choice is made (1) or still being timed (0), how many variants were
   // timed, and the measured iteration of the first and of the one kept, ns.
@@ -56,8 +58,8 @@ struct swap_schedule_stats {
   std::uint64_t tune_trials = 0;
   std::uint64_t first_measured_ns = 0;
   std::uint64_t chosen_measured_ns = 0;
-  // Note [Timing on the device]: loop starts the choice waited for kernel records (the
-  // grid's and the lending variant's together).
+  // See Note [Timing on the device] in core/tuning.cc: loop starts the choice waited for
+  // kernel records (the grid's and the lending variant's together).
   std::uint64_t tune_record_waits = 0;
 };
 

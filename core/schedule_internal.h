@@ -19,12 +19,14 @@
 namespace oversub::interpose::schedule_internal {
 
 constexpr std::uintptr_t page_bytes = std::uintptr_t{2} << 20;  // the arena's granularity
-// Note [Choosing among schedules by measured time] (swap_tuning.cc).
+// See Note [Choosing among schedules by measured time] (core/tuning.cc).
 constexpr std::size_t timed_iterations = 2;  // per variant
 constexpr int max_record_wait = 8;  // loop starts to wait for the kernels' records
 constexpr std::size_t rotations = 8;  // loop starts tried
 
-// Note [What the learner moves]: in swap mode the unit is the arena's 2 MiB page
+// Note [What the learner moves]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// In swap mode the unit is the arena's 2 MiB page
 // (what the engine moves); in um mode a whole managed buffer (what cuMemPrefetchAsync
 // moves there), its address and size as the launch's range gave them.
 struct unit {
@@ -42,9 +44,9 @@ struct variant {
   bool operator==(const variant&) const = default;
 };
 
-// Note [Timing on the device] (swap_tuning.cc): an iteration of a variant, from the last launch of one
-// loop body to the last launch of the next (their launch numbers, which tag their
-// kernels' records).
+// See Note [Timing on the device] (core/tuning.cc): an iteration of a variant, from the
+// last launch of one loop body to the last launch of the next (their launch numbers,
+// which tag their kernels' records).
 struct interval {
   std::uint64_t from = 0;
   std::uint64_t to = 0;
@@ -75,7 +77,7 @@ struct learner {
   std::vector<std::uint32_t> trace;
   std::uint64_t trace_first = 0;  // launch number (tag) of trace[0]
   std::uint64_t launches = 0;     // launches seen: the next launch's number
-  // Note [The pool's layout changed] (swap_schedule.cc): the planned pool's layout
+  // See Note [The pool's layout changed] (core/schedule.cc): the planned pool's layout
   // generation the trace was taken under.
   std::uint64_t layout_generation = 0;
   bool layout_change_logged = false;
@@ -90,13 +92,14 @@ struct learner {
   std::size_t cursor = 0;
   std::vector<pool::byte_range> later;  // fetches that found no room yet
   std::vector<std::uint64_t> later_due;  // the launch number each one's page is used at
-  // Note [Prefetch keeps what is needed sooner]: each page's positions of use in the
-  // period (sorted), by model id, and the ids by address.
+  // See Note [Prefetch keeps what is needed sooner] in core/schedule.cc: each page's
+  // positions of use in the period (sorted), by model id, and the ids by address.
   std::vector<std::vector<std::uint32_t>> uses_of_id;
   std::unordered_map<std::uintptr_t, policy::buffer_id> id_of_page;
   swap_schedule_stats stats;
   bool deviation_logged = false;
-  // What the current schedule was planned from (Note [Launch durations]).
+  // What the current schedule was planned from (Note [Launch durations] in
+  // core/schedule.cc).
   bool durations_measured = false;
   bool link_measured = false;
   bool source_logged = false;
@@ -104,7 +107,7 @@ struct learner {
   std::uint64_t measured_launches = 0;       // positions with a measured duration
   std::vector<std::uint64_t> durations_ns;   // per position of the learned period
   policy::cost_model costs;
-  // Note [Choosing among schedules by measured time].
+  // See Note [Choosing among schedules by measured time] in core/tuning.cc.
   bool tuning = false;
   std::vector<trial> trials;         // tried so far, in order
   tune_status status = tune_status::off;
@@ -129,7 +132,7 @@ learner& state();
 // (l.period, the page ids, l.plan, the prediction), and l.current is v.
 bool plan_variant(learner& l, int device, variant v);
 
-// Note [Choosing among schedules by measured time] (swap_tuning.cc): follow v from
+// See Note [Choosing among schedules by measured time] (core/tuning.cc): follow v from
 // here on; the launch about to be carried out stays the same launch of the iteration.
 bool switch_to(learner& l, int device, variant v);
 

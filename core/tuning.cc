@@ -14,23 +14,25 @@
 
 namespace oversub::interpose::schedule_internal {
 
-// Note [Choosing among schedules by measured time]: the cost planner's simulator
+// Note [Choosing among schedules by measured time]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The cost planner's simulator
 // (policy/simulate.h) does not rank some choices the engine's real time depends on:
 // where the loop body starts (the plan is a loop body from the first launch of the
 // learned period, wherever profiler::find_period aligned it, and its steady state
 // differs with the start), and how much of the capacity to leave free for fetches
-// to land in while evictions are still on their way out (Note [Headroom]). On the
-// simtrain points of scripts/bench-swap each is worth 5-15% at some points and costs
-// as much at others, and neither the predicted time nor the predicted bytes picks
-// the fastest (docs/results.md, "Choosing among schedules by measured time"). So,
-// with the cost policy (and OVERSUB_TUNE=1, the default), once an iteration is
-// learned the learner follows 24 variants of its schedule in turn: the loop body
-// starting at each eighth of the period, each with 0, 1 and 2 steps of pages left
+// to land in while evictions are still on their way out (Note [Headroom] in
+// policy/schedule.h). On the simtrain points of scripts/bench-swap each is worth 5-15% at
+// some points and costs as much at others, and neither the predicted time nor the
+// predicted bytes picks the fastest (docs/results.md, "Choosing among schedules by
+// measured time"). So, with the cost policy (and OVERSUB_TUNE=1, the default), once an
+// iteration is learned the learner follows 24 variants of its schedule in turn: the loop
+// body starting at each eighth of the period, each with 0, 1 and 2 steps of pages left
 // free (a step: one page, or 1/32 of the capacity where that is more). Each is timed
 // on the device (Note [Timing on the device]) for two iterations, and its time is the
 // second: the first still carries the switch, which can make it slower or faster
 // (the faster of the two was taken until the engine's copies out went page by page,
-// Note [Evictions copy page by page] in residency/swap_engine.h: then, on simtrain --depth 8
+// See Note [Evictions copy page by page] in residency/swap_engine.h: then, on simtrain --depth 8
 // --width 512 --batch 16 at 1.5x on the H100-PCIe model, the variant kept was timed at
 // 0.6078 ms and ran at 0.6452 in its steady state). The plan as learned passes
 // one iteration untimed before its two: the first iterations after on-demand
@@ -39,7 +41,7 @@ namespace oversub::interpose::schedule_internal {
 // switch happens at a loop start of the variant left, and keeps the launch about to
 // run: the new plan's moves begin there, the on-demand step makes up whatever the
 // state left by the old plan lacks, and nothing depends on the schedule for
-// correctness (Note [Swap before any profile] in swap_hooks.h). At about 2.1
+// correctness (Note [Swap before any profile] in interpose/swap_hooks.h). At about 2.1
 // iterations per variant the choice is made some 53 iterations after the learning; a
 // training job runs thousands. Learning the same period again (after a deviation)
 // keeps the variant chosen for it without timing again. The stats' "schedule" section
@@ -47,7 +49,9 @@ namespace oversub::interpose::schedule_internal {
 // OVERSUB_TUNE=0 keeps the first plan: scripts/bench-swap's "swap cost untuned" rows,
 // and the short replays of its trace tables and of scripts/papers-tables.
 //
-// Note [Lending as a variant]: once the 24 variants are timed, the fastest is timed once
+// Note [Lending as a variant]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Once the 24 variants are timed, the fastest is timed once
 // more with the engine lending evicting pages' memory to fetches that find no room (Note
 // [Lending an evicting page's memory] in residency/swap_engine.h: the copy in is ordered after
 // the copy out on the GPU instead of the host waiting for it), and the faster of the
@@ -61,11 +65,13 @@ namespace oversub::interpose::schedule_internal {
 // Timing it on every variant of the grid would double the tuning. um mode has no
 // pages to lend: 24 variants there.
 //
-// Note [Timing on the device]: an iteration of a variant is the time between the
+// Note [Timing on the device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An iteration of a variant is the time between the
 // starts, on the device, of the last launch of one loop body and of the next, from
 // CUPTI's kernel records (profiler::timing::kernel_starts; the learner tags those
-// launches, Note [Tagging launches]). The host's clock at its loop starts, used
-// before, is not the iteration's time wherever the host's lead on the
+// launches, Note [Tagging launches] in profiler/launch_timing.h). The host's clock at its
+// loop starts, used before, is not the iteration's time wherever the host's lead on the
 // device varies: on the full-size ResNet-50 replay (traces/resnet50-b32.oprof,
 // 1618 MiB, H100-PCIe model) a variant timed at 56.2 ms by the host ran at 68.8 ms
 // per iteration; by its kernels' starts it is timed at 68.812 and 68.790, and the
@@ -94,7 +100,7 @@ const char* status_name(tune_status s) {
   return "off";
 }
 
-// Note [Choosing among schedules by measured time]: follow v from here on; the launch
+// See Note [Choosing among schedules by measured time]: follow v from here on; the launch
 // about to be carried out stays the same launch of the iteration.
 bool switch_to(learner& l, int device, variant v) {
   const std::size_t n = l.learned.size();
@@ -125,7 +131,7 @@ std::optional<variant> next_variant(const learner& l, int device) {
   return std::nullopt;
 }
 
-// Note [Timing on the device]: each trial's time, once every kernel timed has its
+// See Note [Timing on the device]: each trial's time, once every kernel timed has its
 // record; false while some are still to come. *complete: all of them came (not before
 // max_record_wait loop starts have passed waiting).
 bool time_trials(learner& l, bool* complete) {
@@ -165,7 +171,7 @@ void choose(learner& l, int device) {
     if (complete && t.ns != 0 && t.ns < best->ns) best = &t;
   }
   const trial chosen = *best;
-  // Note [Lending as a variant]: the fastest, lending, is timed last.
+  // See Note [Lending as a variant]: the fastest, lending, is timed last.
   if (complete && !l.lend_tried && current_config().mode == run_mode::swap) {
     l.lend_tried = true;
     variant v = chosen.v;
@@ -206,14 +212,14 @@ void choose(learner& l, int device) {
   else log::info("{}", line);
 }
 
-// Note [Choosing among schedules by measured time]: at each start of the followed
+// See Note [Choosing among schedules by measured time]: at each start of the followed
 // loop body (cursor 0), before its moves; number is the launch about to run.
 void tune_step(learner& l, int device, std::uint64_t number) {
   if (l.awaiting) {
     choose(l, device);
     return;
   }
-  // Note [Timing on the device]: the loop body's last launch, the one before this.
+  // See Note [Timing on the device]: the loop body's last launch, the one before this.
   const std::uint64_t tag = number - 1;
   if (!l.wrap_seen) {
     l.wrap_seen = true;

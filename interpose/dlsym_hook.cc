@@ -1,8 +1,10 @@
 // dlsym, as the rest of the process sees it with liboversub preloaded: glibc's
 // answer, except that a libcuda function we intercept comes back as our hook
-// (driver_hooks.h, Note [Three ways to the driver]).
+// (Note [Three ways to the driver] in interpose/driver_hooks.h).
 //
-// Note [Whose dlsym]: the export is dlsym@@GLIBC_2.34 and dlsym@GLIBC_2.2.5 (on
+// Note [Whose dlsym]
+// ~~~~~~~~~~~~~~~~~~
+// The export is dlsym@@GLIBC_2.34 and dlsym@GLIBC_2.2.5 (on
 // x86-64; GLIBC_2.17 on aarch64), the versions callers bind to (CUDA's libraries
 // were linked against the old one, anything built on glibc 2.34 or later against the
 // new), so a versioned reference finds ours first in the preload order. glibc's own
@@ -10,7 +12,9 @@
 // answers. Inside liboversub, every dlsym call reaches glibc's directly
 // (glibc_compat.cc's __wrap_dlsym), never this export.
 //
-// Note [Honouring the caller's handle]: glibc resolves RTLD_NEXT (and RTLD_DEFAULT
+// Note [Honouring the caller's handle]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// glibc resolves RTLD_NEXT (and RTLD_DEFAULT
 // for objects loaded privately) relative to the object its caller is in, which it
 // reads from its return address. So the export is a small assembly trampoline: it
 // asks oversub_dlsym_answer(handle, name) whether the call is ours; when not (every

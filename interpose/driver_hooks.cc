@@ -2,10 +2,12 @@
 // and what they do: the allocating and freeing ones go through the same core as the
 // runtime's (memory_core.h), the launches, copies, memsets and graph launches through
 // the same pool and residency steps (pool_hooks.h, swap_hooks.h), other libraries'
-// VMM allocations are counted (Note [Memory that is not ours] in residency/swap_engine.h).
+// VMM allocations are counted (Note [Memory that is not ours] in residency/backend.h).
 // See driver_hooks.h for how callers get here.
 //
-// Note [One real function per ABI]: each hook forwards to one real function, the
+// Note [One real function per ABI]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Each hook forwards to one real function, the
 // first one seen for its ABI name: from a cuGetProcAddress answer, a dlsym answer, or
 // looked up by name after liboversub (dlsym(RTLD_NEXT), then a loaded libcuda.so.1).
 // A later answer for the same ABI that is a different address in the same object
@@ -363,7 +365,8 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemGetInfo_v2>, driver_hook_
   return rc;
 }
 
-// ---- other libraries' VMM allocations (Note [Memory that is not ours])
+// ---- other libraries' VMM allocations (Note [Memory that is not ours] in
+// residency/backend.h)
 
 struct foreign_allocation {
   int device;
@@ -727,7 +730,9 @@ std::size_t driver_hook_names_count() noexcept { return driver_hook_count; }
 
 // cuGetProcAddress, both ABIs: ask the real one, then answer by the version table
 // (Note [Answering by version] in driver_table.h). A query with the default flag is
-// asked again with the legacy one to learn which flavour the driver chose.
+// asked again with the legacy one to learn which flavour the driver chose. What is
+// thrown on the way leaves the driver's answer untouched (Note [Nothing crosses the
+// ABI edge] in abi_guard.h).
 namespace oversub::interpose {
 namespace {
 

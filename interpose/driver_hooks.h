@@ -4,6 +4,7 @@
 // dlsym on a dlopen'ed libcuda, or a direct link.
 //
 // Note [Three ways to the driver]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // 1. cuGetProcAddress: the runtime dlopens libcuda, dlsyms cuGetProcAddress_v2 once
 //    and asks it for every other function. Our dlsym answers that with our
 //    cuGetProcAddress_v2, which asks the real one and replaces the answer with our
@@ -13,7 +14,7 @@
 //    hook when the real answer is libcuda's function of that exact name.
 // 3. A direct link (-lcuda): the hooks are exported under their own names.
 // Every answer keeps the real function it stands for (the first one seen per ABI;
-// Note [One real function per ABI] in driver_hooks.cc), and a hook called while
+// See Note [One real function per ABI] in driver_hooks.cc), and a hook called while
 // hooks are inactive (Note [When hooks pass through] in real.h: the runtime's own
 // driver calls inside our runtime hooks, a fork child, OVERSUB_MODE=off) only
 // forwards to it.
@@ -26,6 +27,8 @@ namespace oversub::interpose {
 
 // dlsym's part (dlsym_hook.cc): for a name that is one of our driver exports and a
 // real answer p from libcuda (or from wherever the handle led), our hook; else p.
+// Both answers are p itself when something throws on the way (see Note [Nothing
+// crosses the ABI edge] in interpose/abi_guard.h).
 void* driver_answer_for_symbol(const char* name, void* p) noexcept;
 
 // cudaGetDriverEntryPoint(ByVersion)'s part: the runtime's answer p to a query for

@@ -6,7 +6,9 @@
 // cuGetProcAddress itself (written by hand in driver_hooks.cc: cuda.h #defines the
 // plain name to _v2). Plain C++ over CUDA's headers; no CUDA call.
 //
-// Note [Answering by version]: a cuGetProcAddress caller names the base symbol
+// Note [Answering by version]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A cuGetProcAddress caller names the base symbol
 // ("cuMemAlloc"), the CUDA version it was built for and whether it wants the
 // per-thread-default-stream flavour. The answer is the ABI of the newest row for that
 // name whose version is not above the request: cuMemAlloc at 3020 or later is

@@ -2,6 +2,7 @@
 // later (a GPU machine's distribution is often older than the development one).
 //
 // Note [Older glibc]
+// ~~~~~~~~~~~~~~~~~~
 // A library linked on glibc 2.36 binds each symbol to its newest version, and the
 // dynamic loader refuses the library where that version does not exist. Ours are
 // few, and come mostly from the statically linked libstdc++ and libgcc:

@@ -1,10 +1,14 @@
 // The exported hooks: one extern "C" function per symbol of hooks.def.
 //
-// Each is noexcept and thin: when hooks are not active (Note [When hooks pass
-// through] in real.h) it calls the real function and nothing else; otherwise it
-// raises the re-entrancy guard, counts the call and hands it to its handler.
+// Each is thin: when hooks are not active (Note [When hooks pass through] in real.h)
+// it calls the real function and nothing else; otherwise it raises the re-entrancy
+// guard, counts the call and hands it to its handler. The whole body runs under the
+// guard of Note [Nothing crosses the ABI edge] (abi_guard.h): the function is noexcept
+// to its caller, the handlers below it are not.
 //
-// Note [Redeclaring CUDA's functions]: each definition redeclares CUDA's own
+// Note [Redeclaring CUDA's functions]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Each definition redeclares CUDA's own
 // declaration with the same parameters, so a wrong line in hooks.def is a compile
 // error, not a silent ABI mismatch. Adding noexcept to a declaration CUDA made
 // without it is accepted because CUDA's headers come in as system headers

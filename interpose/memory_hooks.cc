@@ -4,7 +4,9 @@
 // reserve/record steps (pool_hooks.h). A pointer the core does not know is
 // forwarded untouched and CUDA's answer returned.
 //
-// Note [Refusing an allocation]: a refused allocation returns
+// Note [Refusing an allocation]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A refused allocation returns
 // cudaErrorMemoryAllocation without calling CUDA, so nothing is allocated and the
 // runtime's last-error slot is not set (cudaGetLastError() after it returns
 // cudaSuccess). Frameworks read the returned code, and PyTorch clears the slot

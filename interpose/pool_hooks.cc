@@ -1,13 +1,17 @@
 // Pool-mode handlers of the memory hooks (see pool_hooks.h).
 //
-// Note [The pool behind the tracker]: the tracker stays the source of truth for the
+// Note [The pool behind the tracker]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The tracker stays the source of truth for the
 // application's live allocations and the virtual capacity: a pool allocation is
 // reserved against OVERSUB_DEVICE_LIMIT first and recorded after, exactly as in track
 // mode, and a free is forgotten first. Only the real allocator is replaced. A
 // pointer the pool does not hold (never ours, freed twice, made before pool mode
 // could start) goes to the real cudaFree and CUDA's answer is returned.
 //
-// Note [A context for the pool]: the real cudaMalloc would have created the
+// Note [A context for the pool]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The real cudaMalloc would have created the
 // runtime's context and made it current on this thread; the pool calls the driver
 // directly, so on a thread's first pool allocation (and after it changes device) the
 // real cudaFree(nullptr) is called, the usual way to have the runtime do that.
@@ -68,7 +72,7 @@ cudaError_t refuse(call_site at, int device, std::size_t bytes, pool::pool_errc 
   return cudaErrorMemoryAllocation;
 }
 
-// Note [Long-lived layout from a profile] (policy/placement.h): with a saved profile,
+// See Note [Long-lived layout from a profile] (policy/placement.h): with a saved profile,
 // swap mode lays out its long-lived buffers by first or last use where the page model
 // of its iteration (policy/page_model.h) predicts that faster at the capacity;
 // the pool is told the sizes it expects (in allocation order) and where each goes.
@@ -126,7 +130,7 @@ std::uint64_t resolve_swap_capacity(const device_limit& limit) {
 
 }  // namespace
 
-// Note [Swap needs host-located VMM] in core/device_pool.cc: swap mode on a device
+// See Note [Swap needs host-located VMM] in core/device_pool.cc: swap mode on a device
 // that cannot map host memory runs as um, or, without managed memory, as pool.
 void fall_back_without_host_vmm() {
   const config& cfg = current_config();

@@ -34,7 +34,9 @@ void* lookup(const char* name) {
   void* p = dlvsym(RTLD_NEXT, name, runtime_version);
   if (p == nullptr) p = dlsym(RTLD_NEXT, name);
   if (p == nullptr) {
-    // Note [A runtime loaded privately]: a framework may dlopen libcudart with
+    // Note [A runtime loaded privately]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    // A framework may dlopen libcudart with
     // RTLD_LOCAL; RTLD_NEXT cannot see it then, but its handle can.
     if (void* h = dlopen(runtime_soname, RTLD_NOW | RTLD_NOLOAD)) {
       p = dlvsym(h, name, runtime_version);

@@ -6,7 +6,9 @@
 // already loaded with RTLD_LOCAL), and cached in one atomic pointer per hook: two
 // threads racing on the first call both store the same answer.
 //
-// Note [When hooks pass through]: a hook only forwards, touching nothing of ours,
+// Note [When hooks pass through]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A hook only forwards, touching nothing of ours,
 // when (a) OVERSUB_MODE=off, (b) it runs in a child created by fork() (the child
 // cannot trust state copied mid-flight from the parent's other threads, and real
 // CUDA does not survive fork anyway), (c) liboversub has begun unloading (stats
@@ -31,7 +33,9 @@ enum class process_state : std::uint8_t { uninitialised, tracking, passthrough }
 extern std::atomic<process_state> g_state;
 extern std::atomic<void*> g_real[hook_count];
 
-// Note [Initial-exec TLS]: liboversub is loaded at start (LD_PRELOAD), so this flag
+// Note [Initial-exec TLS]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// liboversub is loaded at start (LD_PRELOAD), so this flag
 // lives in the static TLS block and reading it is one load relative to %fs: no
 // __tls_get_addr call, which can allocate the first time a thread touches a
 // dynamic-TLS variable. One byte also fits the static-TLS surplus glibc keeps

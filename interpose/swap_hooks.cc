@@ -37,7 +37,7 @@ std::atomic<bool> g_oversized_logged{false};
 // null while an application error is pending (Note [Probing leaves no error
 // behind] in profiler/session.h): the launch is then prepared with no buffers (its
 // pages reached where they are) and the function probed at a later launch.
-// Note [A launch that may touch anything] (residency/swap_engine.h): each function whose
+// See Note [A launch that may touch anything] (residency/swap_engine.h): each function whose
 // layout cannot be read is named once in the log, at warn level for the first.
 void say_unreadable(const char* name) noexcept {
   const bool first = !g_unreadable_logged.exchange(true, std::memory_order_relaxed);
@@ -88,7 +88,9 @@ cudaError_t refuse(call_site at, int device, const pool::prepare_result& r) noex
   return cudaErrorMemoryAllocation;
 }
 
-// Note [Larger than the capacity]: a call whose own memory exceeds the swap capacity
+// Note [Larger than the capacity]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A call whose own memory exceeds the swap capacity
 // (an optimizer's foreach launch over every parameter, a huge batch) cannot have all
 // of it resident. Refusing it would end the job; instead it runs with what fits made
 // resident and the rest reached where it is, in host memory over the link (Note [An
@@ -186,7 +188,7 @@ cudaError_t prepare_launch(call_site at, int device, const std::uint64_t* words,
   }
   std::uint64_t* bases = sc->bases;
   const std::size_t found = n_words == 0 ? 0 : core().scan(words, n_words, bases);
-  // Note [Windows into large allocations] (residency/swap_engine.h): an allocation larger
+  // See Note [Windows into large allocations] (residency/swap_engine.h): an allocation larger
   // than a quarter of the capacity is taken for a segment of a caching allocator; each
   // word pointing into it asks for a window of an eighth of the capacity from the
   // word on, best effort.

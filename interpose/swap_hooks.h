@@ -10,7 +10,9 @@
 // possible write (Note [What counts as a write] in residency/swap_engine.h); what it touches
 // on the host is reached through the host mapping, slowly but correctly.
 //
-// Note [Swap before any profile]: with no schedule learned yet (the first iteration,
+// Note [Swap before any profile]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With no schedule learned yet (the first iteration,
 // or a job that never repeats), this on-demand residency is the whole policy: each
 // launch's pages are fetched as it comes, evicting the least recently used, so the
 // first iteration already runs past the device's memory.

@@ -3,7 +3,9 @@
 //
 // The stream is a sequence of events: "allocate b bytes" and "free the buffer
 // allocated d events ago". Each becomes a token (size or distance, and the kind).
-// Note [Finding the period]: for every candidate period p up to max_period the
+// Note [Finding the period]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// For every candidate period p up to max_period the
 // learner keeps run[p], how many trailing tokens equal the token p events earlier;
 // the iteration is the shortest p with run[p] >= p (the last 2p events are two
 // copies of one period), whose repeating stretch (run[p] + p events) covers at least

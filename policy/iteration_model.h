@@ -62,6 +62,7 @@ struct iteration_model {
 };
 
 // Note [Memory of a per-iteration buffer]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A per-iteration buffer takes device memory from its first use (when it gets
 // content) to its last use (after which its content is dead). The framework may
 // hold the address longer ([alloc_launch, free_launch]), but the swap backend maps
@@ -70,6 +71,7 @@ struct iteration_model {
 // enough memory needs.
 //
 // Note [Halves]
+// ~~~~~~~~~~~~~
 // vDNN's rule is stated in layers: offload a layer's input after its forward, fetch
 // it back for its backward. In a launch sequence the forward/backward boundary is
 // where live activations peak; a profiler that knows better (the loss kernel) sets

@@ -2,6 +2,7 @@
 // what-if simulator's `--granularity page`.
 //
 // Note [Page model]
+// ~~~~~~~~~~~~~~~~~
 // The residency engine moves 2 MiB pages of oversub's arena, not buffers, and the
 // swap learner plans and simulates those pages (Note [A schedule over pages] in
 // core/schedule.h): each page is a long-lived buffer of a page's bytes and
@@ -50,7 +51,7 @@ struct page_model {
   std::size_t pages = 0;             // pages some launch uses
 };
 
-// Note [Page model]. buffers: the profile's model (policy/profile_model.h), whose
+// See Note [Page model]. buffers: the profile's model (policy/profile_model.h), whose
 // launches' durations and widened lifetimes it keeps.
 // long_lived: where the long-lived allocations lie, as long_lived_order gives it
 // (indices among the profile's long-lived allocations of nonzero size, in its order,
@@ -60,14 +61,14 @@ page_model pages_of_profile(const profiler::profile& p, const iteration_model& b
                             std::size_t region_alignment = 256,
                             std::span<const std::uint32_t> long_lived = {});
 
-// Note [Long-lived layout from a profile] (policy/placement.h): which layout of the
+// See Note [Long-lived layout from a profile] (policy/placement.h): which layout of the
 // long-lived buffers to take in swap mode at capacity_bytes. The profile's page model
 // is planned (plan_schedule, cost, at planning_capacity) and simulated
 // in allocation order, by first use and by last use, its kernels at the profile's
-// durations (Note [Duration model] where 0, with memory_bandwidth) and its link at the
-// profile's measured rates (else link_bytes_per_s); the layout predicted fastest is
-// taken where it is predicted at least min_layout_gain (5%) faster than allocation
-// order.
+// durations (Note [Duration model] in policy/profile_model.h where 0, with
+// memory_bandwidth) and its link at the profile's measured rates (else link_bytes_per_s);
+// the layout predicted fastest is taken where it is predicted at least min_layout_gain
+// (5%) faster than allocation order.
 //
 // From 61d8b01 to bee6f40 a layout whose largest launch spans more pages than in
 // allocation order was taken only where the capacity held that launch twice (Note

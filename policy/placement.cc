@@ -32,6 +32,7 @@ namespace oversub::policy {
 namespace {
 
 // Note [The heuristics]
+// ~~~~~~~~~~~~~~~~~~~~~
 // Offset assignment for a known set of lifetimes is dynamic storage allocation,
 // NP-hard, so we run cheap greedy rules and keep the best, as TFLite's planner
 // (Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net Inference")
@@ -50,6 +51,7 @@ namespace {
 // order); on 10,000 buffers one pass is a few tens of milliseconds.
 
 // Note [Local improvement]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // Compaction re-places every buffer in increasing order of its current offset at
 // the lowest offset where it fits among those already re-placed. It never moves a
 // buffer up: the buffers re-placed before it started at or below it and could
@@ -236,6 +238,7 @@ offset_t lower_bound_of(const std::vector<item>& items, std::uint32_t steps) {
 }
 
 // Note [Work budget]
+// ~~~~~~~~~~~~~~~~~~
 // One pass (placing every buffer once) scans on the order of n^2 / 2 placed
 // buffers in the worst case, a few tens of milliseconds at n = 10,000. The
 // heuristics always run; compaction and promotion passes run while the scans
@@ -351,6 +354,7 @@ candidate plan_items(std::vector<item> items, std::uint32_t steps, offset_t boun
 }
 
 // Note [Grouping by lifetime into pages]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // In swap mode the region's memory moves between device and host in pages (the
 // arena's 2 MiB chunks), and a page moves whole: a page holding an activation saved
 // for the backward pass and a temporary used in between must come back for the
@@ -436,7 +440,7 @@ placement plan_placement(std::span<const buffer_lifetime> lifetimes,
   plain.ungrouped_region_bytes = plain.region_bytes;
   plain.region_bytes = round_page(plain.region_bytes);
 
-  // Note [Grouping by lifetime into pages].
+  // See Note [Grouping by lifetime into pages].
   std::uint32_t steps = 0;
   const auto items = make_items(lifetimes, alignment, &steps);
   const auto cls = page_classes(items, steps, page);
@@ -561,7 +565,7 @@ bool placement_is_valid(std::span<const buffer_lifetime> lifetimes, const placem
   return true;
 }
 
-// Note [Long-lived layout from a profile] in placement.h.
+// See Note [Long-lived layout from a profile] in placement.h.
 std::vector<std::uint32_t> long_lived_order(std::span<const std::uint32_t> first_use) {
   std::vector<std::uint32_t> order(first_use.size());
   for (std::size_t k = 0; k < order.size(); ++k) order[k] = static_cast<std::uint32_t>(k);

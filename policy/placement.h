@@ -67,6 +67,7 @@ bool placement_is_valid(std::span<const buffer_lifetime> lifetimes, const placem
                         std::size_t alignment_bytes = 256);
 
 // Note [Long-lived layout from a profile]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // In swap mode the residency engine moves 2 MiB pages, and the buffers allocated once
 // (weights, gradients, optimizer state) lie on them in the order the program allocated
 // them: a framework allocates a layer's weight, gradient and two Adam moments one after

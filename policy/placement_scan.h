@@ -28,6 +28,7 @@ struct item {
 enum class gap_rule : std::uint8_t { best_fit, first_fit };
 
 // Note [Scanning the placed buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Finding a gap needs the placed buffers whose lifetimes overlap the new one, in
 // offset order. Collecting and sorting them costs more than scanning all placed
 // buffers in offset order and skipping the others, so we scan; what makes the scan

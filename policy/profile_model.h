@@ -2,6 +2,7 @@
 // input (policy/iteration_model.h), for the what-if simulator.
 //
 // Note [Profile to iteration model]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // - Every allocation is a buffer of its bytes. A long-lived allocation is
 //   long-lived. A per-iteration one lives over launches [alloc_at, free_at - 1]
 //   (positions count the launches issued before the event), widened to cover every
@@ -21,6 +22,7 @@
 //   are not replayed: they are the same with or without oversub.
 //
 // Note [Duration model]
+// ~~~~~~~~~~~~~~~~~~~~~
 // A launch's duration is the profile's measured duration_ns. Where it is 0 (the
 // profile was taken without CUPTI kernel activity), or when every duration is to be
 // modeled for another device, it is the time to stream every byte of the buffers
@@ -61,7 +63,7 @@ struct profile_model {
 // The modeled duration of a launch using `bytes_used` bytes (Note [Duration model]).
 std::uint64_t modeled_duration_ns(std::uint64_t bytes_used, const device_model& device);
 
-// Note [Profile to iteration model]. An error for a profile with no launches or a
+// See Note [Profile to iteration model]. An error for a profile with no launches or a
 // model that does not validate (validate_model's message).
 profile_model model_from_profile(const profiler::profile& p, const device_model& device,
                                  duration_source durations);

@@ -34,6 +34,7 @@ reuse_floor reuse_bound(const iteration_model& model, std::size_t capacity_bytes
                         const cost_model& costs, std::size_t page_bytes = 0);
 
 // Note [Reuse bound]
+// ~~~~~~~~~~~~~~~~~~
 // Unroll K iterations of the loop (per-iteration buffers are new content each time,
 // long-lived ones carry over) and relax "a buffer is resident or not" to "any part of
 // its bytes may be" (every real schedule is a relaxed one, so the relaxed minimum is

@@ -10,7 +10,7 @@
 // second starts where the first ended and restores that state at its end (for cost,
 // maybe a third from a smaller start state; the simulator picks). cost runs this for
 // four plans (the cursor plan, and demand plans whose fetches are then hoisted:
-// Note [Plan then hoist]) and keeps the fastest in the simulator.
+// See Note [Plan then hoist]) and keeps the fastest in the simulator.
 #include "policy/schedule.h"
 
 #include <algorithm>
@@ -157,15 +157,29 @@ class planner {
 // pass, where the device-to-host link is idle, instead of adding to the forward
 // pass's copies out, the half that is link-bound. On simtrain at 30.40 MiB: 361 us
 // against 421 us with the time of the next use alone (Belady, the key before), at
+// ~~~~~~~~~~~~~~~~~~
 // 16 MiB 892 us against 921 us; no point of the traces' sweeps more than 0.3%
 // slower. A weight of 1 instead of 1/2 won more on simtrain (340 us, 836 us) but
 // lost 4% on the VGG-16 b64 trace at 2.30 GiB; 1/4 won less.
 //
 // Note [Prefetch cursor]
   schedule out_;
-  // cost: growth_[k][q] = max of growth over [q, q + 2^k) (Note [Headroom]).
+  // cost: growth_[k][q] = max of growth over [q, q + 2^k) (Note [Prefetch headroom]).
   std::vector<std::vector<std::int64_t>> growth_;
+// Note [Gap key]
+// ~~~~~~~~~~~~~~
+// The second victim key of the demand plans: the ideal time of the next use minus
+// half the time since the last use, so that of two buffers needed equally late the
+// one idle longer goes. A buffer idle since the previous iteration (optimizer state
+// written by the last step, a gradient) then leaves rather than an activation just
+// written: its copy out follows its last use in the previous iteration's backward
+// pass, where the device-to-host link is idle, instead of adding to the forward
+// pass's copies out, the half that is link-bound. The weight 1/2 is the one that
+// measured best on simtrain and the traces' sweeps (weights 1 and 1/4 each lost
+// somewhere); the figures are in docs/results/notes-history.md.
+//
   // vdnn_all: offload after launch i, fetch before launch i.
+// ~~~~~~~~~~~~~~~~~~~~~~
   std::vector<std::vector<buffer_id>> vdnn_offload_, vdnn_fetch_;
 };
 
@@ -198,7 +212,7 @@ std::int64_t planner::victim_key(buffer_id b) const {
     const std::size_t bytes = model_.buffers[b].bytes;
     const std::uint64_t trip = costs_.h2d_ns(bytes) + (s.host_current ? 0 : costs_.d2h_ns(bytes));
     // Larger slack = better victim; the set is ascending, so negate.
-    // Note [Gap key]: the other key of Note [Plan then hoist].
+    // See Note [Gap key]: the other key of Note [Plan then hoist].
     if (!cursor_prefetch_ && !round_trip_key_) {
       const auto& pos = uses_.positions[b];
       std::int64_t last_ns = 0;  // ideal time of the last use (< 0: the last iteration)
@@ -288,7 +302,8 @@ void planner::fetch(buffer_id b, std::int64_t now, bool copy_in) {
   set_key(b);
 }
 
-// Note [Headroom]
+// Note [Prefetch headroom]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // Per-iteration buffers appear (first use) and die (after last use) at fixed
 // launches whatever the schedule does. A prefetch that fills memory now would be
 // evicted again by the first-use mappings of the launches before its use, so a
@@ -469,6 +484,7 @@ schedule planner::run(const std::vector<buffer_id>& start, bool restore) {
     const std::int64_t end = static_cast<std::int64_t>(n);
     std::vector<bool> wanted(model_.buffers.size(), false);
     for (buffer_id b : start) wanted[b] = true;
+// ~~~~~~~~~~~~~~~~~~~~~~
     for (buffer_id b : resident_long_lived()) {
       if (!wanted[b]) evict(b, end, false);
     }
@@ -483,6 +499,7 @@ schedule planner::run(const std::vector<buffer_id>& start, bool restore) {
 
 // Note [Plan then hoist]
 // The cost planner can also plan on demand only (Belady: every fetch at its use,
+// ~~~~~~~~~~~~~~~~~~~~
 // the victim the buffer that can stay away longest), which settles which bytes
 // move, and then hoist every copy-in fetch as early as memory allows, so the same
 // bytes move while compute runs. The hoist takes the fetches in order of need
@@ -561,7 +578,7 @@ class bytes_by_launch {
 };
 
 
-// Note [Plan then hoist]. distance > 0: no fetch more than `distance` launches
+// See Note [Plan then hoist]. distance > 0: no fetch more than `distance` launches
 // before its use.
 void hoist_fetches(const iteration_model& model, schedule& plan, std::uint32_t distance) {
   const std::size_t n = plan.launches.size();
@@ -684,11 +701,11 @@ schedule_result plan_schedule(const iteration_model& model, std::size_t capacity
   if (kind != policy_kind::cost) {
     result.value = std::move(steady(as_is).plan);
   } else {
-    // Note [Plan then hoist]: the cursor planner, and the demand plan hoisted with
+    // See Note [Plan then hoist]: the cursor planner, and the demand plan hoisted with
     // each victim rule; the simulator keeps the fastest (the first on a tie).
     timed best = steady(as_is);
     plan.set_cursor_prefetch(false);
-    // Note [Pipeline room]: the gap key again with 1/16 of the capacity kept free
+    // See Note [Pipeline room]: the gap key again with 1/16 of the capacity kept free
     // for the hoist, and with one and two of the largest buffer where that is more.
     const std::size_t spare = capacity_bytes - big.bytes;
     std::size_t largest = 0;

@@ -6,11 +6,12 @@
 // Four policies, built on one planner state (policy/schedule.cc):
 // - cost:     Belady with prefetch. Evicts the resident buffer whose next use is
 //             farthest, measured as the time left before it must be back minus its
-//             round trip (Note [Cost victim]); prefetches upcoming buffers in order
-//             of next use as early as capacity allows (Note [Prefetch cursor]). Also
-//             plans on demand only and hoists each fetch as early as memory allows
-//             (Note [Plan then hoist], [Gap key], [Pipeline room] in schedule.cc);
-//             the simulator keeps the fastest plan.
+//             round trip (Note [Cost victim] in policy/schedule.cc); prefetches
+//             upcoming buffers in order of next use as early as capacity allows (Note
+//             [Prefetch cursor] in policy/schedule.cc). Also plans on demand only and
+//             hoists each fetch as early as memory allows (Notes [Plan then hoist],
+//             [Gap key], [Pipeline room] in policy/schedule.cc); the simulator keeps
+//             the fastest plan.
 // - vdnn_all: vDNN: offload every activation after its last forward use, fetch the
 //             activations back in reverse order one step ahead in backward;
 //             anything else on demand, evicting the least recently used.
@@ -65,6 +66,7 @@ struct launch_actions {
 };
 
 // Note [Steady state]
+// ~~~~~~~~~~~~~~~~~~~
 // The schedule is a loop body. It begins with resident_at_start resident (every
 // other long-lived buffer on the host with a current copy, no per-iteration buffer
 // present) and ends in that same state: after the last launch it evicts what is
@@ -96,7 +98,9 @@ struct schedule_result {
   bool ok() const { return error.empty(); }
 };
 
-// Note [Headroom]: the capacity a swap schedule is planned for, given the device
+// Note [Headroom]
+// ~~~~~~~~~~~~~~~
+// The capacity a swap schedule is planned for, given the device
 // bytes the engine may hold and its page size. The plan assumes that the room an
 // eviction frees can be filled the moment its copy completes on the device; the
 // engine can only remap it once the host has seen the copy complete (cuMemUnmap and

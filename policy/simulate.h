@@ -6,6 +6,7 @@
 // This is what the residency benchmark and `oversub simulate` / `tune-batch` use.
 //
 // Note [Virtual time model]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // - The host runs ahead (it is never the bottleneck): a fetch may start as soon as
 //   its copy stream is free, the buffer's own copy out (if any) is done, and the
 //   memory is there; the device memory in use at any real time is at most the
@@ -19,6 +20,7 @@
 //   iteration starts from the schedule's start state).
 //
 // Note [Demand paging cost]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // For demand_paged schedules (um_naive) nothing overlaps: a launch first services
 // the faults of its fetches (cost_model::fault_in_ns: one managed_fault_ns per
 // managed page, or per buffer without demand paging, plus the transfer) and the
@@ -74,6 +76,7 @@ std::uint64_t window_bound_ns(const iteration_model& model, std::size_t capacity
                               const cost_model& costs);
 
 // Note [Window bound]
+// ~~~~~~~~~~~~~~~~~~~
 // Take a window of launches [a, b] (from launch a's start to launch b's end).
 // - Fetches: every buffer a launch of the window uses must be resident then; if it
 //   already has content at a (long-lived, or per-iteration and first used before a)

@@ -2,7 +2,9 @@
 // ranges, found by a two-level segregated fit (TLSF) and coalesced on free. Pure
 // code: no CUDA, no system call; the arena and the host pool wrap it.
 //
-// Algorithm (Note [TLSF]):
+// Note [TLSF]
+// ~~~~~~~~~~~
+// The algorithm:
 //   - every size is a multiple of 256 bytes (cudaMalloc's alignment); a size of u
 //     units lies in class (fl, sl): fl = floor(log2 u) - 3, sl the next 4 bits, so a
 //     class spans 1/16 of a power of two (u < 16 units: one class per size);
@@ -44,7 +46,8 @@ struct block {
   std::uint64_t alloc_epoch = 0;  // stream_fences epoch at allocation (set by callers)
   ticket_set tickets;             // free blocks: what reuse waits for
   std::uint64_t free_epoch = 0;   // free blocks: stream_fences epoch of the latest free
-                                  // (what an unmap waits for: Note [Unmap after all work])
+                                  // (what an unmap waits for: Note [Unmap after all work]
+                                  // in pool/stream_fences.h)
 };
 
 class block_index {
@@ -71,7 +74,9 @@ class block_index {
   // the same tickets; returns the resulting free block.
   block* release(block* b);
 
-  // Note [Fenced neighbours]: merging a block fenced by stream a's work into a free
+  // Note [Fenced neighbours]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~
+  // Merging a block fenced by stream a's work into a free
   // neighbour would fence the neighbour too (a large tail, often), so blocks merge
   // only when their tickets are the same. After tickets are pruned, this joins
   // every run of adjacent free blocks whose tickets are now all empty.

@@ -1,7 +1,9 @@
 // host_pool: pinned host memory for the swap engine, in large chunks
 // (cuMemHostAlloc, portable), sub-allocated by block_index, with a budget.
 //
-// Note [Host budget]: pinned memory cannot be paged out, so pinning too much starves
+// Note [Host budget]
+// ~~~~~~~~~~~~~~~~~~
+// Pinned memory cannot be paged out, so pinning too much starves
 // the host (and the OOM killer then ends the training job). Every chunk counts
 // against budget_bytes (OVERSUB_HOST_LIMIT: a size, or a fraction of physical RAM,
 // 0.5 by default); a request that would pass it returns over_budget — a clean error

@@ -66,7 +66,7 @@ bool planned_region::can_serve_locked(std::size_t offset, std::size_t size, int 
       }
     }
     if (ok) return true;
-    // Note [No event calls during capture] in vmm_arena.cc.
+    // See Note [No event calls during capture] in vmm_arena.cc.
     if (attempt == 0 && (stream_fences::capturing(stream) || fences_.poll() == 0)) return false;
   }
   return false;
@@ -89,7 +89,7 @@ void planned_region::deviate_locked(std::size_t bytes, const char* why, bool in_
   }
 }
 
-// Note [A plan that keeps deviating] in planned_region.h.
+// See Note [A plan that keeps deviating] in planned_region.h.
 void planned_region::retire_plan_locked() {
   const std::size_t failed_events = iteration_->events.size();
   log::info("pool: the planned iteration of {} allocations ({} events) deviated in size at {} of "

@@ -3,7 +3,9 @@
 // buffer in one region, maps the region once (a block of the online arena) and
 // serves the k-th allocation of every later iteration at offsets[k].
 //
-// Note [Serving a plan safely]: the plan is only a prediction. An allocation is
+// Note [Serving a plan safely]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The plan is only a prediction. An allocation is
 // served at its planned offset when
 //   - its size is the planned size of the k-th buffer (else the iteration deviated);
 //   - no planned block still live overlaps the offset's bytes (a buffer freed later
@@ -14,9 +16,11 @@
 // Otherwise the allocation, and the rest of that iteration, goes to the online arena
 // (logged once). A new iteration starts at the next allocation of buffer 0's size
 // made while no planned block is live, which is what a closed iteration boundary
-// looks like (Note [Finding the period] in allocation_iteration.h).
+// looks like (Note [Finding the period] in policy/allocation_iteration.h).
 //
-// Note [A plan that keeps deviating]: the learner can take a short stretch inside
+// Note [A plan that keeps deviating]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The learner can take a short stretch inside
 // the iteration for the iteration (a temporary allocated and freed twice in a row).
 // Such a plan deviates in size almost every time it starts over, where a real
 // iteration's plan, once served, keeps being served. So once a plan has started
@@ -77,7 +81,7 @@ class planned_region final : public memory_resource {
   // The plan in use (tests check its offsets); empty before one is made.
   std::optional<policy::placement> current_plan() const;
   std::uintptr_t region_base() const;
-  // Note [The pool's layout changed] (core/schedule.cc): counts the plans
+  // See Note [The pool's layout changed] (core/schedule.cc): counts the plans
   // made and retired, each a new layout of the iteration's buffers.
   std::uint64_t layout_generation() const noexcept {
     return layout_generation_.load(std::memory_order_acquire);
@@ -113,7 +117,7 @@ class planned_region final : public memory_resource {
   std::multimap<std::size_t, freed_range> freed_;  // offset -> freed bytes still fenced
   planned_stats stats_;
 
-  // Note [A plan that keeps deviating].
+  // See Note [A plan that keeps deviating].
   static constexpr std::uint64_t retire_after_starts = 8;
   static constexpr int max_relearns = 4;
   struct retired_region {

@@ -22,8 +22,8 @@ int stream_fences::slot_of(CUstream stream) noexcept {
   if (n == max_slots) return no_slot;
   slots_[n].stream.store(key, std::memory_order_relaxed);
   if (n == 1) {
-    // Note [One stream needs no events]: the first other stream; the floor before
-    // its slot is handed out.
+    // See Note [One stream needs no events] in pool/stream_fences.h: the first other
+    // stream; the floor before its slot is handed out.
     std::lock_guard<std::mutex> lock(mutex_);
     one_stream_ = false;
     floor_owed_ = true;

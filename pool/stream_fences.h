@@ -5,7 +5,9 @@
 // graph hooks call note_work), hands out tickets (an event recorded on a stream, see
 // ticket.h) when a block is freed, and answers whether a ticket is complete.
 //
-// Note [Stream-ordered reuse]: real cudaFree waits for the device, so a block it
+// Note [Stream-ordered reuse]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Real cudaFree waits for the device, so a block it
 // frees is unused by any queued work. The pool's free returns at once, so the block
 // carries tickets instead:
 //   - cudaFree (synchronous): one ticket on every stream that had work enqueued since
@@ -20,7 +22,9 @@
 // of work on a stream (it is recorded only when the stream has had work since the
 // last one), so a burst of frees costs one cuEventRecord.
 //
-// Note [One stream needs no events]: while the process has put work on one stream
+// Note [One stream needs no events]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// While the process has put work on one stream
 // only, every block is reused on that stream, where stream order alone orders the new
 // work after the old, so a free takes no ticket and records no event. The first other
 // stream makes the fences record one event on the first stream, the floor (it covers
@@ -33,7 +37,9 @@
 // simtrain on the H100-PCIe model records 27 events per iteration for its 34 frees
 // without this, none with it.
 //
-// Note [Unmap after all work]: reuse and unmap follow different rules. A block may
+// Note [Unmap after all work]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Reuse and unmap follow different rules. A block may
 // be reused by work that stream order puts after its old users (the tickets above,
 // none at all on one stream). Unmapping or remapping its memory has no stream to
 // order it: cuMemUnmap does not wait for queued work, and the work that may still
@@ -46,7 +52,9 @@
 // completed. A block freed on the only stream, which takes no ticket, is therefore
 // still never unmapped under its last kernel.
 //
-// Note [Streams that capture]: an event cannot be recorded on a capturing stream
+// Note [Streams that capture]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An event cannot be recorded on a capturing stream
 // (it would become a graph node), so a block freed while one of its streams captures
 // gets a ticket that never completes: only that same stream reuses it. cudaMalloc is
 // taken to serve the legacy default stream (its tickets on the legacy stream count as
@@ -96,7 +104,7 @@ class stream_fences {
   // The reuse rule: every ticket on consumer_slot or known complete.
   bool reusable(const ticket_set& s, int consumer_slot) const noexcept {
     if (s.overflow) return false;
-    // Note [One stream needs no events]: the floor holds for every block.
+    // See Note [One stream needs no events]: the floor holds for every block.
     if (const std::uint64_t f = floor_seq_.load(std::memory_order_acquire);
         f != 0 && consumer_slot != 0 && !known_complete(ticket{0, f})) {
       return false;
@@ -115,7 +123,7 @@ class stream_fences {
   // True when stream is capturing (or its capture state cannot be read).
   static bool capturing(CUstream stream) noexcept;
 
-  // Note [Unmap after all work]: true when every stream's work enqueued up to epoch
+  // See Note [Unmap after all work]: true when every stream's work enqueued up to epoch
   // is known complete (no driver call).
   bool settled(std::uint64_t epoch) const noexcept;
   // Records an event on every stream with work no event covers yet (not on one that
@@ -164,12 +172,12 @@ class stream_fences {
   ticket ticket_locked(int s) noexcept;
   CUevent take_event() noexcept;
   bool advance_locked(slot& sl, bool wait) noexcept;
-  // Note [One stream needs no events]: records the floor if it is still owed.
+  // See Note [One stream needs no events]: records the floor if it is still owed.
   void record_floor_locked() noexcept;
 
   std::atomic<std::uint64_t> epoch_{1};
   std::atomic<int> used_slots_{0};
-  // Note [One stream needs no events]: one_stream_ until a second slot exists (under
+  // See Note [One stream needs no events]: one_stream_ until a second slot exists (under
   // mutex_); then floor_owed_ until the floor is recorded, as slot 0's ticket
   // floor_seq_ (never_completes while owed; 0: no floor).
   bool one_stream_ = true;

@@ -16,7 +16,9 @@ constexpr int slow_walk = 1 << 20;  // look at every block once the fast search 
 
 }  // namespace
 
-// Note [Chunks as pages]: with a residency engine (swap mode) the arena keeps
+// Note [Chunks as pages]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// With a residency engine (swap mode) the arena keeps
 // deciding where blocks go and which chunks are needed, and the engine decides what
 // backs each chunk: it creates a chunk as a resident page (evicting others to stay
 // under its capacity) and swaps it out and in at the same address. r.chunks[i] then
@@ -72,7 +74,7 @@ bool vmm_arena::ensure_driver() {
   }
   cfg_.range_bytes = align_up(cfg_.range_bytes, granularity_);
   device_range_bytes_ = cfg_.range_bytes;
-  // Note [One range in swap mode].
+  // See Note [One range in swap mode].
   if (cfg_.pages != nullptr) {
     const std::size_t most = (std::numeric_limits<std::size_t>::max() / 2) - cfg_.range_bytes;
     cfg_.range_bytes =
@@ -83,7 +85,9 @@ bool vmm_arena::ensure_driver() {
   return true;
 }
 
-// Note [One range in swap mode]: a range the size of the device is enough while the
+// Note [One range in swap mode]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A range the size of the device is enough while the
 // arena holds no more than the device does. In swap mode it holds the whole
 // oversubscribed footprint, and a second range is reserved wherever the driver
 // finds address space: the blocks allocated one after another (a layer's weights,
@@ -177,7 +181,9 @@ bool vmm_arena::map_block_locked(const block& b, CUstream stream) {
   for (std::size_t i = first; i <= last; ++i) {
     if (r.chunks[i] != 0) continue;
     if (!map_chunk_locked(r, i)) {
-      // Note [Short of device memory]: give back what no block uses, then retry once.
+      // Note [Short of device memory]
+      // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+      // Give back what no block uses, then retry once.
       if (trim_locked(stream_fences::capturing(stream)) == 0 || !map_chunk_locked(r, i)) {
         return false;
       }
@@ -212,7 +218,9 @@ block* vmm_arena::take_locked(std::size_t size, int consumer, CUstream stream) {
     }
     return false;
   };
-  // Note [No event calls during capture]: cuEventQuery and cuEventSynchronize are
+  // Note [No event calls during capture]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // cuEventQuery and cuEventSynchronize are
   // illegal while the stream captures, so the slow paths ask first (one driver call,
   // never on the fast path) and then only take, grow, or fail.
   int capture_state = -1;  // unknown
@@ -294,7 +302,9 @@ void vmm_arena::release_dedicated(dedicated& x) {
   d.cuMemAddressFree(x.base, x.bytes);
 }
 
-// Note [Dedicated mappings]: a freed dedicated mapping is kept (with its tickets)
+// Note [Dedicated mappings]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A freed dedicated mapping is kept (with its tickets)
 // for a later request of the same size; the cache is emptied of finished entries
 // whenever a new one must be created, and by trim.
 allocation_result vmm_arena::allocate_dedicated_locked(std::size_t size, int consumer,
@@ -367,7 +377,9 @@ void vmm_arena::deallocate(void* ptr, std::size_t, CUstream stream) {
     } else {
       fences_.ticket_on(stream, tickets);
     }
-    // Note [Tickets outlive a reuse]: a block reused on the same stream keeps the
+    // Note [Tickets outlive a reuse]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    // A block reused on the same stream keeps the
     // tickets of its previous users, so a free with no work since cannot drop them.
     b->tickets.merge(tickets);
     b->tickets.prune([&](const ticket& t) { return fences_.known_complete(t); });
@@ -400,7 +412,9 @@ std::uint64_t vmm_arena::trim() {
   return trim_locked(false);
 }
 
-// Note [Trim]: a chunk is given back when no live block and no free block with
+// Note [Trim]
+// ~~~~~~~~~~~
+// A chunk is given back when no live block and no free block with
 // unfinished tickets, or freed after work not yet known complete, overlaps it
 // (cuMemUnmap of memory queued work still uses would be a use-after-free on a GPU,
 // and simgpu reports it as a race; Note [Unmap after all work] in stream_fences.h).

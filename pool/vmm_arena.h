@@ -2,14 +2,18 @@
 // in 2 MiB chunks as blocks need it, sub-allocated by block_index (TLSF, coalescing,
 // 256-byte alignment), with stream-ordered reuse (stream_fences).
 //
-// Note [Why VMM]: the arena reserves address space (cuMemAddressReserve) and maps
+// Note [Why VMM]
+// ~~~~~~~~~~~~~~
+// The arena reserves address space (cuMemAddressReserve) and maps
 // physical chunks into it (cuMemCreate on the device, cuMemMap, cuMemSetAccess) only
 // where live blocks are, so pool/ can unmap a chunk and later map other memory (host
 // memory while swapped out, device memory again) at the same address: the framework
 // keeps its pointers. It also lets a fully free chunk be given back (trim) without
 // moving anything.
 //
-// Note [Allocation order]: allocate(bytes, stream)
+// Note [Allocation order]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// allocate(bytes, stream)
 //   1. takes the best-fitting free block whose tickets allow reuse on stream
 //      (Note [Stream-ordered reuse] in stream_fences.h);
 //   2. if that block needs chunks not mapped yet while events are still outstanding,
@@ -20,8 +24,8 @@
 //   4. if no block can be used at all, reserves one more range; as a last resort
 //      (and never when stream is capturing) waits for the outstanding events.
 // Requests of at least dedicated_threshold_bytes get a reservation and a mapping of
-// their own (Note [Dedicated mappings]): no large hole is cut in a range, and giving
-// them back is one unmap.
+// their own (Note [Dedicated mappings] in pool/vmm_arena.cc): no large hole is cut in a
+// range, and giving them back is one unmap.
 #ifndef OVERSUB_POOL_VMM_ARENA_H
 #define OVERSUB_POOL_VMM_ARENA_H
 
@@ -58,10 +62,10 @@ struct vmm_arena_config {
   std::size_t dedicated_threshold_bytes = 32u << 20;  // 32 MiB (OVERSUB_POOL_LARGE)
   // OVERSUB_MODE=swap: every chunk is a page of this engine (device memory while
   // resident, host memory while swapped out) and there are no dedicated mappings
-  // (Note [Chunks as pages]). Not owned.
+  // (Note [Chunks as pages] in pool/vmm_arena.cc). Not owned.
   page_backing* pages = nullptr;
   // With pages: address space reserved beyond range_bytes, so that an arena larger
-  // than the device stays one range (Note [One range in swap mode]).
+  // than the device stays one range (Note [One range in swap mode] in pool/vmm_arena.cc).
   std::size_t swap_range_bytes = 0;
 };
 

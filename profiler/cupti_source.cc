@@ -28,7 +28,7 @@ api g_api;
 std::atomic<bool> g_subscribed{false};
 CUpti_SubscriberHandle g_handle = nullptr;
 
-// Note [More than one sink] (cupti_source.h): slots are filled once and never
+// See Note [More than one sink] (cupti_source.h): slots are filled once and never
 // emptied, so a callback reads them without a lock.
 std::atomic<sink*> g_sinks[max_sinks];
 std::atomic<std::size_t> g_sink_count{0};
@@ -47,7 +47,8 @@ void each_sink(F&& f) {
 
 constexpr std::size_t activity_buffer_bytes = std::size_t{1} << 20;
 
-// Per thread: a runtime-domain launch or copy is open (Note [One launch, two domains]).
+// Per thread: a runtime-domain launch or copy is open (Note [One launch, two domains] in
+// profiler/cupti_source.h).
 thread_local int t_runtime_depth = 0;
 // Per thread: the depth of an open runtime launch whose callback had no params (0:
 // none); its driver-level launch is taken in its place (Note [Launches without
@@ -58,7 +59,7 @@ thread_local const void* t_hook_func = nullptr;
 thread_local void** t_hook_args = nullptr;
 
 // A runtime launch callback without params: the hook's launch, else the driver
-// launch underneath (Note [Launches without params]).
+// launch underneath (Note [Launches without params] in profiler/cupti_source.h).
 void unread_runtime_launch(std::uint32_t corr) {
   if (t_hook_func == nullptr) {
     t_unread_launch = t_runtime_depth;
@@ -115,7 +116,8 @@ void on_runtime(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
   switch (cbid) {
     case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
     case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000:
-      // No params struct in CUPTI 13 (Note [Launches without params]).
+      // No params struct in CUPTI 13 (Note [Launches without params] in
+      // profiler/cupti_source.h).
       unread_runtime_launch(corr);
       break;
     case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:

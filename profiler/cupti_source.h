@@ -9,7 +9,9 @@
 // CUPTI that cannot be had is reported to the caller, which falls back to the
 // interposer's own hooks.
 //
-// Note [One launch, two domains]: the runtime reaches the driver, so a
+// Note [One launch, two domains]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The runtime reaches the driver, so a
 // cudaLaunchKernel is also a cuLaunchKernel on the same thread. A launch is taken
 // at the runtime-domain enter (it carries the function and the argument pointers);
 // a driver-domain launch is taken only when no runtime launch is open on that
@@ -18,7 +20,9 @@
 // and memsets (runtime domain only: the driver-level ones of libraries are counted
 // by the activity records, not placed in the launch order).
 //
-// Note [Launches without params]: CUPTI 13 defines callback ids for
+// Note [Launches without params]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// CUPTI 13 defines callback ids for
 // __cudaLaunchKernel(_ptsz), what nvcc 13's <<<...>>> calls, but no params struct,
 // so their callbacks carry functionParams == NULL (as simgpu gives them; any runtime
 // launch callback without params is treated the same). Such a launch is taken from
@@ -38,7 +42,9 @@
 // path remains for callers oversub's hooks do not see (a runtime reached through
 // its own handle, a statically linked one).
 //
-// Note [More than one sink]: CUPTI allows one subscriber per process on older
+// Note [More than one sink]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// CUPTI allows one subscriber per process on older
 // drivers, and two parts of oversub want what it reports: the profiling session
 // (session.h) and the swap and um learners' launch timing (launch_timing.h). So
 // oversub subscribes once and hands every callback and record to each sink that

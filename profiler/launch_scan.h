@@ -39,9 +39,12 @@ struct function_info {
 
 // Most words one launch is scanned for: CUDA 12.1+ allows 32764 bytes of kernel
 // parameters (4 KiB before), i.e. 4095 aligned words; a block past 32 KiB cannot be
-// launched, so a scan is never cut short. Note [32 KB parameter blocks]:
-// multi_tensor_apply-style kernels pass hundreds of tensor pointers by value, and a
-// scan that stopped at 4 KiB would miss every buffer past it.
+// launched, so a scan is never cut short.
+//
+// Note [32 KB parameter blocks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Kernels in the style of multi_tensor_apply pass hundreds of tensor pointers by
+// value, and a scan that stopped at 4 KiB would miss every buffer past it.
 inline constexpr std::size_t max_param_bytes = 32768;
 inline constexpr std::size_t max_scan_words = max_param_bytes / 8;
 

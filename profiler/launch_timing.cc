@@ -119,8 +119,8 @@ class collector final : public cupti::sink {
   }
 
  private:
-  // Note [Tagging launches]: CUPTI calls this at the launch's API enter, on the
-  // thread that named the tag.
+  // See Note [Tagging launches] in profiler/launch_timing.h: CUPTI calls this at the
+  // launch's API enter, on the thread that named the tag.
   void bind(std::uint32_t corr) try {
     const std::uint64_t tag = t_tag;
     if (tag == no_tag) return;

@@ -1,7 +1,9 @@
 // launch_timing: measured kernel durations and host-link bandwidth for the swap and
 // um learners (core/schedule.h), from CUPTI's activity records.
 //
-// Note [Tagging launches]: the learner numbers the launches it sees (its own
+// Note [Tagging launches]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The learner numbers the launches it sees (its own
 // counter, a "tag") before it lets each one through to CUDA. It names the tag with
 // tag_next_launch() on the launching thread; CUPTI's callback at that launch's API
 // enter runs on the same thread, inside the real launch, and binds CUPTI's
@@ -12,7 +14,9 @@
 // records at enqueue) has no record yet, which is why the learner takes the median
 // over every iteration it has seen rather than the last one.
 //
-// Note [Link figures from the engine's copies]: every h2d or d2h MEMCPY record whose
+// Note [Link figures from the engine's copies]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every h2d or d2h MEMCPY record whose
 // host side is not pageable memory is the residency engine's (its host copies are
 // host-located VMM memory or pinned) or a program's pinned copy, which crosses the
 // same link at the same rate. Per direction, the durations are fitted as setup + bytes / bandwidth
@@ -37,12 +41,13 @@ namespace oversub::profiler::timing {
 enum class source : std::uint8_t { off, cupti, held, unavailable };
 const char* to_string(source s) noexcept;
 
-// Subscribes once (cupti_source.h, Note [More than one sink]); later calls return
-// the first one's answer. detail: who holds CUPTI or why it is unavailable.
+// Subscribes once (Note [More than one sink] in profiler/cupti_source.h);
+// later calls return the first one's answer. detail: who holds CUPTI or why it is
+// unavailable.
 source start(std::string* detail) noexcept;
 source current() noexcept;
 
-// Note [Tagging launches]: the next launch on this thread is the caller's launch
+// See Note [Tagging launches]: the next launch on this thread is the caller's launch
 // `tag`; no_tag: the next launch is not to be timed.
 constexpr std::uint64_t no_tag = ~std::uint64_t{0};
 void tag_next_launch(std::uint64_t tag) noexcept;
@@ -57,13 +62,13 @@ std::size_t durations(std::uint64_t first, std::size_t n, std::uint64_t* out) no
 // tags[i] started on the device, on CUPTI's clock (ns; only differences mean
 // anything), unknown where no record has come yet (a kernel still queued or running
 // on a real GPU) or none will. Returns how many were known. Note [Timing on the
-// device] in core/schedule.cc.
+// device] in core/tuning.cc.
 std::size_t kernel_starts(const std::uint64_t* tags, std::size_t n, std::uint64_t* out) noexcept;
 
 // Forgets the durations of tags below `first` (the learner no longer needs them).
 void forget_before(std::uint64_t first) noexcept;
 
-// Note [Link figures from the engine's copies].
+// See Note [Link figures from the engine's copies].
 struct direction_estimate {
   std::uint64_t copies = 0;          // copies measured
   double bytes_per_s = 0;            // 0: none measured

@@ -1,6 +1,8 @@
 // period: finds the training iteration in the sequence of launched functions.
 //
-// Note [Finding the launch period]: a training loop launches the same functions in
+// Note [Finding the launch period]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A training loop launches the same functions in
 // the same order every iteration, after some warm-up (initialisation kernels, a
 // first iteration that differs) and before some tail (evaluation, shutdown). The
 // iteration is the smallest period p of the longest stretch of the sequence that

@@ -1,6 +1,8 @@
 // Encoding and validating decoding of profile files (docs/profile-format.md).
 //
-// Note [Reading untrusted profiles]: every count read from the file is checked
+// Note [Reading untrusted profiles]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every count read from the file is checked
 // against the bytes that remain before anything is reserved (an element needs at
 // least its fixed part), every index against the table it points into, and the
 // payload must end exactly at its declared length. So a flipped byte, a truncated

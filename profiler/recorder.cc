@@ -116,7 +116,9 @@ std::uint32_t recorder::iterations(iteration_source* how, std::size_t* period) {
   }
   if (how) *how = iteration_source::automatic;
   if (period) *period = auto_period_;
-  // Note [Trusting a period early]: before the run ends, a stretch of repeated
+  // Note [Trusting a period early]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Before the run ends, a stretch of repeated
   // layers can look like an iteration. A period is counted only once it has stayed
   // the answer for two periods of launches and for the later half of the run, no
   // longer period was the answer before it, and the live bytes at its boundaries

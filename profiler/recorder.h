@@ -13,12 +13,15 @@
 //     else the last complete repetition of the launch period but one (the last is
 //     followed by the run's teardown) (period.h), starting at the rotation with
 //     the fewest live bytes;
-//   - Note [Buffer identity]: an allocation made inside the iteration is named by
-//     its ordinal among the iteration's allocations and its size, which is what
-//     the next iteration repeats (its address may differ); one made before the
-//     iteration (weights, optimizer state, a caching allocator's segments) is
-//     long-lived and named by its address. Positions (allocation, free, copy) are
-//     counted in launches of the iteration before the event.
+//   - the buffers, each named as Note [Buffer identity] says.
+//
+// Note [Buffer identity]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// An allocation made inside the iteration is named by its ordinal among the
+// iteration's allocations and its size, which is what the next iteration repeats
+// (its address may differ); one made before the iteration (weights, optimizer state,
+// a caching allocator's segments) is long-lived and named by its address. Positions
+// (allocation, free, copy) are counted in launches of the iteration before the event.
 //
 // Plain C++, no CUDA. Thread-safe: one mutex around everything.
 #ifndef OVERSUB_PROFILER_RECORDER_H

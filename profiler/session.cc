@@ -1,6 +1,8 @@
 // The profiling session of the process (see session.h).
 //
-// Note [Writing the profile at exit]: the exit handler is registered with atexit()
+// Note [Writing the profile at exit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The exit handler is registered with atexit()
 // when the session starts, after libcupti has been loaded, so it runs before the
 // shared libraries' destructors (libcupti's, libcuda's, liboversub's own): the
 // forced activity flush still reaches a live CUPTI. A forked child writes nothing.
@@ -184,7 +186,7 @@ class session final : public cupti::sink {
         p->allocations.size(), p->copies.size(), p->cupti ? "CUPTI" : "oversub's hooks"));
   }
 
-  // Note [Probing leaves no error behind] (session.h): with an error pending, the
+  // See Note [Probing leaves no error behind] (session.h): with an error pending, the
   // launch is recorded without a buffer set and the function probed at a later one.
   const function_info* runtime_function(const void* func) {
     const function_info* f = runtime_cache_.lookup(func);

@@ -54,7 +54,9 @@ struct cuda_queries {
   int (*runtime_take_error)() = nullptr;   // cudaGetLastError
 };
 
-// Note [Probing leaves no error behind]: a runtime function's parameter count is
+// Note [Probing leaves no error behind]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A runtime function's parameter count is
 // found by asking for parameters until the runtime says there is no such one, which
 // sets the runtime's last-error slot the application reads with cudaGetLastError().
 // So the probe runs only when no error is pending, and clears the slot after it;

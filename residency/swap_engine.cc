@@ -28,7 +28,8 @@ residency_engine::~residency_engine() {
   for (auto& [va, p] : pages_) {
     wait_copy_locked(p);
     d.cuMemUnmap(va, cfg_.page_bytes);
-    // A lender's device memory is its borrower's (Note [Lending an evicting page's memory]).
+    // A lender's device memory is its borrower's (Note [Lending an evicting page's
+    // memory] in residency/swap_engine.h).
     if (p.device != 0 && p.lent_to == 0) d.cuMemRelease(p.device);
     if (p.host != 0) {
       d.cuMemUnmap(p.shadow, cfg_.page_bytes);
@@ -103,11 +104,14 @@ bool residency_engine::create_page(std::uintptr_t va) {
   return true;
 }
 
-// Note [Pages born on the host]: when no room can be made for a new page (no page may
+// Note [Pages born on the host]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// When no room can be made for a new page (no page may
 // move while a stream that used them captures a graph, Note [No moves while a user
-// captures]; or every page is pinned), the page starts on the host: its host handle is
-// mapped at its address, as for an evicted page, and the first prepare() that needs it
-// fetches it. Its bytes are undefined until written, as for any new allocation.
+// captures] in residency/swap_engine.h; or every page is pinned), the page starts on the
+// host: its host handle is mapped at its address, as for an evicted page, and the first
+// prepare() that needs it fetches it. Its bytes are undefined until written, as for any
+// new allocation.
 bool residency_engine::create_on_host_locked(std::uintptr_t va) {
   page p;
   if (ensure_host_handle_locked(p) != CUDA_SUCCESS) return false;
@@ -131,8 +135,9 @@ void residency_engine::destroy_page(std::uintptr_t va) {
   page* p = find_locked(va);
   if (p == nullptr) return;
   const driver_table& d = driver();
-  // Note [Lending an evicting page's memory]: the memory this page borrowed leaves no
-  // other address mapping it; a lender's memory is its borrower's, not released here.
+  // See Note [Lending an evicting page's memory] in residency/swap_engine.h: the memory
+  // this page borrowed leaves no other address mapping it; a lender's memory is its
+  // borrower's, not released here.
   if (p->lender != 0) finish_lender_locked(p->lender);
   wait_copy_locked(*p);
   unmap_locked(va);
@@ -169,8 +174,9 @@ CUevent residency_engine::stream_event_locked(CUstream s) {
 }
 
 // The copy stream waits for everything the pages' users enqueued so far and for the
-// pages' copies under way: each stream and each copy once (Note [Batched moves]); and
-// for everything every other stream enqueued so far (Note [Moves after all work]).
+// pages' copies under way: each stream and each copy once (Note [Batched moves] in
+// residency/swap_engine.h); and for everything every other stream enqueued so far (Note
+// [Moves after all work] in residency/swap_engine.h).
 CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstream copy_stream) {
   const driver_table& d = driver();
   std::vector<CUstream> users;
@@ -207,8 +213,9 @@ CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstrea
     return CUDA_SUCCESS;
   };
   for (CUstream u : users) {
-    // Note [No moves while a user captures]: an event recorded on a capturing stream is
-    // a node of its graph, and a copy stream waiting on it would join the capture.
+    // See Note [No moves while a user captures] in residency/swap_engine.h: an event
+    // recorded on a capturing stream is a node of its graph, and a copy stream waiting on
+    // it would join the capture.
     if (stream_is_capturing(u)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (CUresult r = order_after_stream(u, 0); r != CUDA_SUCCESS) return r;
   }
@@ -244,7 +251,7 @@ CUresult residency_engine::ensure_host_handle_locked(page& p) {
     shadow_base_ = base;
   }
   // Fresh slots first, in order: pages first evicted together get adjacent shadows
-  // and their copies merge (Note [Batched moves]).
+  // and their copies merge (Note [Batched moves] in residency/swap_engine.h).
   std::uintptr_t slot = 0;
   if (shadow_next_ < shadow_bytes_ / cfg_.page_bytes) {
     slot = shadow_base_ + shadow_next_++ * cfg_.page_bytes;
@@ -337,9 +344,10 @@ CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> va
 // where its device memory was and keeps the device memory as a spare.
 CUresult residency_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
   CUresult first_error = CUDA_SUCCESS;
-  // Note [Lending an evicting page's memory]: a page's device memory goes to the spares
-  // only once no lender's address maps it too. The lender's copy out is complete: this
-  // page's copy in waited for it, and this page's copy out for its copy in.
+  // See Note [Lending an evicting page's memory] in residency/swap_engine.h: a page's
+  // device memory goes to the spares only once no lender's address maps it too. The
+  // lender's copy out is complete: this page's copy in waited for it, and this page's
+  // copy out for its copy in.
   for (std::uintptr_t va : vas) {
     if (const std::uintptr_t l = pages_[va].lender; l != 0) {
       if (CUresult r = finish_lender_locked(l); r != CUDA_SUCCESS) return r;
@@ -401,9 +409,9 @@ CUresult residency_engine::finish_completed_locked() {
   for (auto& [va, p] : pages_) {
     if (p.where == state::evicting && (p.copy < 0 || copies_[p.copy].done)) done.push_back(va);
   }
-  // Note [Asking the driver once]: copies complete in their stream's order, so the
-  // driver is asked about the oldest on each stream first, and about no later one on
-  // a stream once one there is not done.
+  // See Note [Asking the driver once] in residency/swap_engine.h: copies complete in
+  // their stream's order, so the driver is asked about the oldest on each stream first,
+  // and about no later one on a stream once one there is not done.
   std::vector<int> asked;
   for (auto& [va, p] : pages_) {
     if (p.where != state::evicting || p.copy < 0 || copies_[p.copy].done) continue;
@@ -438,7 +446,8 @@ CUresult residency_engine::finish_completed_locked() {
 }
 
 // Up to n resident pages not pinned, sorted by address: dead ones first (Note [Dead
-// pages]: they leave without a copy), then the least recently used.
+// pages] in residency/swap_engine.h; they leave without a copy), then the least recently
+// used.
 std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
                                                              const victim_rank& rank) {
   struct candidate {
@@ -469,9 +478,9 @@ std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
   return out;
 }
 
-// Note [Making room]: room for bytes more of resident pages. Without wait: evictions
-// known complete are finished, new ones begun, and CUDA_ERROR_NOT_READY when the room
-// is not there yet.
+// See Note [Making room] in residency/swap_engine.h: room for bytes more of resident
+// pages. Without wait: evictions known complete are finished, new ones begun, and
+// CUDA_ERROR_NOT_READY when the room is not there yet.
 CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait,
                                             const victim_rank& rank) {
   trim_spares_locked();
@@ -537,15 +546,16 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
 }
 
 // Makes vas (not resident; sorted, or in the order the schedule wants them: the first
-// room goes to the first) resident (Note [Batched moves]). A page still
-// being evicted keeps its device memory. The others are fetched as room appears, so
-// the first copies in overlap the evictions still going out. Without wait, pages that
-// find no room yet go to deferred.
+// room goes to the first) resident (Note [Batched moves] in residency/swap_engine.h). A
+// page still being evicted keeps its device memory. The others are fetched as room
+// appears, so the first copies in overlap the evictions still going out. Without wait,
+// pages that find no room yet go to deferred.
 CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                                         std::vector<std::uintptr_t>* deferred,
                                         const victim_rank& rank) {
-  // Note [Lending an evicting page's memory]: a lender wanted again has no device
-  // memory of its own any more: it finishes its eviction and is fetched like any page.
+  // See Note [Lending an evicting page's memory] in residency/swap_engine.h: a lender
+  // wanted again has no device memory of its own any more: it finishes its eviction and
+  // is fetched like any page.
   for (std::uintptr_t va : vas) {
     if (pages_[va].lent_to == 0) continue;
     if (CUresult r = finish_lender_locked(va); r != CUDA_SUCCESS) return r;
@@ -569,8 +579,9 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
         vas.size(),
         stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes);
     if (fit == 0) {
-      // Note [Lending an evicting page's memory]: the memory of evictions under way.
-      // A scheduled prefetch (no wait) borrows only from the schedule's own evictions.
+      // See Note [Lending an evicting page's memory] in residency/swap_engine.h: the
+      // memory of evictions under way. A scheduled prefetch (no wait) borrows only from
+      // the schedule's own evictions.
       if (const std::vector<std::uintptr_t> from =
               lending_ ? lenders_locked(vas.size(), rank, !wait) : std::vector<std::uintptr_t>{};
           !from.empty()) {
@@ -596,7 +607,7 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
 
 // Fetches vas (pages on the host, in fetch_locked's order, room made for all of them).
 // The first lenders.size() of them take the device memory of those evicting pages
-// instead (Note [Lending an evicting page's memory]).
+// instead (Note [Lending an evicting page's memory] in residency/swap_engine.h).
 CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
                                               std::span<const std::uintptr_t> lenders) {
   const driver_table& d = driver();
@@ -610,7 +621,8 @@ CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
     if (!p->users.empty() || !touch_all_users_.empty()) used.push_back(p);
   }
   if (!used.empty()) {
-    // Note [A launch that may touch anything]: such streams used every page.
+    // See Note [A launch that may touch anything] in residency/swap_engine.h: such
+    // streams used every page.
     for (page* p : used) {
       for (CUstream u : touch_all_users_) {
         if (std::find(p->users.begin(), p->users.end(), u) == p->users.end()) {

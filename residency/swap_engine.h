@@ -12,18 +12,24 @@
 //   on_host    its host handle (cuMemCreate with a HOST location) mapped at the
 //              address, device memory released.
 //
-// Note [An unpredicted access is slow, not a crash]: while on the host, the page's
+// Note [An unpredicted access is slow, not a crash]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// While on the host, the page's
 // address maps host memory that kernels can read and write over the link, so a kernel
 // whose buffers we failed to find still computes the right result. That is why a page
 // is remapped, never left unmapped.
 //
-// Note [Host handle as the host copy]: each page that was ever evicted owns a host
+// Note [Host handle as the host copy]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Each page that was ever evicted owns a host
 // handle, also mapped at a shadow address (one reserved range the size of the host
 // budget), where the copies read and write it. After a fetch it stays: the host copy is
 // current until the page is written, so a page fetched and not written since is evicted
 // with no copy (clean eviction).
 //
-// Note [What counts as a write]: CUDA does not say which parameters a kernel writes,
+// Note [What counts as a write]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// CUDA does not say which parameters a kernel writes,
 // and a kernel can write through a pointer it found in device memory, which no
 // argument scan sees. So every prepare() with writes (every launch, every copy or
 // memset into device memory) advances a write epoch, and a page is clean only when
@@ -34,7 +40,9 @@
 // hooked) would break that, so clean evictions can be switched off
 // (residency_config::clean_evictions).
 //
-// Note [Ordering]: copies run on two streams of the engine's own (one per direction),
+// Note [Ordering]
+// ~~~~~~~~~~~~~~~
+// Copies run on two streams of the engine's own (one per direction),
 // so compute never waits on a copy it does not need. An eviction's copy waits for an
 // event recorded on every stream that used the page since it was last made resident;
 // the device memory is released (cuMemUnmap) only after the host has waited for the
@@ -42,7 +50,9 @@
 // copy in and makes the consuming stream wait on the copy's event (cuStreamWaitEvent);
 // later users on other streams wait on it too until it is known complete.
 //
-// Note [Moves after all work]: a kernel can reach a page that no prepare() announced
+// Note [Moves after all work]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A kernel can reach a page that no prepare() announced
 // (a pointer it loads from device memory, a graph replay, a launch whose parameters
 // could not be read), on a stream that never used the page as far as the engine
 // knows. So an eviction's copy, and with it the release of the device memory, waits
@@ -53,24 +63,31 @@
 // reaches the page through whatever maps it when it runs (Note [An unpredicted access
 // is slow, not a crash]), as an unannounced access to an evicting page always could.
 //
-// Note [A launch that may touch anything]: a launch whose parameter layout cannot be
+// Note [A launch that may touch anything]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A launch whose parameter layout cannot be
 // read may use any page. touch_all() records its stream as a user of every page
 // without naming them: evictions are ordered after it anyway (Note [Moves after all
 // work]), and the next fetch, whose remap would change what a page's address maps
 // under it, first waits for everything those streams enqueued so far (the host
 // waits, as for any fetch of a page an unannounced user reached on the host).
 //
-// Note [No moves while a user captures]: while a stream captures a graph, its work
+// Note [No moves while a user captures]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// While a stream captures a graph, its work
 // is recorded, not run, and an event recorded on it is a node of the graph: a copy
 // stream made to wait on it would join the capture, and the moves would be replayed
 // with the graph. So a move that must be ordered after a capturing stream is not made
 // now (evict and prefetch do nothing and report no failure; the schedule asks again
 // later), prepare() enqueues nothing for a capturing stream, and a page the arena
-// needs meanwhile starts on the host (Note [Pages born on the host] in residency.cc).
-// simtrain --graphs at 3x (the step captured once, allocating from a private pool
-// during capture, as PyTorch's CUDA graphs do) ran out of memory without this.
+// needs meanwhile starts on the host (Note [Pages born on the host] in
+// residency/swap_engine.cc). simtrain --graphs at 3x (the step captured once, allocating
+// from a private pool during capture, as PyTorch's CUDA graphs do) ran out of memory
+// without this.
 //
-// Note [Windows into large allocations]: a framework's caching allocator hands out
+// Note [Windows into large allocations]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A framework's caching allocator hands out
 // tensors inside segments of 20 MiB or more, and the argument scan finds the
 // segment, not the tensor. Making whole segments resident for each launch would
 // need more than the capacity, so the hooks ask for a window from the argument word
@@ -78,7 +95,9 @@
 // the kernel still reaches it (Note [An unpredicted access is slow, not a crash]).
 // Only the required ranges can make prepare() fail with too_large.
 //
-// Note [Dead pages]: the pool tells the engine which bytes hold live allocations
+// Note [Dead pages]
+// ~~~~~~~~~~~~~~~~~
+// The pool tells the engine which bytes hold live allocations
 // (occupy() when it hands a block out, vacate() when the block comes back). A page no
 // live block overlaps holds nothing anyone may read, and neither does a page whose
 // blocks were all handed out after its last vacancy while no write-capable work was
@@ -92,14 +111,18 @@
 // never from the schedule, so a wrong schedule cannot lose data; an address the engine
 // was never told about counts as live.
 //
-// Note [Making room]: pages being prepared for the current launch are pinned. To fit
+// Note [Making room]
+// ~~~~~~~~~~~~~~~~~~
+// Pages being prepared for the current launch are pinned. To fit
 // pages the engine first finishes evictions whose copies are known complete, then, if
 // it may wait, waits for the oldest eviction under way; otherwise it evicts unpinned
 // resident pages, dead ones first (Note [Dead pages]), then the least recently used.
 // A launch whose own pages exceed the capacity cannot run: prepare() says so and
 // nothing is moved.
 //
-// Note [Batched moves]: every page moved costs host time in driver calls, and the
+// Note [Batched moves]
+// ~~~~~~~~~~~~~~~~~~~~
+// Every page moved costs host time in driver calls, and the
 // host's time is the launches' time once the queue runs dry (on simgpu's H100-PCIe
 // model each call is 2 us; real mapping calls cost more). So the engine moves the
 // pages of one request (a schedule's evictions before a launch, a launch's fetches)
@@ -116,15 +139,22 @@
 //     expandable segments grant access the same way, over several mappings); each
 //     page is still mapped and unmapped on its own, as cuMemUnmap must cover whole
 //     mappings;
-//   - Note [Spare device memory]: an evicted page's device memory is kept, not
-//     released, and the next fetch or new page maps it instead of creating new memory.
-//     Spares count against the capacity (resident + spare <= capacity, trimmed when the
-//     capacity shrinks), so the device never holds more than before.
+//   - an evicted page's device memory is kept for the next fetch or new page (Note
+//     [Spare device memory]).
 // A page whose eviction is still under way when it is wanted again is made resident
 // with no host wait: it keeps its device memory, and the work that uses it waits on
 // the eviction's copy event, which is ordered after the page's earlier users.
 //
-// Note [Evictions copy page by page]: a page's device memory is free once its own
+// Note [Spare device memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An evicted page's device memory is kept, not released, and the next fetch or new
+// page maps it instead of creating new memory. Spares count against the capacity
+// (resident + spare <= capacity, trimmed when the capacity shrinks), so the device
+// never holds more than before.
+//
+// Note [Evictions copy page by page]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A page's device memory is free once its own
 // copy out is done, and a fetch waiting for room waits for exactly that. One copy for
 // a run of evicted pages frees them all at its end, so the fetches that take their
 // room copy in only after the whole run has gone out: out, then in, where the plan
@@ -143,7 +173,9 @@
 // schedule's order too. Every simtrain point of ./scripts/bench-swap in
 // docs/results.md, "Evictions copy page by page".
 //
-// Note [Lending an evicting page's memory]: a fetch that finds no room while
+// Note [Lending an evicting page's memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A fetch that finds no room while
 // evictions are under way does not wait on the host for one to finish. It takes the
 // device memory of the evicting page whose copy out is oldest (the lender), maps it at
 // its own address as well, and queues its copy in on the copy-to-device stream behind a
@@ -163,9 +195,11 @@
 // is outside what the engine keeps correct either way.) A scheduled prefetch (no wait)
 // borrows only from the schedule's own evictions, an on-demand fetch from any. Off
 // unless set_lending(true): it is faster at some points and slower at others (the
-// swap learner times it, Note [Lending as a variant] in core/schedule.cc).
+// swap learner times it, Note [Lending as a variant] in core/tuning.cc).
 //
-// Note [Asking the driver once]: a driver call is host time, and in a host-bound job
+// Note [Asking the driver once]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A driver call is host time, and in a host-bound job
 // the host's time is the iteration's (on simgpu every call, a cuEventQuery too, costs
 // api_overhead_ns: 2 us on the H100-PCIe model, as much as a launch). So the engine
 // asks only what it does not know yet: a copy known done is not asked about again, nor
@@ -178,7 +212,9 @@
 // simtrain at 1.5x on the H100-PCIe model, untuned: 88 cuEventQuery calls per
 // iteration -> 64, 0.629 -> 0.588 ms per iteration.
 //
-// Note [Not asking too early]: a fetch that found no room waits for an eviction, and
+// Note [Not asking too early]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A fetch that found no room waits for an eviction, and
 // the schedule asks again before every launch whether its copy out is done: one
 // cuEventQuery per launch until it is. A copy cannot be done before the host issued
 // it plus its bytes at the link's rate, after the copies queued before it on its
@@ -243,15 +279,16 @@ struct residency_stats {
   std::uint64_t bytes_to_device = 0;
   std::uint64_t waits = 0;               // host waits on an eviction to make room
   std::uint64_t failures = 0;            // pages that could not be made resident
-  // Note [Batched moves]: driver calls the moves cost.
+  // See Note [Batched moves]: driver calls the moves cost.
   std::uint64_t copies = 0;              // cuMemcpyAsync calls (both directions)
   std::uint64_t mapping_calls = 0;       // cuMemCreate/Release/Map/Unmap/SetAccess
   std::uint64_t spare_reuses = 0;        // device memory reused instead of created
   std::uint64_t spare_bytes = 0;         // device memory held spare now
-  // Note [Lending an evicting page's memory]: fetches that took the device memory of
+  // See Note [Lending an evicting page's memory]: fetches that took the device memory of
   // an eviction still under way instead of waiting for it on the host.
   std::uint64_t lends = 0;
-  // Note [Pages born on the host]: new pages that started on the host (no room).
+  // See Note [Pages born on the host] in residency/swap_engine.cc: new pages that started
+  // on the host (no room).
   std::uint64_t born_on_host = 0;
 };
 
@@ -315,7 +352,9 @@ class residency_engine final : public page_backing {
   // Note [A launch that may touch anything]: work on stream whose pages are unknown.
   void touch_all(CUstream stream);
   bool prefetch(std::span<const byte_range> ranges);
-  // Note [Prefetch without waiting]: as prefetch(), but never waits on the host for
+  // Note [Prefetch without waiting]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // As prefetch(), but never waits on the host for
   // an eviction's copy: room comes only from evictions already finished or from new
   // ones begun now. Pages that cannot be fetched yet are appended to later (to try
   // again at a later launch). False on a driver error.
@@ -369,20 +408,20 @@ class residency_engine final : public page_backing {
     std::uint64_t last_use = 0;   // LRU tick
     std::uint64_t pinned = 0;     // == prepare epoch while pinned
     std::vector<CUstream> users;  // streams that used it since it became resident
-    // Note [Dead pages]: live blocks over the page; dead: set once a vacancy left it
+    // See Note [Dead pages]: live blocks over the page; dead: set once a vacancy left it
     // without any (before that the engine knows nothing of it, so it counts as live);
     // fresh_epoch: the write epoch when its first block after a vacancy came.
     std::uint32_t occupants = 0;
     bool dead = false;  // a page is live until a vacancy says otherwise
     std::uint64_t fresh_epoch = 0;
-    // Note [Lending an evicting page's memory]: an evicting page whose device memory
+    // See Note [Lending an evicting page's memory]: an evicting page whose device memory
     // (still mapped here, still `device`) was taken by the page at lent_to; the page
     // that took it names its lender until the lender's eviction is finished.
     std::uintptr_t lent_to = 0;
     std::uintptr_t lender = 0;
     bool planned = false;
   };
-  // Note [Dead pages], at write epoch `epoch`.
+  // See Note [Dead pages], at write epoch `epoch`.
   // The fresh-block half needs every write seen (Note [What counts as a write]).
   bool content_dead(const page& p, std::uint64_t epoch) const {
     return p.dead && (p.occupants == 0 || (cfg_.clean_evictions && p.fresh_epoch == epoch));
@@ -390,7 +429,7 @@ class residency_engine final : public page_backing {
   template <typename F>
   void for_pages_locked(std::uintptr_t addr, std::size_t bytes, F&& f);
 
-  // Note [Batched moves]: a copy event shared by the pages of one request.
+  // See Note [Batched moves]: a copy event shared by the pages of one request.
   struct copy_event {
     CUevent event = nullptr;
     std::uint32_t refs = 0;  // pages whose copy field names it
@@ -398,7 +437,7 @@ class residency_engine final : public page_backing {
     std::uint64_t seq = 0;   // the order events were taken (each copy stream is in order)
     CUstream stream = nullptr;  // the copy stream it was recorded on
     std::uint64_t not_before_ns = 0;  // Note [Not asking too early]
-    // Note [Asking the driver once]: the streams already ordered after it.
+    // See Note [Asking the driver once]: the streams already ordered after it.
     std::vector<CUstream> waiters;
   };
 
@@ -432,10 +471,10 @@ class residency_engine final : public page_backing {
   bool create_on_host_locked(std::uintptr_t va);  // Note [Pages born on the host]
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
   CUevent stream_event_locked(CUstream s);
-  // Note [Moves after all work]: per (copy stream, stream), the work epoch of that
+  // See Note [Moves after all work]: per (copy stream, stream), the work epoch of that
   // stream the copy stream was last ordered after.
   std::map<std::pair<CUstream, CUstream>, std::uint64_t> covered_;
-  // Note [A launch that may touch anything]: streams whose work may use any page,
+  // See Note [A launch that may touch anything]: streams whose work may use any page,
   // until the next fetch has waited for them.
   std::vector<CUstream> touch_all_users_;
   // Driver calls, counted (residency_stats::mapping_calls).
@@ -477,7 +516,7 @@ class residency_engine final : public page_backing {
   std::uint64_t copy_seq_ = 0;
   std::size_t lent_pages_ = 0;  // pages with lent_to set
   bool lending_ = false;        // set_lending
-  // Note [Not asking too early]: set_copy_clock's figures, and the earliest each copy
+  // See Note [Not asking too early]: set_copy_clock's figures, and the earliest each copy
   // stream can be done with what was queued on it so far.
   std::uint64_t (*clock_)() noexcept = nullptr;
   double h2d_rate_ = 0;
@@ -486,7 +525,7 @@ class residency_engine final : public page_backing {
   std::uint64_t to_device_not_before_ = 0;
   std::uint64_t tick_ = 0;
   std::uint64_t write_epoch_ = 1;  // Note [What counts as a write]
-  // Note [Dead pages]: the epoch a fetch compares with (prepare() fetches for work
+  // See Note [Dead pages]: the epoch a fetch compares with (prepare() fetches for work
   // whose own write has already advanced write_epoch_).
   std::uint64_t fetch_epoch_ = 1;
   std::unordered_map<std::uintptr_t, std::size_t> occupied_;  // live blocks: addr -> bytes

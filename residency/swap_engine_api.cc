@@ -34,8 +34,9 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
     result.code = residency_errc::too_large;
     return result;
   }
-  // Note [Windows into large allocations]: optional pages while they fit, each
-  // window's first page (where its argument word points) before the rest.
+  // See Note [Windows into large allocations] in residency/swap_engine.h: optional pages
+  // while they fit, each window's first page (where its argument word points) before the
+  // rest.
   const std::size_t room = capacity_bytes() / cfg_.page_bytes;
   for (std::uintptr_t va : optional_pages_of(ranges)) {
     if (wanted.size() >= room) break;
@@ -49,8 +50,9 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
                                    [](const byte_range& r) { return r.reach && r.bytes != 0; });
   if (wanted.empty() && !reaches) return result;
   if (stream_is_capturing(stream)) return result;  // nothing may be enqueued for us now
-  // Note [Lending an evicting page's memory]: lenders whose copies are done map their
-  // host handles again (best effort: a failure leaves them for later).
+  // See Note [Lending an evicting page's memory] in residency/swap_engine.h: lenders
+  // whose copies are done map their host handles again (best effort: a failure leaves
+  // them for later).
   if (lent_pages_ != 0) finish_completed_locked();
   const unpin_at_exit unpin{epoch_};
   std::vector<std::uintptr_t> missing;
@@ -71,7 +73,7 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
     }
   }
   // The work waits for the copies its pages may still be under (each event once per
-  // stream: Note [Asking the driver once]).
+  // stream: Note [Asking the driver once] in residency/swap_engine.h).
   const auto order_and_use = [&](page& p) -> CUresult {
     if (CUresult r = use_after_copy_locked(p, stream); r != CUDA_SUCCESS) return r;
     if (std::find(p.users.begin(), p.users.end(), stream) == p.users.end()) {
@@ -126,7 +128,8 @@ bool residency_engine::evict(std::span<const byte_range> ranges) {
   std::vector<std::uintptr_t> vas = pages_of(ranges);
   std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where != state::resident; });
   const CUresult r = evict_begin_locked(vas);
-  // Note [No moves while a user captures]: nothing moves now, and nothing failed.
+  // See Note [No moves while a user captures] in residency/swap_engine.h: nothing moves
+  // now, and nothing failed.
   const bool ok = r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   for (std::uintptr_t va : vas) {
     if (pages_[va].where == state::evicting) pages_[va].planned = true;
@@ -144,8 +147,8 @@ bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
   return prefetch_pages(ranges, &later, rank);
 }
 
-// later null: fetch, waiting for room as needed; otherwise Note [Prefetch without
-// waiting]: pages that find no room yet go to later.
+// later null: fetch, waiting for room as needed; otherwise pages that find no room yet
+// go to later (Note [Prefetch without waiting] in residency/swap_engine.h).
 bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
                                       std::vector<byte_range>* later,
                                       const victim_rank& rank) {
@@ -163,7 +166,7 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
   if (missing.empty()) return true;
   // In the order asked for (a schedule asks for the page needed soonest first), so
   // that the first room, or the first lender's, goes to it (Note [Lending an evicting
-  // page's memory]).
+  // page's memory] in residency/swap_engine.h).
   if (missing.size() > 1) {
     const auto asked = [&](std::uintptr_t va) {
       for (std::size_t i = 0; i < ranges.size(); ++i) {
@@ -186,7 +189,8 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
       fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr,
                    rank);
   for (std::uintptr_t va : deferred) later->push_back(byte_range{va, cfg_.page_bytes});
-  // Note [No moves while a user captures]: not now, and nothing failed.
+  // See Note [No moves while a user captures] in residency/swap_engine.h: not now, and
+  // nothing failed.
   return r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 

@@ -1,8 +1,8 @@
 // The residency engine's driver calls: the counted mapping calls, device memory
-// taken from and given back to the spares (Note [Spare device memory]), and the copy
-// events that pages hold while their copies are under way, and the batched copies
-// themselves (Note [Batched moves]).
-// Split from residency.cc, which moves the pages.
+// taken from and given back to the spares (Note [Spare device memory] in
+// residency/swap_engine.h), and the copy events that pages hold while their copies are
+// under way, and the batched copies themselves (Note [Batched moves] in
+// residency/swap_engine.h). Split from residency.cc, which moves the pages.
 #include <algorithm>
 
 #include "pool/driver_api.h"
@@ -39,8 +39,8 @@ CUresult residency_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationH
   return CUDA_SUCCESS;
 }
 
-// Note [Spare device memory]: a spare if there is one, else new device memory. The
-// caller has made room (resident + one page <= capacity).
+// A spare if there is one, else new device memory (Note [Spare device memory] in
+// residency/swap_engine.h). The caller has made room (resident + one page <= capacity).
 CUresult residency_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
   if (!spare_.empty()) {
     h = spare_.back();
@@ -61,7 +61,7 @@ void residency_engine::give_device_locked(CUmemGenericAllocationHandle h) {
 }
 
 // Spares never take the device past the capacity (which shrinks when other
-// libraries take device memory: Note [Memory that is not ours]).
+// libraries take device memory: Note [Memory that is not ours] in residency/backend.h).
 void residency_engine::trim_spares_locked() {
   while (!spare_.empty() && stats_.resident_bytes + stats_.spare_bytes > capacity_bytes()) {
     ++stats_.mapping_calls;
@@ -77,13 +77,14 @@ void residency_engine::back_to_host_locked(std::uintptr_t va, page& p) {
   unmap_locked(va);
   map_locked(va, p.host);
   // Borrowed memory becomes a spare only once its lender's copy out is done and no
-  // other address maps it (Note [Lending an evicting page's memory]).
+  // other address maps it (Note [Lending an evicting page's memory] in
+  // residency/swap_engine.h).
   if (p.lender != 0) finish_lender_locked(p.lender);
   if (p.device != 0) give_device_locked(p.device);
   p.device = 0;
 }
 
-// ---- Copy events (Note [Batched moves]) ----
+// ---- Copy events (Note [Batched moves] in residency/swap_engine.h) ----
 
 int residency_engine::new_copy_locked() {
   int c = -1;
@@ -134,8 +135,9 @@ void residency_engine::release_copy_locked(page& p) {
   p.copy = -1;
 }
 
-// Note [Asking the driver once]: stream s ordered after copy c, with no call when c is
-// known done, is on s already (stream order), or s waited for it before.
+// See Note [Asking the driver once] in residency/swap_engine.h: stream s ordered after
+// copy c, with no call when c is known done, is on s already (stream order), or s waited
+// for it before.
 CUresult residency_engine::order_after_copy_locked(int c, CUstream s) {
   copy_event& e = copies_[c];
   if (e.done || e.stream == s ||
@@ -148,7 +150,7 @@ CUresult residency_engine::order_after_copy_locked(int c, CUstream s) {
 }
 
 // Work on s uses p: s waits for p's copy if one may be under way (Note [Asking the
-// driver once]); a copy known done is let go.
+// driver once] in residency/swap_engine.h); a copy known done is let go.
 CUresult residency_engine::use_after_copy_locked(page& p, CUstream s) {
   if (p.copy < 0) return CUDA_SUCCESS;
   if (copies_[p.copy].done) {
@@ -178,12 +180,12 @@ CUresult residency_engine::wait_copy_locked(page& p) {
   return CUDA_SUCCESS;
 }
 
-// Note [Batched moves]: one copy on s (to_host_ or to_device_) per run of the pages
-// ps[i] with copy[i] set that are adjacent both at their addresses (vas[i]) and at
-// their shadow addresses (to the host, one copy per page: Note [Evictions copy page
-// by page] in residency.h), each with its own event, written to ev. Returns the index
-// of the first page whose copy did not start (ps.size() when all did), with the
-// driver's error in `error`.
+// See Note [Batched moves] in residency/swap_engine.h: one copy on s (to_host_ or
+// to_device_) per run of the pages ps[i] with copy[i] set that are adjacent both at their
+// addresses (vas[i]) and at their shadow addresses (to the host, one copy per page: Note
+// [Evictions copy page by page] in residency/swap_engine.h), each with its own event,
+// written to ev. Returns the index of the first page whose copy did not start (ps.size()
+// when all did), with the driver's error in `error`.
 std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> vas,
                                                std::span<page* const> ps,
                                                std::span<const char> copy, CUstream s,
@@ -196,7 +198,7 @@ std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> v
       continue;
     }
     std::size_t j = i + 1;
-    // Note [Evictions copy page by page].
+    // See Note [Evictions copy page by page] in residency/swap_engine.h.
     while (!out && j < n && copy[j] && vas[j] == vas[j - 1] + cfg_.page_bytes &&
            ps[j]->shadow == ps[j - 1]->shadow + cfg_.page_bytes) {
       ++j;
@@ -212,7 +214,8 @@ std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> v
       return i;
     }
     if (out) stats_.bytes_to_host += bytes;
-    // Note [Not asking too early]: the earliest this copy can be done.
+    // See Note [Not asking too early] in residency/swap_engine.h: the earliest this copy
+    // can be done.
     const double rate = out ? d2h_rate_ : h2d_rate_;
     if (const std::uint64_t now = clock_ != nullptr && rate > 0 ? clock_() : 0; now != 0) {
       std::uint64_t& tail = out ? to_host_not_before_ : to_device_not_before_;

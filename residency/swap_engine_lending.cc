@@ -1,6 +1,6 @@
 // The residency engine's lending of an evicting page's memory to a fetch (Note [Lending
-// an evicting page's memory] in residency.h): the switch, which pages may lend, and
-// finishing a lender's eviction.
+// an evicting page's memory] in residency/swap_engine.h): the switch, which pages may
+// lend, and finishing a lender's eviction.
 #include "residency/swap_engine.h"
 
 #include <algorithm>
@@ -22,7 +22,8 @@ void residency_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
 }
 
 // Up to n evicting pages whose copies out are under way and whose memory is not lent
-// yet, the oldest copy first (Note [Lending an evicting page's memory]).
+// yet, the oldest copy first (Note [Lending an evicting page's memory] in
+// residency/swap_engine.h).
 std::vector<std::uintptr_t> residency_engine::lenders_locked(std::size_t n,
                                                              const victim_rank& rank,
                                                              bool planned_only) {

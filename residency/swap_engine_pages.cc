@@ -1,6 +1,6 @@
 // The residency engine's page sets: the pages a request's ranges cover (required,
 // and the optional windows' pages in the order they are taken), and the live bytes on
-// each page that tell a dead page (Note [Dead pages] in residency.h).
+// each page that tell a dead page (Note [Dead pages] in residency/swap_engine.h).
 // Split from residency.cc, which moves the pages.
 #include <algorithm>
 

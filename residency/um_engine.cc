@@ -69,7 +69,8 @@ allocation_result managed_residency::allocate(std::size_t bytes) {
   detect_locked();
   CUdeviceptr p = 0;
   if (auto c = cached_.find(bytes); c != cached_.end() && !c->second.empty()) {
-    // Note [Reused managed buffers]: the lowest address of this size.
+    // See Note [Reused managed buffers] in residency/um_engine.h: the lowest address of
+    // this size.
     p = *c->second.begin();
     c->second.erase(c->second.begin());
     cached_bytes_ -= bytes;
@@ -95,7 +96,8 @@ bool managed_residency::deallocate(void* ptr) {
   if (it->second.on_device) stats_.resident_bytes -= it->second.bytes;
   // As cuMemFree of managed memory would, wait until no queued work can still use
   // it; then keep it for the next allocation of its size (Note [Reused managed
-  // buffers]). Its bytes are dead: where its pages are no longer matters.
+  // buffers] in residency/um_engine.h). Its bytes are dead: where its pages are no longer
+  // matters.
   const driver_table& d = driver();
   d.cuCtxSynchronize();
   if (naive_) {
@@ -133,8 +135,8 @@ std::vector<std::uintptr_t> managed_residency::buffers_of_locked(
 // waiter's later work after everything producer has queued so far.
 CUresult managed_residency::order_after_locked(CUstream waiter, CUstream producer) {
   const driver_table& d = driver();
-  // Note [No moves while a user captures] in residency.h: waiting on an event recorded
-  // in a capture would make the waiter join it.
+  // See Note [No moves while a user captures] in residency/swap_engine.h: waiting on an
+  // event recorded in a capture would make the waiter join it.
   if (stream_is_capturing(producer)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   CUevent& e = stream_events_[producer];
   if (e == nullptr && d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
@@ -179,7 +181,9 @@ prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CU
   // on another stream's work would break the capture's isolation); the driver pages
   // its memory on demand when the graph runs.
   if (stream_is_capturing(stream)) return result;
-  // Note [Large managed buffers]: the driver pages managed memory on demand, so
+  // Note [Large managed buffers]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // The driver pages managed memory on demand, so
   // nothing has to be refused here. A buffer larger than a quarter of the capacity (a
   // caching allocator's segment) is left to demand paging rather than prefetched
   // whole, and so are the best-effort windows; what remains is prefetched while it
@@ -198,8 +202,9 @@ prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CU
     b.last_use = ++tick_;
     if (b.on_device && b.used && b.last_stream == to_device_ && to_device_ != nullptr &&
         stream != to_device_) {
-      // Fetched ahead by the schedule (Note [um follows the schedule]): the work
-      // waits for that prefetch, not for the driver to page it in under the kernel.
+      // Fetched ahead by the schedule (Note [um follows the schedule] in
+      // residency/um_engine.h): the work waits for that prefetch, not for the driver to
+      // page it in under the kernel.
       if (CUresult r = order_after_locked(stream, to_device_); r != CUDA_SUCCESS) {
         result.code = residency_errc::driver_error;
         result.driver = r;

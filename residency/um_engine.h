@@ -4,14 +4,18 @@
 // recently used ones are prefetched back to the host to keep what is resident under
 // the capacity. The driver pages on demand whatever was not predicted.
 //
-// Note [Prefetch on the work's stream]: prefetches are queued on the stream of the
+// Note [Prefetch on the work's stream]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Prefetches are queued on the stream of the
 // work that needs them, so stream order makes the work wait for exactly its own
 // fetches, and an eviction (a prefetch to the host) comes after every earlier use on
 // that stream. A buffer last used on another stream is first ordered after that
 // stream's work with an event. This is simpler than swap mode's separate copy
 // streams and overlaps less: the copy and the compute of one stream run in turn.
 //
-// Note [Without concurrent managed access]: GPUs before Pascal (and some platforms)
+// Note [Without concurrent managed access]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// GPUs before Pascal (and some platforms)
 // report concurrentManagedAccess = 0: no demand paging, and prefetching to the device
 // is refused. Then a launch migrates every managed allocation it uses; the backend
 // says so once and only tracks.
@@ -64,7 +68,9 @@ class managed_residency {
   // the work on stream (Note [Large managed buffers]: never refused).
   prepare_result prepare(std::span<const byte_range> ranges, CUstream stream);
 
-  // Note [um follows the schedule]: once swap_schedule.cc has learned the iteration
+  // Note [um follows the schedule]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Once core/schedule.cc has learned the iteration
   // (OVERSUB_POLICY=cost or vdnn-all), its evictions and fetches come here. evict()
   // prefetches the buffers the ranges touch to the host on a stream of its own,
   // ordered after the stream that used each last; prefetch_now() prefetches them to
@@ -110,7 +116,9 @@ class managed_residency {
   CUstream to_host_ = nullptr;    // schedule-driven prefetches to the host
   CUstream to_device_ = nullptr;  // and to the device
   bool streams_broken_ = false;
-  // Note [Reused managed buffers]: freed buffers kept by size for the next
+  // Note [Reused managed buffers]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Freed buffers kept by size for the next
   // allocation of that size, which takes the lowest address of that size: whatever
   // order the frees came in, the same set of free buffers gives the same addresses,
   // so an iteration's buffers get the same addresses every iteration (the schedule

@@ -151,7 +151,8 @@ def op_flops(name: str, args: tuple, out: Any) -> float:
     return float(max((t.numel() for t in tensors), default=0))
 
 
-# ---- how much of the device one launch fills (Note [Wave efficiency]) ----------------
+# ---- how much of the device one launch fills (Note [Wave efficiency] in docs/traces.md)
+# ----------------
 
 # Elementwise and every other non-GEMM kernel: PyTorch 1.13's elementwise loops run
 # blocks of num_threads() = 4 warps = 128 threads, each thread thread_work_size() = 4
@@ -385,6 +386,11 @@ class cuda_dropout:
     """Note [Dropout as on CUDA]: F.dropout on a CUDA tensor runs the fused
     aten.native_dropout (a bool mask saved for backward, 1 byte per element); on any
     other device it multiplies by a float noise tensor (4 bytes per element). While
+# Note [Dropout as on CUDA]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~
+# F.dropout on a CUDA tensor runs the fused aten.native_dropout (a bool mask saved for
+# backward, 1 byte per element); on any other device it multiplies by a float noise
+# tensor (4 bytes per element). While recording, F.dropout takes the CUDA path.
     recording, F.dropout takes the CUDA path."""
 
     def __enter__(self) -> None:

@@ -1,7 +1,7 @@
 // device_model: a device model file (tests/simgpu/devices/*.model, the same files
 // simgpu runs on) read into the figures the what-if simulator needs: the cost model
 // of policy/ and the compute figures behind the duration model (Note [Duration
-// model] in profile_model.h).
+// model] in policy/profile_model.h).
 //
 // The file is `key = value` lines with `#` comments. Values are numbers ("51.2e12")
 // or sizes with a unit ("80GiB", "64KiB", the grammar of OVERSUB_* sizes).

@@ -9,8 +9,8 @@
 //       [--granularity buffer|page] [--json]
 //
 // --granularity page plans and replays the arena's 2 MiB pages as the library's swap
-// mode moves them (Note [Page model] in page_model.h); buffer (the default) plans the
-// profile's buffers themselves.
+// mode moves them (Note [Page model] in policy/page_model.h); buffer (the default) plans
+// the profile's buffers themselves.
 //
 // Exit status: 0 when at least one point was simulated, 1 when none could be (a
 // refused profile, an unknown device, a capacity below the largest launch), 2 for
