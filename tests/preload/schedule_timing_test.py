@@ -118,7 +118,8 @@ def check_fallback(sched: dict, stderr: str) -> str:
         fail(f"with CUPTI held the link should be the constant {CONSTANT_GBPS} GB/s: {sched}")
     if stderr.count(FALLBACK_LINE) != 1:
         fail(f"OVERSUB_VERBOSE=1 should say once that the constants are used:\n{stderr}")
-    # Note [Timing on the device]: no kernel records, no choice among variants.
+    # See Note [Timing on the device] in core/tuning.cc: no kernel records, no choice
+    # among variants.
     if sched["tune_status"] != "no_kernel_times" or sched["tune_trials"] != 0 \
             or sched["rotation"] != 0 or sched["free_pages"] != 0:
         fail(f"with CUPTI held the plan as learned should be kept, untimed: {sched}")

@@ -85,8 +85,9 @@ def main() -> int:
         if not (o_expected > 0 and o_placed == 0 and o_returned == o_expected):
             fail(f"another shape's profile placed {o_placed} of {o_expected} ({o_returned} "
                  "given back); expected none placed and all given back", o_proc)
-        # Note [One profile path]: OVERSUB_PROFILE writes the profile where there is none
-        # (this swap run profiles itself), and the next run with it starts from it.
+        # See Note [One profile path] in common/options.h: OVERSUB_PROFILE writes the
+        # profile where there is none (this swap run profiles itself), and the next run
+        # with it starts from it.
         one = Path(tmp) / "one.oprof"
         for k in range(2):
             proc = run(cmd, {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",

@@ -37,8 +37,9 @@ CONFIGS = {
     "deep": ["--depth", "32", "--width", "512", "--batch", "16", "--iters", "3"],
     # Long enough for the schedule to be learned (4 iterations) and then followed.
     "chain6": ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "6"],
-    # Long enough for the schedule's tuning to choose (Note [Lending as a variant]: at
-    # 3x on the H100-PCIe model it keeps lending, from about iteration 57).
+    # Long enough for the schedule's tuning to choose (see Note [Lending as a variant] in
+    # core/tuning.cc: at 3x on the H100-PCIe model it keeps lending, from about iteration
+    # 57).
     "chain64": ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "64"],
 }
 

@@ -94,7 +94,8 @@ def main() -> int:
     grid = [t for t in trials if not t["lend"]]
     if len(grid) != GRID or len({(t["rotation"], t["free_pages"]) for t in grid}) != GRID:
         fail(f"a variant was timed twice: {trials}")
-    # Note [Lending as a variant]: the fastest of the grid, timed last, lending.
+    # See Note [Lending as a variant] in core/tuning.cc: the fastest of the grid, timed
+    # last, lending.
     grid_best = min((t for t in grid if t["measured_ns"] > 0), key=lambda t: t["measured_ns"])
     if trials[-1]["lend"] is not True or (trials[-1]["rotation"], trials[-1]["free_pages"]) != \
             (grid_best["rotation"], grid_best["free_pages"]):

@@ -221,8 +221,9 @@ TEST(WhatIf, ToyIterationMatchesTheHandComputation) {
 }
 
 // With room for all three buffers (2.5 X) nothing moves: T = latency + d0 + d1.
-// Note [Page model], on the toy: A at 0 and B after it (each X rounded up to 256
-// bytes: 1000192), the long-lived zone ending at 2000384; Y's region after it.
+// See Note [Page model] in policy/page_model.h, on the toy: A at 0 and B after it (each X
+// rounded up to 256 bytes: 1000192), the long-lived zone ending at 2000384; Y's region
+// after it.
 TEST(PageModel, ToyBuffersOnPages) {
   const profiler::profile p = toy_profile(300'000, 500'000);
   const profile_model pm = model_from_profile(p, toy_device(), duration_source::automatic);
@@ -282,10 +283,10 @@ TEST(PageModel, DisjointLifetimesShareAPage) {
   EXPECT_EQ(m.model.launches[1].uses, (std::vector<policy::buffer_id>{0}));
 }
 
-// Note [Long-lived layout from a profile]: four long-lived buffers of half a page, used
-// A, C, B, D. In allocation order A and B share a page, C and D the other, so every
-// launch uses another page than the one before; by first use A and C share one, B and
-// D the other.
+// See Note [Long-lived layout from a profile] in policy/placement.h: four long-lived
+// buffers of half a page, used A, C, B, D. In allocation order A and B share a page, C
+// and D the other, so every launch uses another page than the one before; by first use A
+// and C share one, B and D the other.
 profiler::profile alternating_profile(std::uint64_t bytes) {
   profiler::profile p;
   for (int k = 0; k < 4; ++k) {

@@ -117,7 +117,7 @@ def iteration_shape(name: str, p: Profile, params_bytes: int, state_copies: int)
           f"{name}: the batch's host-to-device copies are missing")
     check(p.iteration_kernel_ns == sum(l.duration_ns for l in p.launches),
           f"{name}: iteration_kernel_ns is not the sum of the launches' durations")
-    # Note [Modeled durations]: no launch is shorter than the device's launch latency
+    # See Note [Modeled durations] in docs/traces.md: no launch is shorter than the device's launch latency
     # (recorded on the default device, h100-pcie).
     floor = launch_latency_ns("h100-pcie")
     check(min(l.duration_ns for l in p.launches) >= floor,
@@ -212,7 +212,7 @@ def case_shipped(reader: Path, traces: Path) -> None:
         check(len(found) == want, f"{path.name}: {len(found)} max-pooling index tensors, "
               f"not {want}")
         if path.name == "gpt2-b8.oprof":
-            # Note [Comparing like with like] in docs/traces.md: the activations kept
+            # See Note [Comparing like with like] in docs/traces.md: the activations kept
             # for the backward pass against Korthikanti et al.'s accounting in fp32.
             ratio = saved_activations(p) / GPT2_SAVED
             check(abs(ratio - 1) <= 0.25, f"{path.name}: kept for backward {ratio:.3f} of "

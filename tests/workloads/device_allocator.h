@@ -21,7 +21,7 @@
 //     wait on them, so the reuse is ordered after every use;
 //   - segments are never returned to CUDA until release_all() at exit.
 //   - as a CUDA graph's private pool (begin_capture/end_capture, --graphs): see
-//     Note [Allocating during capture].
+//     See Note [Allocating during capture].
 // peak_bytes() counts what the workload holds from cudaMalloc: live tensor bytes
 // (direct) or segment bytes (caching).
 //

@@ -257,6 +257,7 @@ KERNEL_FOOTPRINT(adam_step_dev, [](simgpu::footprint& fp, float* w, const float*
 // the tensors.
 //
 // Note [Footprints that hide the chased buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The footprint declares only what the arguments point at (the pointer array, the
 // counts, the bias corrections), never the buffers the kernel reaches through them:
 // an interposer that scans launch arguments cannot see those either, so only

@@ -97,8 +97,8 @@ KERNEL_FOOTPRINT(rp_update, [](simgpu::footprint& fp, float* w, int wn, const fl
 
 // The same update with the weights found at table[slot] (--pointer-arrays 1), as a
 // kernel chasing a device array of pointers does. The footprint names the table and
-// g, not the weights (Note [Footprints that hide the chased buffers] in kernels.cuh):
-// only real-access tracking finds them.
+// g, not the weights (Note [Footprints that hide the chased buffers] in
+// tests/workloads/kernels.cuh): only real-access tracking finds them.
 __global__ void rp_update_indirect(float* const* table, int slot, int wn, const float* g,
                                    int ng) {
   int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);

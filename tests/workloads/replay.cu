@@ -17,10 +17,12 @@
 //     has the same function, so oversub could not find the iteration from the
 //     launched-function sequence;
 //   - times each iteration with cudaEvents (virtual time on simgpu) and checks the
-//     data (Note [The replay data check]): any mismatch ends the run with status 1
-//     and one line naming the iteration, launch, kernel and buffer.
+//     data (Note [The replay data check] in tests/workloads/replay_kernels.cuh): any
+//     mismatch ends the run with status 1 and one line naming the iteration, launch,
+//     kernel and buffer.
 //
 // Note [What the replay approximates]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // - Which buffers a launch reads and which it writes is not in a profile: every
 //   replayed launch reads and writes all of its buffers.
 // - Copies carry no offset: one is replayed at the start of its buffer, clamped to

@@ -2,6 +2,7 @@
 // pattern it checks, written once in CUDA C++ for nvcc and for simgpu.
 //
 // Note [The replay data check]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Every buffer carries, at sample words spread evenly over its length (the first,
 // the last, and at least one in every MiB, up to replay_max_samples), values the
 // host can predict. What a buffer holds is a small state the host keeps and passes
@@ -28,12 +29,15 @@
 // whole (the residency engine must move all of it, and simgpu checks every byte is
 // accessible) and flops worth the recorded duration at the device's rate
 // (calibrated by replay.cu), so the kernel takes max(recorded duration, its
-// buffers' bytes / memory bandwidth). Note [Footprint modes]: the buffers are
-// declared read by default, so each byte counts once and a trace whose durations
-// came from the same device model replays at its recorded times; with
-// `writes` they are declared read and written, so simgpu's race detector sees the
-// kernel's writes (stricter for testing oversub), and the bytes count twice. On a
-// GPU the thread spins on %globaltimer for the recorded duration.
+// buffers' bytes / memory bandwidth). On a GPU the thread spins on %globaltimer for
+// the recorded duration.
+//
+// Note [Footprint modes]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// The buffers are declared read by default, so each byte counts once and a trace
+// whose durations came from the same device model replays at its recorded times;
+// with `writes` they are declared read and written, so simgpu's race detector sees
+// the kernel's writes (stricter for testing oversub), and the bytes count twice.
 //
 // A mismatch is written to a replay_status in mapped pinned host memory, which the
 // host reads after each iteration: not a device allocation, so the launches use

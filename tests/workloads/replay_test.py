@@ -237,7 +237,9 @@ def case_edges(args: argparse.Namespace, tmp: Path) -> None:
              f"time is {kernel_ms} ms")
     print(f"edges: doubled durations add {added_ms:.6f} ms per iteration, kernel time "
           f"{kernel_ms:.6f} ms")
-    # Note [Races on the edge trace]: on this trace oversub's swap mode once moved
+    # Note [Races on the edge trace]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    # On this trace oversub's swap mode once moved
     # pages without ordering after the kernel on the legacy stream that last wrote
     # them (simgpu: a write by replay_kernel unordered with a DtoD read on oversub's
     # copy stream), though the data survived: the page belonged to an allocation

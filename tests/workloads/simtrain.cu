@@ -641,7 +641,8 @@ int main(int argc, char** argv) {
                   static_cast<double>(loss), float_bits(loss));
       std::fflush(stdout);
       // Expandable segments: unmap what the iteration left free every second
-      // iteration, as torch.cuda.empty_cache() (Note [Expandable segments in simtrain]).
+      // iteration, as torch.cuda.empty_cache() (Note [Expandable segments in simtrain] in
+      // tests/workloads/expandable_allocator.h).
       if (opt.expandable && iter % 2 == 1) alloc->empty_cache();
     }
   }

@@ -7,7 +7,9 @@
 //     them (the arena maps chunks on demand and unmaps only when trimmed, which the
 //     model never does); requests of at least dedicated_threshold_bytes get a mapping
 //     of their own, kept after free for a later request of the same size and released
-//     when a new mapping must be created (Note [Dedicated mappings] in vmm_arena.cc). One stream, all work done at free: every free block is reusable.
+//     when a new mapping must be created (Note [Dedicated mappings] in
+//     pool/vmm_arena.cc). One stream, all work done at free: every free block is
+//     reusable.
 //     Two peaks: `plentiful`, with nothing ever given back (a device with room to
 //     spare), and `trimmed`, the capacity the arena needs when it trims (unmaps every
 //     chunk no live block touches, drops its cached mappings) whenever it is short:
@@ -15,7 +17,8 @@
 //     changes no placement decision, so one replay gives both.
 //
 //   caching_allocator_peak: a baseline of PyTorch's CUDACachingAllocator design,
-//     written for the comparison (Note [Baseline caching allocator]).
+//     written for the comparison (Note [Baseline caching allocator] in
+// tests/bench/fragmentation/caching_allocator_model.cc).
 #ifndef OVERSUB_BENCH_FRAGMENTATION_ALLOCATOR_MODELS_H
 #define OVERSUB_BENCH_FRAGMENTATION_ALLOCATOR_MODELS_H
 

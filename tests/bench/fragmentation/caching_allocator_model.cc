@@ -3,6 +3,7 @@
 // events or the release of cached segments under memory pressure.
 //
 // Note [Baseline caching allocator]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 //   - sizes round up to a multiple of 512 bytes;
 //   - requests up to 1 MiB come from the small pool, carved out of 2 MiB segments;
 //     larger ones from the large pool: a 20 MiB segment for requests below 10 MiB,

@@ -53,7 +53,9 @@ struct row {
 row measure(const bench::trace& t) {
   row r;
   r.name = t.name;
-  // Note [Traces of a caching allocator]: simtrain --caching records its own
+  // Note [Traces of a caching allocator]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // simtrain --caching records its own
   // caching allocator's segments. The baseline on top of them would cache a cache;
   // the framework's own figure is the trace's lower bound, and the baseline on the
   // same run's direct trace (one cudaMalloc per tensor) reproduces it.
@@ -181,7 +183,9 @@ int main(int argc, char** argv) {
   for (const row& r : rows) {
     if (!r.recorded || r.lower_bound == 0) continue;
     const double bound = static_cast<double>(r.lower_bound);
-    // Note [Granularity floor]: physical memory is mapped in 2 MiB chunks, so no
+    // Note [Granularity floor]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~
+    // Physical memory is mapped in 2 MiB chunks, so no
     // VMM-backed arena (nor a caching allocator's 2 MiB segments) can reserve less
     // than the lower bound rounded up to a chunk; a miss at that floor says so.
     const std::size_t chunk = bench::online_arena_config{}.chunk_bytes;

@@ -9,7 +9,9 @@
 // bufferCompleted. Other activity kinds are refused with CUPTI_ERROR_NOT_SUPPORTED:
 // simgpu does not produce them, and saying so beats an empty trace.
 //
-// Note [Records when done]: simgpu knows each operation's virtual start and end when
+// Note [Records when done]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// simgpu knows each operation's virtual start and end when
 // it is enqueued, and by default writes its record then. A real GPU's record exists
 // only once the operation has finished, so a forced flush right after a launch gives
 // no record for it. SIMGPU_CUPTI_RECORDS=when-done does the same here: records wait
@@ -159,6 +161,7 @@ void complete(CUpti_BuffersCallbackCompleteFunc completed, const buffer& b) {
 }
 
 // Note [Buffer hand-over]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // A record that does not fit completes the current buffer and asks the client for
 // a new one. Both client callbacks run without the state lock (the client may walk
 // or flush buffers from them); request_mutex makes one thread at a time do the
@@ -238,7 +241,7 @@ void activity_sink(void*, const simgpuActivity* a) {
   write_record(a);
 }
 
-// Note [Records when done]: writes the pending records that ended by `now`.
+// See Note [Records when done]: writes the pending records that ended by `now`.
 void release_pending(uint64_t now) {
   activity_state& s = state();
   std::vector<simgpuActivity> due;
@@ -383,7 +386,7 @@ SIMGPU_EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t* buffer, size_t val
 
 SIMGPU_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
   (void)flag;  // records are complete when written: forced or not, all go back
-               // (Note [Records when done]: those of finished operations)
+               // (those of finished operations: Note [Records when done])
   if (driver() == nullptr) return CUPTI_ERROR_NOT_INITIALIZED;
   flush_activity(false);
   return CUPTI_SUCCESS;

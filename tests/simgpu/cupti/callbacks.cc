@@ -36,6 +36,7 @@ namespace simgpu::cupti {
 namespace {
 
 // Note [Subscriber lifetime]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The sink may run on any thread while another unsubscribes, so the subscriber is
 // one static object that is never freed; `active` says whether it is held, and the
 // sink reads callback and userdata only while it is.

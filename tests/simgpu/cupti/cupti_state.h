@@ -33,6 +33,7 @@ struct libcuda {
 const libcuda* driver() noexcept;
 
 // Note [No callbacks for CUPTI's own driver calls]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // CUPTI asking the driver for a context id must not show up in the subscriber's
 // driver-domain callbacks. While a quiet_scope is open on a thread, the API sink
 // drops what that thread's driver calls report.

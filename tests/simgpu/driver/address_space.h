@@ -2,6 +2,7 @@
 // which every device allocation, managed allocation and VMM reservation lives.
 //
 // Note [Device VA is never reused]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Addresses are handed out by a bump pointer and each region starts on its own page
 // with a guard page after it, so protection (page-granular) separates regions and a
 // pointer into freed memory can never alias a newer allocation: every use after

@@ -23,8 +23,7 @@ CUresult launch(CUfunction f, dim3 grid, dim3 block, unsigned shmem, CUstream h,
                 void** extra, bool ptds) {
   kernel_obj* k = launchable(f);
   if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  // Note [32 KB parameter blocks]: CUDA 12.1+ takes up to 32764 bytes of kernel
-  // parameters; a larger block (a kernel registered with one) is refused here, before
+  // CUDA 12.1+ takes up to 32764 bytes of kernel parameters; a larger block (a kernel registered with one) is refused here, before
   // anything is copied or scanned.
   if (k->param_bytes > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
   stream_obj* s = resolve_stream(h, ptds);

@@ -1,5 +1,6 @@
-// Driver entry points: streams and events (see Note [Virtual clock] and Note
-// [Legacy default stream] in clock.h), with their _ptsz exports.
+// Driver entry points: streams and events (see Note [Virtual clock] in
+// tests/simgpu/driver/clock.h and Note [Legacy default stream] in clock.h), with their
+// _ptsz exports.
 #include "api.h"
 #include "capture.h"
 #include "clock.h"

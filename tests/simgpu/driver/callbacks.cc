@@ -1,6 +1,7 @@
 // The CUPTI bridge (see callbacks.h): sinks, correlation ids, ext.h exports.
 //
 // Note [Correlation ids]
+// ~~~~~~~~~~~~~~~~~~~~~~
 // Every API call gets a correlation id at entry; calls nested on one thread (the
 // runtime calling the driver, the driver calling itself) share the outermost one,
 // as CUPTI correlates a runtime call with the driver work it caused. Activity

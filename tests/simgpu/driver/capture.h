@@ -4,6 +4,7 @@
 // fail and invalidate the capture as CUDA does.
 //
 // Note [Captured graphs are linear]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A real graph keeps the fork/join edges of the captured streams; simgpu records
 // one sequence in capture order and replays it on the launch stream. That is a
 // valid schedule of the real graph (its topological order), so results are the

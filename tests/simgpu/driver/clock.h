@@ -1,6 +1,7 @@
 // Streams, events, engines and the virtual clock.
 //
 // Note [Virtual clock]
+// ~~~~~~~~~~~~~~~~~~~~
 // Work runs eagerly, in issue order, on the calling thread (results are
 // deterministic); time is modelled separately. The host has a time (host_ns) that
 // advances by the model's cost of each call (Note [Issue time]) and jumps forward to the
@@ -12,6 +13,7 @@
 // duration. Events carry the time at which their stream reaches them.
 //
 // Note [Issue time]
+// ~~~~~~~~~~~~~~~~~
 // An operation (event records included) is issued at the host time when its call
 // begins, and the host returns its call family's cost later (launch_enqueue_ns,
 // copy_enqueue_ns, event_record_ns, else api_overhead_ns: Note [Driver call costs]
@@ -22,6 +24,7 @@
 // (api_overhead_ns; the VMM calls their own per-call and per-page figures).
 //
 // Note [Legacy default stream]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An operation on the legacy stream (stream 0 / CU_STREAM_LEGACY) waits for all
 // earlier work of every blocking stream, and an operation on a blocking stream
 // waits for earlier legacy-stream work; CU_STREAM_NON_BLOCKING streams take part in

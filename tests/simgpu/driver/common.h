@@ -3,6 +3,7 @@
 // lock that guards every piece of simulated device state.
 //
 // Note [One recursive device lock]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Every entry point takes device_lock() for its whole body, kernels run while it is
 // held, and the SIGSEGV handler takes it too. A fault raised by a kernel (or by our
 // own copy code) arrives on a thread that already holds the lock, so the lock is

@@ -157,7 +157,9 @@ CUresult do_copy_2d(stream_obj* s, uintptr_t dst, uint64_t dpitch, uintptr_t src
     copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
     d.st.d2h_bytes += bytes;
   } else if (sdev && ddev && (sp == mem_place::host_mapping) != (dp == mem_place::host_mapping)) {
-    // Note [Copies to host-located mappings]: a VMM mapping of host memory has a
+    // Note [Copies to host-located mappings]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    // A VMM mapping of host memory has a
     // device address, but its bytes are on the host: a copy between it and device
     // memory crosses the host link on a copy engine, as a pinned copy does.
     const bool in = sp == mem_place::host_mapping;

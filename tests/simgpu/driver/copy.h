@@ -2,6 +2,7 @@
 // the copy engines on the virtual clock, race accesses and activity records.
 //
 // Note [Copy cost]
+// ~~~~~~~~~~~~~~~~
 // duration = copy_latency_ns + bytes / bandwidth, where the bandwidth is the
 // model's pinned or pageable host-link rate for the direction (pinned when the host
 // side lies in cuMemAllocHost/cuMemHostAlloc/cuMemHostRegister memory), or for

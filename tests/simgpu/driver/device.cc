@@ -30,7 +30,9 @@ thread_local CUcontext t_current = nullptr;
 void before_fork() { device_lock().lock(); }
 void after_fork_parent() { device_lock().unlock(); }
 void after_fork_child() {
-  // Note [Fork]: a child of a CUDA process cannot use CUDA. The lock was taken by
+  // Note [Fork]
+  // ~~~~~~~~~~~
+  // A child of a CUDA process cannot use CUDA. The lock was taken by
   // this (the only surviving) thread in before_fork; start from a fresh one.
   device_lock().reinit_after_fork();
   g_forked.store(true);

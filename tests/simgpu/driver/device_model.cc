@@ -2,6 +2,7 @@
 // comment; every key below is required unless it has a default in device_model.h.
 //
 // Note [Driver call costs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // Each driver call family has its own host cost, from the model: the VMM calls
 // (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease) a per-call part
 // plus a part per 2 MiB page of the call's size (so mapping 64 MiB in one call costs

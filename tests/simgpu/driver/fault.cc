@@ -57,7 +57,7 @@ const device_window::declared_range* declared_at(const device_window& w, uintptr
 }
 
 // In a window: answers true when the fault was resolved (Note [Accesses a kernel
-// really makes]).
+// really makes] in tests/simgpu/driver/fault.h).
 bool resolve_device_fault(device_window& w, uintptr_t p, bool write) {
   region* r = find_region(p);
   if (r == nullptr || !r->live) return false;

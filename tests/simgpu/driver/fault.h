@@ -1,6 +1,7 @@
 // Device windows and the SIGSEGV handler that enforces device-memory protection.
 //
 // Note [Device windows]
+// ~~~~~~~~~~~~~~~~~~~~~
 // Device memory is PROT_NONE to host code at all times. Code that acts as the
 // device (a kernel's host function, the device side of a copy or memset) runs in a
 // window on the calling thread: a fault inside the window on memory the device may
@@ -14,6 +15,7 @@
 // the process dies of the SIGSEGV.
 //
 // Note [Accesses a kernel really makes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A kernel's declared footprint (its footprint function, or the allocations behind
 // its pointer arguments) is opened before it runs, page-granular and no wider:
 // read ranges PROT_READ, written ones read-write. Every other page of device memory

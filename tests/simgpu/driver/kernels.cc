@@ -109,7 +109,9 @@ bool derive_footprint(const kernel_obj* k, const std::vector<uint8_t>& buf,
   return true;
 }
 
-// Note [The launch log]: SIMGPU_LAUNCH_LOG=path appends one line per kernel that
+// Note [The launch log]
+// ~~~~~~~~~~~~~~~~~~~~~
+// SIMGPU_LAUNCH_LOG=path appends one line per kernel that
 // runs: "<correlation id> <kernel name> <base> <base> ...", the bases (hex) of the
 // live device allocations (cuMemAlloc, managed) the kernel's footprint touches, in
 // footprint order. With a footprint function that is what the kernel's author says
@@ -232,7 +234,9 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   timeline_op(w.fault_ns > 0 ? "kernel (faulting)" : "kernel", k->name.c_str(), s->id, start,
               end, 0);
   ++d.st.kernels;
-  // Note [Kernels on host-located mappings]: the footprint's bytes in host-located
+  // Note [Kernels on host-located mappings]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // The footprint's bytes in host-located
   // VMM mappings, and the pages reached there outside it (counted above), are
   // counted (and paid at kernel_host_access_bandwidth by kernel_duration_ns), so a
   // test can tell that a swap engine made every page resident before its kernel.
@@ -284,7 +288,9 @@ double kernel_duration_ns(const simgpuFootprint& fp, double reached_device_bytes
   }
   double compute_ns = fp.flops / m.fp32_flops_per_s * 1e9;
   double memory_ns = device_bytes / m.mem_bytes_per_s * 1e9;
-  // Note [Kernels on host memory]: every byte a kernel reads or writes in host
+  // Note [Kernels on host memory]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Every byte a kernel reads or writes in host
   // memory crosses the link at the model's zero-copy rate, each time it is read
   // (a footprint that declares a range twice pays for it twice; nothing is cached).
   return std::max(compute_ns, memory_ns) + host_bytes / m.kernel_host_access_bytes_per_s * 1e9;

@@ -1,6 +1,7 @@
 // Kernels: the registry (simgpuRegisterKernel) and launches.
 //
 // Note [What a launch does]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // 1. Copies the argument values into a parameter buffer laid out as registered
 //    (the caller's args may die after the call; graphs keep the buffer).
 // 2. Computes the footprint: the kernel's own footprint function, or else the whole
@@ -11,7 +12,8 @@
 //    the error becomes sticky (CUDA_ERROR_ILLEGAL_ADDRESS).
 // 4. Opens the footprint's pages (no wider) and runs the grid in a device window
 //    (fault.h) on the calling thread; pages reached outside the footprint fault
-//    one by one and are recorded (Note [Accesses a kernel really makes]).
+//    one by one and are recorded (Note [Accesses a kernel really makes] in
+//    tests/simgpu/driver/fault.h).
 // 5. Charges duration = max(flops / peak, device bytes / memory bandwidth)
 //    + host bytes / kernel_host_access_bandwidth + managed-fault time on the
 //    compute engine, records the footprint's and the faulted pages' accesses with

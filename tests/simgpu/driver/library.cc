@@ -2,9 +2,10 @@
 // LoadFromFile / Unload, cuLibraryGetKernel / GetKernelCount / EnumerateKernels,
 // cuKernelGetFunction / GetLibrary / GetName / GetAttribute / SetAttribute /
 // SetCacheConfig / GetParamInfo. Images are simgpu's own (Note [simgpu library
-// images] in simgpu/ext.h).
+// images] in tests/simgpu/include/simgpu/ext.h).
 //
 // Note [Kernels and functions]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A CUkernel is a library's handle, a CUfunction a context's: on simgpu a CUkernel is
 // a kernel_handle (below) and cuKernelGetFunction answers the kernel_obj that
 // simgpuRegisterKernel made for the same host function. The two handle kinds are

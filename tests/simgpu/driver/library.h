@@ -1,7 +1,7 @@
 // The cuLibrary / CUkernel half of the driver API (CUDA 12+): libraries loaded from
-// simgpu library images (Note [simgpu library images] in simgpu/ext.h) and their
-// context-independent kernel handles, which launches accept where a CUfunction is
-// expected.
+// simgpu library images (Note [simgpu library images] in
+// tests/simgpu/include/simgpu/ext.h) and their context-independent kernel handles, which
+// launches accept where a CUfunction is expected.
 #ifndef SIMGPU_DRIVER_LIBRARY_H
 #define SIMGPU_DRIVER_LIBRARY_H
 

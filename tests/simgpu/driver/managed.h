@@ -2,6 +2,7 @@
 // eviction to the host when the device is full, prefetch and advice.
 //
 // Note [Managed pages]
+// ~~~~~~~~~~~~~~~~~~~~
 // Each managed allocation has one location per model page (managed_page_size).
 // Host-resident pages are readable and writable by host code; device-resident
 // pages are PROT_NONE to the host (a host touch migrates the page back, charging a
@@ -55,6 +56,7 @@ CUresult managed_advise(CUdeviceptr p, size_t bytes, CUmem_advise advice, CUmemL
 void managed_note_prefetch(uintptr_t p, uint64_t bytes, CUmemLocation loc);
 
 // Note [Range attributes]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // cuMemRangeGetAttribute answers from the recorded hints of every host page of the
 // range, as the CUDA documentation describes: read-mostly is 1 only when every page
 // has it; a preferred or last-prefetch location is answered only when every page has

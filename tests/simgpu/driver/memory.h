@@ -2,11 +2,13 @@
 // pool), pinned host memory and pointer queries.
 //
 // Note [Capacity]
+// ~~~~~~~~~~~~~~~
 // cuMemAlloc rounds a request up to 512 bytes and aligns it to 256 (each allocation
-// in fact starts on its own page, Note [Device VA is never reused]). The capacity
-// (SIMGPU_MEMORY, default the model's memory) counts device allocations, device-
-// located VMM handles and device-resident managed pages; past it, allocation fails
-// with CUDA_ERROR_OUT_OF_MEMORY. cuMemGetInfo answers free = capacity - used.
+// in fact starts on its own page, Note [Device VA is never reused] in
+// tests/simgpu/driver/address_space.h). The capacity (SIMGPU_MEMORY, default the model's
+// memory) counts device allocations, device- located VMM handles and device-resident
+// managed pages; past it, allocation fails with CUDA_ERROR_OUT_OF_MEMORY. cuMemGetInfo
+// answers free = capacity - used.
 #ifndef SIMGPU_DRIVER_MEMORY_H
 #define SIMGPU_DRIVER_MEMORY_H
 

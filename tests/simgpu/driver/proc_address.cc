@@ -4,6 +4,7 @@
 // real cudart, reaches the driver only through cuGetProcAddress) finds them all.
 //
 // Note [Symbol versions]
+// ~~~~~~~~~~~~~~~~~~~~~~
 // A query names the base symbol ("cuMemAlloc") and the CUDA version the caller was
 // built for. The answer is the newest entry whose version is <= the request
 // (cuMemAlloc at 3020 is cuMemAlloc_v2); a request older than every entry is

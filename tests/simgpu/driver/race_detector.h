@@ -3,6 +3,7 @@
 // state, so it is unit-testable on its own.
 //
 // Note [Happens-before in simgpu]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Each timeline t has a clock C_t (one counter per timeline). An operation on t
 // first increments C_t[t] (its epoch) and is recorded with (t, epoch). Operation X
 // (t, e) happens before whatever runs on timeline u once C_u[t] >= e. Edges are
@@ -13,6 +14,7 @@
 // neither ordered before the other, are a race.
 //
 // Note [Compact history]
+// ~~~~~~~~~~~~~~~~~~~~~~
 // Per region, the detector keeps only accesses that may still race: a record that
 // the host has joined (C_host[t] >= e) is ordered before every future operation
 // (each enqueue joins the host) and is dropped; a record is also dropped when a

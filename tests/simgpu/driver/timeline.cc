@@ -1,4 +1,4 @@
-// Note [The timeline] (see timeline.h).
+// See Note [The timeline] in tests/simgpu/driver/timeline.h (see timeline.h).
 #include "timeline.h"
 
 #include <cinttypes>

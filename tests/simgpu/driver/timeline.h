@@ -1,4 +1,6 @@
-// Note [The timeline]: SIMGPU_TIMELINE=path writes what ran when on the virtual clock
+// Note [The timeline]
+// ~~~~~~~~~~~~~~~~~~~
+// SIMGPU_TIMELINE=path writes what ran when on the virtual clock
 // as a Chrome trace (JSON array of complete events; opens in Perfetto and
 // chrome://tracing): one track per stream with its kernels, copies and memsets, and a
 // "host" track with the spans the host spent waiting for the device (stream, event

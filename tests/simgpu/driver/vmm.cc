@@ -50,6 +50,7 @@ region* reservation_for(uintptr_t p, size_t size) {
 }
 
 // Note [VMM calls that wait]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // With vmm_waits_for_device (model key; SIMGPU_VMM_WAIT overrides), cuMemMap,
 // cuMemUnmap and cuMemSetAccess first move host time to the moment the device has
 // finished the work already enqueued: the pessimistic reading of PyTorch's note
@@ -241,7 +242,9 @@ CUresult vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   at = ptr;
   while (at < ptr + size) {
     vmm_mapping* m = find_mapping(r, at);
-    // Note [Access changes and the race detector]: taking access away from bytes
+    // Note [Access changes and the race detector]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    // Taking access away from bytes
     // that device work not yet known complete uses is a race (a GPU's queued
     // kernel would fault); keeping or widening it changes nothing for that work.
     bool forbid_reads = device_access == CU_MEM_ACCESS_FLAGS_PROT_NONE && m->access != 0;

@@ -2,6 +2,7 @@
 // mappings and access.
 //
 // Note [VMM in simgpu]
+// ~~~~~~~~~~~~~~~~~~~~
 // cuMemCreate makes a memfd of the handle's size; a device-located handle counts
 // against capacity, a host-located (CU_MEM_LOCATION_TYPE_HOST/HOST_NUMA) one does
 // not. cuMemMap maps the memfd MAP_SHARED|MAP_FIXED into a reservation, PROT_NONE:

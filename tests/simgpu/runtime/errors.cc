@@ -31,6 +31,7 @@ const error_text* find_error(int code) noexcept {
 }  // namespace
 
 // Note [CUresult to cudaError_t]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Since CUDA 10 the runtime and driver share numbers for every condition both can
 // report (OUT_OF_MEMORY 2 = cudaErrorMemoryAllocation 2, INVALID_VALUE 1 =
 // cudaErrorInvalidValue 1, NOT_INITIALIZED 3 = cudaErrorInitializationError 3, which
@@ -92,6 +93,7 @@ SIMGPU_EXPORT const char* cudaGetErrorString(cudaError_t error) {
 }
 
 // Note [Last error]
+// ~~~~~~~~~~~~~~~~~
 // Every entry point that fails stores its code as the calling thread's last error.
 // cudaGetLastError returns it and resets it; cudaPeekAtLastError only returns it.
 // A sticky error (the context is corrupted: illegal address, launch failure,

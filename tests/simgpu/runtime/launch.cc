@@ -22,6 +22,7 @@ api_options launch_options(const kernel_ref& k, bool per_thread) {
 }
 
 // Note [Launch configuration errors]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The runtime rejects an empty or oversized block before the driver sees it, with
 // cudaErrorInvalidConfiguration as a GPU does (1024 threads per block on every
 // device simgpu models).
@@ -136,6 +137,7 @@ SIMGPU_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void* func, dim
 }
 
 // Note [__cudaLaunchKernel params]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // CUPTI 13 defines callback ids for __cudaLaunchKernel(_ptsz)_v13000 but no params
 // struct for them (generated_cuda_runtime_api_meta.h has none), so the callback's
 // functionParams is NULL, as for every runtime callback without one: a subscriber

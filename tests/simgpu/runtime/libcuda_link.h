@@ -15,6 +15,7 @@
 namespace simgpu::link {
 
 // Note [Which libcuda.so.1]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // The file next to the calling library comes first: a test run with
 // LD_LIBRARY_PATH pointing at the build folder and a system that also has a real
 // (or another) libcuda.so.1 must still pair our runtime with our driver. The soname

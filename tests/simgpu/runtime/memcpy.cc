@@ -14,6 +14,7 @@ namespace {
 CUdeviceptr dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 
 // Note [Direction of a copy]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The driver's answer for CU_POINTER_ATTRIBUTE_MEMORY_TYPE decides: device (which
 // includes managed memory) or host (pinned, registered, or unknown to the driver:
 // pageable). A copy that involves managed memory goes through cuMemcpy, which
@@ -117,6 +118,7 @@ void set_side(const driver_table& d, const void* p, size_t pitch, bool is_src, C
 }
 
 // Note [2D copies]
+// ~~~~~~~~~~~~~~~~
 // Contiguous rows become one 1D copy; otherwise one cuMemcpy2D, with each side's
 // memory type taken from its pointer (the kind only has to be a valid one).
 cudaError_t copy_2d(const driver_table& d, void* dst, size_t dpitch, const void* src, size_t spitch,

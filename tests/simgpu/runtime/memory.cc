@@ -225,9 +225,9 @@ SIMGPU_EXPORT cudaError_t cudaMemPrefetchAsync_ptsz(const void* devPtr, size_t c
 }
 
 // Range attributes: the driver answers from what cuMemAdvise and cuMemPrefetchAsync
-// recorded (Note [Range attributes] in the driver's managed.h); the runtime's enum,
-// device ids (cudaCpuDeviceId, cudaInvalidDeviceId) and location types are the
-// driver's.
+// recorded (Note [Range attributes] in tests/simgpu/driver/managed.h in the driver's
+// managed.h); the runtime's enum, device ids (cudaCpuDeviceId, cudaInvalidDeviceId) and
+// location types are the driver's.
 SIMGPU_EXPORT cudaError_t cudaMemRangeGetAttribute(void* data, size_t dataSize,
                                                    cudaMemRangeAttribute attribute,
                                                    const void* devPtr, size_t count) {
@@ -250,6 +250,7 @@ SIMGPU_EXPORT cudaError_t cudaMemRangeGetAttributes(void** data, size_t* dataSiz
 // ---- Pointer attributes --------------------------------------------------------------
 
 // Note [Unregistered pointers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Since CUDA 11 a pointer the driver does not know (plain malloc memory) is not an
 // error: the type is cudaMemoryTypeUnregistered with both pointers null. simgpu's
 // driver may answer such a pointer with CUDA_ERROR_INVALID_VALUE or with memory

@@ -20,13 +20,14 @@ namespace simgpu::rt {
 namespace {
 
 // Note [Kernels load as libraries]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A CUDA 12+ runtime loads its fatbinaries with the driver's context-independent
 // library API (cuLibraryLoadData) and its kernel handles are the driver's: the
 // headers declare cudaKernel_t and CUkernel as the same struct CUkern_st*. So here a
 // registered kernel becomes, on its first use after cuInit, a one-kernel simgpu
-// library image (Note [simgpu library images] in simgpu/ext.h) loaded with
-// cuLibraryLoadData and found with cuLibraryGetKernel; its cudaKernel_t is that
-// CUkernel, and every launch hands the CUkernel to cuLaunchKernel(Ex) cast to
+// library image (Note [simgpu library images] in tests/simgpu/include/simgpu/ext.h)
+// loaded with cuLibraryLoadData and found with cuLibraryGetKernel; its cudaKernel_t is
+// that CUkernel, and every launch hands the CUkernel to cuLaunchKernel(Ex) cast to
 // CUfunction, as the driver API allows. cudaGetFuncBySymbol answers
 // cuKernelGetFunction's CUfunction, and cudaFuncGetParamInfo asks
 // cuKernelGetParamInfo. A failed load is answered to the launch or query that needed
@@ -45,6 +46,7 @@ struct kernel_entry {
 };
 
 // Note [Kernel registry]
+// ~~~~~~~~~~~~~~~~~~~~~~
 // Entries live in a deque (stable addresses) and are never removed: names handed
 // to CUPTI must stay valid for the process. An nvcc-only entry's address doubles as
 // its cudaKernel_t, so __cudaLaunchKernel can still name the kernel it refuses.

@@ -36,6 +36,7 @@ driver_state& drv_state() noexcept {
 }
 
 // Note [Two initialisation levels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Kernel sources register their kernels from static initialisers, possibly before
 // main and before anything else of the runtime ran; registration only needs
 // libcuda's extension functions, so library() stops at dlopen + dlsym. cuInit and
@@ -126,6 +127,7 @@ void report_missing(const char* name) noexcept {
 int& thread_device() noexcept { return current_device; }
 
 // Note [Lazy primary context]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // As in the real runtime, a thread that has no current context gets the primary
 // context of its current device (cudaSetDevice, else 0) on its first call that
 // needs one; a context made current through the driver API is used as it is. The

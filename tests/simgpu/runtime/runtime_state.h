@@ -159,6 +159,7 @@ inline cudaStream_t per_thread_stream(cudaStream_t s) noexcept {
 }  // namespace simgpu::rt
 
 // Note [One line per entry point]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The params struct is aggregate-initialised from the arguments in declaration
 // order, which is the order of the generated *_params structs; the callback id and
 // the function name CUPTI reports ("cudaMalloc_v3020") come from the same token.

@@ -32,7 +32,7 @@ SIMGPU_KERNEL_FOOTPRINT(cupti_fill_kernel, [](simgpu::footprint& fp, float* p, f
 });
 
 // Keeps the stream busy so that later operations run back to back (see
-// test_timing.cc, Note [Measuring one operation]).
+// test_timing.cc, Note [Measuring one operation] in tests/simgpu/tests/test_timing.cc).
 __global__ void cupti_busy_kernel(float* p, double flops) {
   (void)flops;
   if (threadIdx.x == 0) p[0] = 0;
@@ -527,10 +527,10 @@ size_t take_kernel_records() {
 }
 
 TEST_F(Cupti, RecordOfAKernelStillRunning) {
-  // Note [Records when done] (cupti/activity.cc): under SIMGPU_CUPTI_RECORDS=when-done
-  // a forced flush while the kernel runs gives no record for it, as on a GPU; by
-  // default the record is there at once. (The meson test test_cupti_when_done runs
-  // this test under when-done.)
+  // See Note [Records when done] (tests/simgpu/cupti/activity.cc): under
+  // SIMGPU_CUPTI_RECORDS=when-done a forced flush while the kernel runs gives no record
+  // for it, as on a GPU; by default the record is there at once. (The meson test
+  // test_cupti_when_done runs this test under when-done.)
   const char* mode = std::getenv("SIMGPU_CUPTI_RECORDS");
   const bool when_done = mode != nullptr && std::string(mode) == "when-done";
   ASSERT_EQ(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed),

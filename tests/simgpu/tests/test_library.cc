@@ -139,7 +139,7 @@ TEST(Library, LoadQueryLaunchUnload) {
   CU_OK(SIMGPU_DRV(cuKernelGetLibrary)(&owner, scale));
   EXPECT_EQ(owner, lib);
   // A CUkernel is not a CUfunction to the cuFunc* queries (Note [Kernels and
-  // functions] in driver/library.cc); its context's function is.
+  // functions] in tests/simgpu/driver/library.cc); its context's function is.
   CUfunction as_function = reinterpret_cast<CUfunction>(scale);
   EXPECT_EQ(SIMGPU_DRV(cuFuncGetParamInfo)(as_function, 0, &off, &size),
             CUDA_ERROR_INVALID_HANDLE);
@@ -230,7 +230,7 @@ TEST(Library, RuntimeKernelsAreLibraryKernels) {
   EXPECT_EQ(off, sizeof(tensor_lists));
 }
 
-// Note [32 KB parameter blocks] in driver/api_launch.cc: an 8 KiB block of tensor
+// See Note [32 KB parameter blocks] in profiler/launch_scan.h: an 8 KiB block of tensor
 // pointers is copied and scanned whole: the allocations behind pointers past 4 KiB
 // are in the launch's footprint (the launch log), and the kernel reads them.
 TEST(Library, ParameterBlockPast4KiBIsScannedWhole) {

@@ -68,7 +68,7 @@ class Managed : public ::testing::Test {
   }
 
   // Virtual ms of one managed_sum_kernel over x, measured after a filler (see
-  // test_timing.cc, Note [Measuring one operation]).
+  // test_timing.cc, Note [Measuring one operation] in tests/simgpu/tests/test_timing.cc).
   double sum_ms(const float* x) {
     double filler = 0.05 * peak_;
     void* fargs[] = {&out_, &filler};

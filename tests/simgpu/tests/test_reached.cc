@@ -1,5 +1,6 @@
 // What kernels really reach, and the race detector seeing it (Note [Accesses a
-// kernel really makes] in driver/fault.h); the VMM switches of the device model.
+// kernel really makes] in tests/simgpu/driver/fault.h); the VMM switches of the device
+// model.
 //
 // A kernel that chases a pointer stored in device memory (a batched GEMM's pointer
 // array, an optimizer's foreach list) names only the pointer array in its

@@ -13,7 +13,9 @@
 // enqueues), and kernels reach host memory at the model's zero-copy rate, paying
 // for every read.
 //
-// Note [Measuring one operation]: the stream is first given a long kernel, so that
+// Note [Measuring one operation]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The stream is first given a long kernel, so that
 // the host is far ahead of the device when the events and the measured operation
 // are enqueued; the interval between the two events is then the operation alone,
 // without host API overhead.
@@ -124,7 +126,7 @@ class Timing : public ::testing::Test {
               cudaSuccess);
   }
 
-  // Note [Measuring one operation]: about 50 ms of compute on the model.
+  // See Note [Measuring one operation]: about 50 ms of compute on the model.
   void fill(cudaStream_t s) { flops_on(s, 0.05 * f_.fp32_flops); }
 
   float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
@@ -147,7 +149,9 @@ class Timing : public ::testing::Test {
     return (f_.copy_latency_s + static_cast<double>(bytes) / bw) * 1e3;
   }
 
-  // Note [Launch latency]: a kernel cannot start before launch latency has passed
+  // Note [Launch latency]
+  // ~~~~~~~~~~~~~~~~~~~~~
+  // A kernel cannot start before launch latency has passed
   // since the host issued it; behind other work on its stream that latency is
   // hidden, so a kernel measured after a filler takes exactly its work.
   double kernel_expected_ms(double work_s) const { return work_s * 1e3; }

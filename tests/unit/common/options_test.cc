@@ -220,7 +220,7 @@ TEST(ParseOptions, ProfilingOptions) {
   EXPECT_EQ(d.cfg.profile_iterations, 0u);
 }
 
-// Note [One profile path].
+// See Note [One profile path] in common/options.h.
 TEST(ParseOptions, OneProfilePathIsReadWhenThereAndWrittenOtherwise) {
   const std::string path = ::testing::TempDir() + "oversub_one_profile_path.oprof";
   std::remove(path.c_str());

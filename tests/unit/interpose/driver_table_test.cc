@@ -1,4 +1,5 @@
-// The driver version table (interpose/driver_table.h, Note [Answering by version]).
+// The driver version table (interpose/driver_table.h, Note [Answering by version] in
+// interpose/driver_table.h).
 #include "interpose/driver_table.h"
 
 #include <gtest/gtest.h>

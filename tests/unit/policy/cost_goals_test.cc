@@ -8,9 +8,9 @@
 // - an MLP training step shaped like simtrain (weights, gradients and two optimizer
 //   states per layer, every use a write as in a profile) at 78% of its peak (the
 //   30.40 MiB of 39.20 MiB point of docs/simulate.md): cost must move no more bytes
-//   than lru and be faster than lru and vdnn-all (before Note [Plan then hoist] it
-//   moved 2.1x lru's bytes and was slower than both), and at 55% of the peak
-//   within 1.75x of the bound (Note [Gap key]);
+//   than lru and be faster than lru and vdnn-all (before Note [Plan then hoist] in
+// policy/schedule.cc it   moved 2.1x lru's bytes and was slower than both), and at 55% of
+// the peak   within 1.75x of the bound (Note [Gap key] in policy/schedule.cc);
 // - no copy out that is not needed: on every shape, cost copies a buffer out only
 //   when its host copy is stale and its content is needed later.
 #include <gtest/gtest.h>
@@ -153,7 +153,7 @@ TEST(CostGoals, RingReachesTheTransferBound) {
       << "cost " << s.iteration_ns << " ns, bound " << bound << " ns";
 }
 
-// Pages (Note [Pipeline room] in schedule.cc): the swap engine's view of simtrain
+// Pages (Note [Pipeline room] in policy/schedule.cc): the swap engine's view of simtrain
 // --depth 8 --width 512 --batch 128 (the page model of its profile on the H100-PCIe
 // model, `oversub simulate --granularity page`): 18 pages of 2 MiB, 71 launches,
 // in 23.80 MiB (the bench's 1.5x). Backward brings a gradient/optimizer page in
@@ -221,8 +221,8 @@ TEST(CostGoals, MlpStepMovesNoMoreThanLruAndIsFaster) {
     EXPECT_LT(cost.iteration_ns, lru.iteration_ns) << what;
     EXPECT_LT(cost.iteration_ns, vdnn.iteration_ns) << what;
   }
-  // Note [Gap key] in schedule.cc: optimizer state idle since the last step leaves
-  // instead of fresh activations, so its copies out overlap the backward pass's
+  // See Note [Gap key] in policy/schedule.cc: optimizer state idle since the last step
+  // leaves instead of fresh activations, so its copies out overlap the backward pass's
   // copies in: 1.65x the bound at 55% of the peak (1.87x with Belady's key alone).
   const auto cap = static_cast<std::size_t>(0.55 * static_cast<double>(peak_live_bytes(m)));
   const simulation cost = planned(m, cap, device.costs, policy_kind::cost);
@@ -264,7 +264,7 @@ TEST(CostGoals, NoNeedlessCopyOut) {
 
 // A buffer read only (writes known) comes and goes without a copy out: in a ring
 // of read-only buffers, the copies out are at most those of the buffers resident
-// at the start (taken as newer than the host, Note [Steady state]).
+// at the start (taken as newer than the host, Note [Steady state] in policy/schedule.h).
 TEST(CostGoals, ReadOnlyBuffersLeaveWithoutCopy) {
   const cost_model c = link_of(1e9);
   iteration_model m = ring(32, 256 * 1024, 10000);

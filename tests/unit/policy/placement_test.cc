@@ -244,7 +244,8 @@ TEST(PlacementIsValid, RejectsWhatIsWrong) {
 }
 
 
-// Placement with a page size (Note [Grouping by lifetime into pages]).
+// Placement with a page size (Note [Grouping by lifetime into pages] in
+// policy/placement.cc).
 
 // The pages [first, last] that bytes [offset, offset + size) touch.
 std::pair<std::size_t, std::size_t> pages_of(std::size_t offset, std::size_t size,
@@ -380,9 +381,10 @@ TEST(PlacementPages, TemporariesReuseTheBytesOfDeadLongLivedBuffers) {
   EXPECT_EQ(p.region_bytes, 1024 * KiB);
 }
 
-// Note [Long-lived layout from a profile]: a layer's weight, gradient and two Adam
-// moments are allocated together; the weights are first used in the forward pass, the
-// gradients and moments in the backward pass, layer by layer from the last.
+// See Note [Long-lived layout from a profile] in policy/placement.h: a layer's weight,
+// gradient and two Adam moments are allocated together; the weights are first used in the
+// forward pass, the gradients and moments in the backward pass, layer by layer from the
+// last.
 TEST(LongLivedLayout, OrdersByFirstUseKeepingAllocationOrderAmongEquals) {
   // Layers 0..2, each [weight, gradient, m, v]; forward uses weight l at launch l,
   // backward layer l's gradient at 10 + 2 * (2 - l) and its update m, v (and gradient

@@ -284,7 +284,7 @@ TEST(Schedule, PrefetchDistanceBoundsHowEarlyFetchesStart) {
 
 // CPU time of the planning (the process is single-threaded), so that other work on
 // a shared machine does not fail the test; the cost policy plans several candidates
-// and simulates each (Note [Plan then hoist] in schedule.cc).
+// and simulates each (Note [Plan then hoist] in policy/schedule.cc).
 TEST(Schedule, CostPlansTenThousandLaunchesWellUnderASecond) {
   const auto device = synthetic::read_device_model("h100-pcie");
   const iteration_model m = synthetic::random_layered(11, 3400);

@@ -44,7 +44,7 @@ class StreamReuse : public ::testing::Test {
   cudaStream_t b_ = nullptr;
 };
 
-// Note [One stream needs no events] (pool/stream_fences.h). First in the file: it
+// See Note [One stream needs no events] (pool/stream_fences.h). First in the file: it
 // needs the process's fences before any test has used a second stream (meson also
 // runs it alone).
 TEST_F(StreamReuse, OneStreamRecordsNoEventsAndASecondWaitsForTheFloor) {
@@ -87,7 +87,8 @@ TEST_F(StreamReuse, FreedOnAWithPendingWorkIsNotGivenToB) {
   allocation_result x = arena.allocate(bytes, cu(a_));
   ASSERT_TRUE(x);
   // Live after x, so that x's block stays its own size when freed (a free with no
-  // tickets, Note [One stream needs no events], would merge with free neighbours).
+  // tickets, Note [One stream needs no events] in pool/stream_fences.h, would merge with
+  // free neighbours).
   allocation_result guard = arena.allocate(bytes, cu(a_));
   ASSERT_TRUE(guard);
   busy(a_, x.ptr, bytes);                     // ~0.6 ms of virtual work on a

@@ -42,8 +42,8 @@ TEST(LaunchScan, PackedBufferGivesTheSameWords) {
   EXPECT_EQ(gather_packed(params, block, 12, words), 1u);  // cut at the buffer's size
 }
 
-// Note [32 KB parameter blocks] (launch_scan.h): multi_tensor_apply's tensor lists,
-// many pointers by value, past CUDA's old 4 KiB limit; and the largest block CUDA
+// See Note [32 KB parameter blocks] (profiler/launch_scan.h): multi_tensor_apply's tensor
+// lists, many pointers by value, past CUDA's old 4 KiB limit; and the largest block CUDA
 // 12.1+ launches (32764 bytes), every word of it.
 TEST(LaunchScan, ParameterBlocksPast4KiBAreScannedWhole) {
   struct tensor_lists {

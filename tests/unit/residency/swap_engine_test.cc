@@ -19,8 +19,9 @@
 #include "pool/vmm_arena.h"
 #include "simgpu/kernel.h"
 
-// Kernels for Note [Moves after all work]: a long one, and one that reads an int
-// through a pointer it loads from device memory (its footprint names only the table).
+// Kernels for Note [Moves after all work] in residency/swap_engine.h; a long one, and one
+// that reads an int through a pointer it loads from device memory (its footprint names
+// only the table).
 __global__ void long_kernel(int* out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = 7;
 }
@@ -108,7 +109,7 @@ TEST_F(Residency, PagesSwappedOutAndBackKeepTheirBytes) {
   EXPECT_EQ(st.failures, 0u);
 }
 
-// Note [Lending an evicting page's memory] (residency/swap_engine.h): with lending on, a fetch
+// See Note [Lending an evicting page's memory] (residency/swap_engine.h): with lending on, a fetch
 // that finds no room while evictions are under way takes an evicting page's device
 // memory and orders its copy in after that page's copy out on the GPU, instead of
 // waiting on the host. Every page keeps its bytes through two rounds of 16 pages in 4
@@ -198,9 +199,9 @@ TEST_F(Residency, ACleanPageIsEvictedWithoutACopy) {
   expect_bytes(0, 3);
 }
 
-// Note [Dead pages]: a page no live block overlaps leaves without a copy and comes
-// back without one; a block handed out on it is fresh only until write-capable work
-// is prepared; a page another live block shares keeps its bytes.
+// See Note [Dead pages] in residency/swap_engine.h: a page no live block overlaps leaves
+// without a copy and comes back without one; a block handed out on it is fresh only until
+// write-capable work is prepared; a page another live block shares keeps its bytes.
 TEST_F(Residency, DeadPagesMoveWithoutCopies) {
   residency_engine e(config(1, 16));
   ASSERT_TRUE(e.create_page(va(0)));
@@ -325,7 +326,7 @@ void Residency::expect_only_page_3_left(residency_engine& e, int fill) {
   EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
 }
 
-// Note [Prefetch keeps what is needed sooner] (core/schedule.cc): a
+// See Note [Prefetch keeps what is needed sooner] (core/schedule.cc): a
 // scheduled prefetch that finds no room evicts only pages its rank lets go (rank 0
 // keeps a page), whatever their last use; with every resident page kept it evicts
 // nothing and defers.
@@ -353,7 +354,7 @@ TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
   ASSERT_NO_FATAL_FAILURE(expect_only_page_3_left(e, 0x20));
 }
 
-// Note [Evictions copy page by page] (residency/swap_engine.h): two adjacent pages evicted
+// See Note [Evictions copy page by page] (residency/swap_engine.h): two adjacent pages evicted
 // together go out in a copy each, and a prefetch that finds room for only some of its
 // pages fetches them in the order asked for (the schedule's: soonest use first), not
 // in address order.
@@ -393,7 +394,7 @@ std::uint64_t host_ns() {
   return f == nullptr ? 0 : f();
 }
 
-// Note [Asking the driver once] (residency/swap_engine.h): work that uses a page whose fetch
+// See Note [Asking the driver once] (residency/swap_engine.h): work that uses a page whose fetch
 // is still under way waits for the copy without asking the driver first, and later
 // work on the same stream neither asks nor waits again (stream order holds it). On
 // simgpu every driver question costs host time, so ten prepares of that page cost the
@@ -424,7 +425,7 @@ TEST_F(Residency, WorkWaitsForAFetchOnceWithoutAsking) {
 std::uint64_t g_fake_now = 1000;
 std::uint64_t fake_clock() noexcept { return g_fake_now; }
 
-// Note [Not asking too early] (residency/swap_engine.h): with a clock and the link's rates,
+// See Note [Not asking too early] (residency/swap_engine.h): with a clock and the link's rates,
 // the engine does not ask about a copy out before the clock says it could be done,
 // even when it is (here the device has finished it): a fetch waiting for its room is
 // deferred until the clock has passed the copy's earliest end, then goes ahead.
@@ -474,7 +475,7 @@ TEST_F(Residency, PrefetchNowEvictsTheHighestRankFirst) {
   ASSERT_NO_FATAL_FAILURE(expect_only_page_3_left(e, 0x30));
 }
 
-// Note [One range in swap mode] (pool/vmm_arena.cc): an arena over the engine reserves
+// See Note [One range in swap mode] (pool/vmm_arena.cc): an arena over the engine reserves
 // the device's range plus swap_range_bytes at once, so blocks allocated one after
 // another past the device's size stay adjacent (one range, no block split off to
 // another). Run a second time with SIMGPU_FAIL=reserve:2 (tests/unit/pool/meson.build):
@@ -543,12 +544,12 @@ TEST_F(Residency, TheArenaOverTheEngineHoldsMoreThanTheCapacity) {
 namespace oversub::pool {
 namespace {
 
-// Note [Moves after all work]: page 0 is used on stream A only, as far as the engine
-// knows. On stream B, behind a long kernel, a kernel reads page 0 through a pointer
-// stored in page 1 (announced: page 1 only). Evicting page 0 to make room must still
-// wait for B's work before its device memory is unmapped: simgpu records the page the
-// kernel really reached, and with SIMGPU_RACE=abort an unmap ordered after A alone
-// aborts the test.
+// See Note [Moves after all work] in residency/swap_engine.h: page 0 is used on stream A
+// only, as far as the engine knows. On stream B, behind a long kernel, a kernel reads
+// page 0 through a pointer stored in page 1 (announced: page 1 only). Evicting page 0 to
+// make room must still wait for B's work before its device memory is unmapped: simgpu
+// records the page the kernel really reached, and with SIMGPU_RACE=abort an unmap ordered
+// after A alone aborts the test.
 TEST_F(Residency, AnEvictionWaitsForWorkThatReachesThePageUnannounced) {
   residency_engine e(config(2, 16));
   cudaStream_t b = nullptr;

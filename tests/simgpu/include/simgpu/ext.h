@@ -80,6 +80,7 @@ CUfunction simgpuFunctionFromHost(const void* hostFun);
 // ---- Library images (cuLibraryLoadData) ------------------------------------------
 
 // Note [simgpu library images]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // simgpu cannot run device code, so the "code" a CUDA 12+ program hands to
 // cuLibraryLoadData is, on simgpu, a simgpuLibraryImage: a table of kernels as
 // simgpuRegisterKernel takes them. cuLibraryLoadData(&lib, &image, ...) registers
@@ -184,7 +185,7 @@ void simgpuSetActivitySink(simgpuActivitySink sink, void* user);
 uint64_t simgpuVirtualTimeNs(void);
 
 // 1 when SIMGPU_CUPTI_RECORDS=when-done: libcupti keeps each record until the virtual
-// clock has passed its end (Note [Records when done] in cupti/activity.cc).
+// clock has passed its end (Note [Records when done] in tests/simgpu/cupti/activity.cc).
 int simgpuActivityWhenDone(void);
 
 #ifdef __cplusplus
