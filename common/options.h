@@ -84,7 +84,7 @@ struct config {
   host_limit host;
   swap_policy policy = swap_policy::cost;
   std::uint64_t prefetch_launches = 0;  // 0: as far ahead as capacity allows
-  bool tune = true;  // Note [Choosing among schedules by measured time]
+  bool tune = true;  // Note [Choosing among schedules by measured time] in core/tuning.cc
   log::level log_level = log::level::warn;
   std::string log_file;    // empty: stderr. "%p" is replaced by the pid.
   bool verbose = false;
@@ -94,7 +94,7 @@ struct config {
   std::string iteration_marker;   // kernel-name substring starting an iteration
   std::uint64_t profile_iterations = 0;  // write the profile after this many; 0: at exit
   std::string profile_in;         // a profile to load at start (validated)
-  std::string profile;            // Note [One profile path]: read if there, else written
+  std::string profile;            // read if there, else written (Note [One profile path])
 };
 
 // X(NAME, field, parser, default, accepted forms, doc). NAME is the part after

@@ -71,9 +71,9 @@ prepare_result device_prepare(int device, std::span<const byte_range> ranges, CU
 // Swap mode: work on stream that may use any of device's pages (Note [A launch that
 // may touch anything] in residency/swap_engine.h).
 void device_touch_all(int device, CUstream stream) noexcept;
-// Swap mode: schedule-driven moves of ranges of device's memory (no stream waits):
-// evictions begun, and fetches that never wait on the host (pages that find no room
-// yet are appended to later; residency_engine::prefetch_now).
+// Swap and um modes: schedule-driven moves of ranges of device's memory (no stream
+// waits): evictions begun, and fetches that never wait on the host (what finds no
+// room yet is appended to later; residency_backend::prefetch_now).
 bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          std::vector<byte_range>& later,

@@ -39,7 +39,7 @@ struct unit {
 // A variant of the learned iteration's schedule.
 struct variant {
   std::size_t rotation = 0;    // the loop body starts this many launches into the period
-  std::size_t free_pages = 0;  // pages left out of the plan's capacity past Note [Headroom]
+  std::size_t free_pages = 0;  // pages left out of the plan's capacity past Note [Headroom] in policy/schedule.h
   bool lend = false;           // Note [Lending an evicting page's memory] (residency/swap_engine.h)
   bool operator==(const variant&) const = default;
 };
@@ -119,7 +119,7 @@ struct learner {
   int waited = 0;                    // loop starts passed awaiting them
   int record_waits = 0;              // the same, over the whole tuning (stats)
   bool no_times_logged = false;
-  bool lend_tried = false;           // Note [Lending as a variant]
+  bool lend_tried = false;           // Note [Lending as a variant] in core/tuning.cc
   std::vector<std::uint32_t> tuned_for;  // the learned period the choice below is for
   variant tuned;
 };

@@ -1,10 +1,8 @@
 // The exported hooks: one extern "C" function per symbol of hooks.def.
 //
-// Each is thin: when hooks are not active (Note [When hooks pass through] in real.h)
-// it calls the real function and nothing else; otherwise it raises the re-entrancy
-// guard, counts the call and hands it to its handler. The whole body runs under the
-// guard of Note [Nothing crosses the ABI edge] (abi_guard.h): the function is noexcept
-// to its caller, the handlers below it are not.
+// Each is noexcept and thin: when hooks are not active (Note [When hooks pass
+// through] in real.h) it calls the real function and nothing else; otherwise it
+// raises the re-entrancy guard, counts the call and hands it to its handler.
 //
 // Note [Redeclaring CUDA's functions]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -4,11 +4,11 @@
 // or the real allocator, record the allocation or give the bytes back; forget before
 // a real free; rewrite the real free/total into the virtual ones.
 //
-// The real call comes in as a callable returning cudaError_t (a driver caller
-// translates its CUresult and keeps it, driver_hooks.cc's driver_result; see Note
-// [Error codes across the APIs] in core/error_codes.h), so one pointer allocated
-// through one API and freed through the other meets the same tracker and the same
-// pool (Note [One core for both APIs]).
+// The real call comes in as a callable returning cudaError_t (a driver caller casts
+// its CUresult: the codes these paths produce, cudaSuccess and
+// cudaErrorMemoryAllocation, equal CUDA_SUCCESS and CUDA_ERROR_OUT_OF_MEMORY), so
+// one pointer allocated through one API and freed through the other meets the same
+// tracker and the same pool (Note [One core for both APIs]).
 //
 // Note [One core for both APIs]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

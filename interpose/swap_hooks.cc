@@ -58,7 +58,7 @@ const profiler::function_info* layout_of(const void* func) noexcept {
     const char* name = nullptr;
     const profiler::cuda_queries& q = cuda_queries();
     if (q.runtime_name == nullptr || q.runtime_name(&name, func) != 0) name = nullptr;
-    if (q.runtime_take_error != nullptr) q.runtime_take_error();  // Note [Probing leaves no error behind]
+    if (q.runtime_take_error != nullptr) q.runtime_take_error();  // Note [Probing leaves no error behind] in profiler/session.h
     say_unreadable(name);
   }
   return g_layouts.insert(func, std::move(info));

@@ -148,24 +148,24 @@ class planner {
   std::set<std::pair<std::int64_t, buffer_id>> victims_;  // ascending key
   std::vector<std::int64_t> pinned_at_;                   // launch that needs it now
   std::size_t used_bytes_ = 0;
-  std::int64_t cursor_ = -1;  // Note [Gap key]
-// The second victim key of the demand plans: the ideal time of the next use minus
-// half the time since the last use, so that of two buffers needed equally late the
-// one idle longer goes. A buffer idle since the previous iteration (optimizer state
-// written by the last step, a gradient) then leaves rather than an activation just
-// written: its copy out follows its last use in the previous iteration's backward
-// pass, where the device-to-host link is idle, instead of adding to the forward
-// pass's copies out, the half that is link-bound. On simtrain at 30.40 MiB: 361 us
-// against 421 us with the time of the next use alone (Belady, the key before), at
-// ~~~~~~~~~~~~~~~~~~
-// 16 MiB 892 us against 921 us; no point of the traces' sweeps more than 0.3%
-// slower. A weight of 1 instead of 1/2 won more on simtrain (340 us, 836 us) but
-// lost 4% on the VGG-16 b64 trace at 2.30 GiB; 1/4 won less.
-//
-// Note [Prefetch cursor]
+  std::int64_t cursor_ = -1;  // See Note [Prefetch cursor]
   schedule out_;
   // cost: growth_[k][q] = max of growth over [q, q + 2^k) (Note [Prefetch headroom]).
   std::vector<std::vector<std::int64_t>> growth_;
+  // vdnn_all: offload after launch i, fetch before launch i.
+  std::vector<std::vector<buffer_id>> vdnn_offload_, vdnn_fetch_;
+};
+
+// Note [Cost victim]
+// ~~~~~~~~~~~~~~~~~~
+// The future is known, so the victim is the buffer that can stay away longest: the
+// ideal time of its next use minus its round trip (copy out when the host copy is
+// stale, plus the copy back in). Without the round trip this is Belady's rule; with
+// it, a clean buffer beats a dirty one of the same distance, and a large buffer
+// needed soon is not sent on a trip it cannot finish. A prefetch may evict only
+// buffers whose next use is later than the one being fetched (evicting an earlier
+// use to fetch a later one can only add stalls).
+//
 // Note [Gap key]
 // ~~~~~~~~~~~~~~
 // The second victim key of the demand plans: the ideal time of the next use minus
@@ -178,21 +178,8 @@ class planner {
 // measured best on simtrain and the traces' sweeps (weights 1 and 1/4 each lost
 // somewhere); the figures are in docs/results/notes-history.md.
 //
-  // vdnn_all: offload after launch i, fetch before launch i.
-// ~~~~~~~~~~~~~~~~~~~~~~
-  std::vector<std::vector<buffer_id>> vdnn_offload_, vdnn_fetch_;
-};
-
-// Note [Cost victim]
-// The future is known, so the victim is the buffer that can stay away longest: the
-// ideal time of its next use minus its round trip (copy out when the host copy is
-// stale, plus the copy back in). Without the round trip this is Belady's rule; with
-// it, a clean buffer beats a dirty one of the same distance, and a large buffer
-// needed soon is not sent on a trip it cannot finish. A prefetch may evict only
-// buffers whose next use is later than the one being fetched (evicting an earlier
-// use to fetch a later one can only add stalls).
-//
 // Note [Prefetch cursor]
+// ~~~~~~~~~~~~~~~~~~~~~~
 // cursor_ is the last absolute launch position (one iteration of lookahead,
 // wrapping into the next iteration for long-lived buffers) whose buffers are all
 // resident or about to be fetched. Each launch extends it as far as capacity
@@ -484,7 +471,6 @@ schedule planner::run(const std::vector<buffer_id>& start, bool restore) {
     const std::int64_t end = static_cast<std::int64_t>(n);
     std::vector<bool> wanted(model_.buffers.size(), false);
     for (buffer_id b : start) wanted[b] = true;
-// ~~~~~~~~~~~~~~~~~~~~~~
     for (buffer_id b : resident_long_lived()) {
       if (!wanted[b]) evict(b, end, false);
     }
@@ -498,8 +484,8 @@ schedule planner::run(const std::vector<buffer_id>& start, bool restore) {
 
 
 // Note [Plan then hoist]
+// ~~~~~~~~~~~~~~~~~~~~~~
 // The cost planner can also plan on demand only (Belady: every fetch at its use,
-// ~~~~~~~~~~~~~~~~~~~~
 // the victim the buffer that can stay away longest), which settles which bytes
 // move, and then hoist every copy-in fetch as early as memory allows, so the same
 // bytes move while compute runs. The hoist takes the fetches in order of need
@@ -513,6 +499,7 @@ schedule planner::run(const std::vector<buffer_id>& start, bool restore) {
 // on simtrain: 465 us against 431 us at 30.40 MiB).
 //
 // Note [Pipeline room]
+// ~~~~~~~~~~~~~~~~~~~~
 // Belady's choice fills the capacity exactly: where every launch needs a buffer
 // back (a ring of long-lived buffers each used once), a fetch can then start only
 // when the copy out before it has released memory, and the two directions run in

@@ -91,7 +91,7 @@ class planned_region final : public memory_resource {
   struct live_block {
     std::size_t end = 0;  // offset past the block
     std::uint64_t alloc_epoch = 0;
-    ticket_set inherited;  // tickets of earlier users (Note [Tickets outlive a reuse])
+    ticket_set inherited;  // tickets of earlier users (Note [Tickets outlive a reuse] in pool/vmm_arena.cc)
   };
   struct freed_range {
     std::size_t end = 0;

@@ -114,7 +114,7 @@ ticket stream_fences::ticket_locked(int s) noexcept {
 
 void stream_fences::tickets_since(std::uint64_t alloc_epoch, ticket_set& out) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (one_stream_) return;  // Note [One stream needs no events]
+  if (one_stream_) return;  // Note [One stream needs no events] in pool/stream_fences.h
   const int n = used_slots_.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     if (slots_[i].last_work.load(std::memory_order_relaxed) > alloc_epoch) {
@@ -131,7 +131,7 @@ void stream_fences::ticket_on(CUstream stream, ticket_set& out) noexcept {
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (one_stream_) return;  // Note [One stream needs no events]
+  if (one_stream_) return;  // Note [One stream needs no events] in pool/stream_fences.h
   out.add(ticket_locked(s));
 }
 

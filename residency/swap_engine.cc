@@ -425,7 +425,7 @@ CUresult residency_engine::finish_completed_locked() {
   for (int c : asked) {
     if (copies_[c].done) continue;  // an older one's completion said so
     if (std::find(busy.begin(), busy.end(), copies_[c].stream) != busy.end()) continue;
-    if (now != 0 && now < copies_[c].not_before_ns) {  // Note [Not asking too early]
+    if (now != 0 && now < copies_[c].not_before_ns) {  // Note [Not asking too early] in residency/swap_engine.h
       busy.push_back(copies_[c].stream);
     } else if (driver().cuEventQuery(copies_[c].event) == CUDA_SUCCESS) {
       copy_done_locked(c);

@@ -468,7 +468,7 @@ class residency_engine final : public page_backing {
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later,
                       const victim_rank& rank);
   CUresult ensure_host_handle_locked(page& p);
-  bool create_on_host_locked(std::uintptr_t va);  // Note [Pages born on the host]
+  bool create_on_host_locked(std::uintptr_t va);  // Note [Pages born on the host] in residency/swap_engine.cc
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
   CUevent stream_event_locked(CUstream s);
   // See Note [Moves after all work]: per (copy stream, stream), the work epoch of that

@@ -203,7 +203,7 @@ def launch_ns(device: DeviceModel, name: str, args: tuple, kwargs: dict, out: An
             c_in = inp.shape[1]
             seconds += one / wave_efficiency(_tiles(_numel(inp) // max(c_in, 1), c_in),
                                              gemm_slots)
-        if mask[1]:  # weight gradient: split-K fills the device (Note [Wave efficiency])
+        if mask[1]:  # weight gradient: split-K fills the device (Note [Wave efficiency] in docs/traces.md)
             seconds += one
         seconds = max(seconds, moved / device.memory_bandwidth)
         return max(1, int(max(seconds * 1e9, device.launch_latency_ns) + 0.5))
@@ -382,15 +382,15 @@ SHAPED_LIKE_ARG: dict[str, int] = {
 
 # ---- one iteration as a profile -----------------------------------------------------
 
-class cuda_dropout:
-    """Note [Dropout as on CUDA]: F.dropout on a CUDA tensor runs the fused
-    aten.native_dropout (a bool mask saved for backward, 1 byte per element); on any
-    other device it multiplies by a float noise tensor (4 bytes per element). While
 # Note [Dropout as on CUDA]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~
 # F.dropout on a CUDA tensor runs the fused aten.native_dropout (a bool mask saved for
 # backward, 1 byte per element); on any other device it multiplies by a float noise
 # tensor (4 bytes per element). While recording, F.dropout takes the CUDA path.
+class cuda_dropout:
+    """Note [Dropout as on CUDA]: F.dropout on a CUDA tensor runs the fused
+    aten.native_dropout (a bool mask saved for backward, 1 byte per element); on any
+    other device it multiplies by a float noise tensor (4 bytes per element). While
     recording, F.dropout takes the CUDA path."""
 
     def __enter__(self) -> None:

@@ -250,7 +250,7 @@ plan make_plan(const prof::profile& p) {
 struct buffer_state {
   unsigned int* ptr = nullptr;
   std::uint64_t bytes = 0;
-  bool base_known = false;  // Note [The replay data check]
+  bool base_known = false;  // Note [The replay data check] in tests/workloads/replay_kernels.cuh
   unsigned int base_seed = replay_guard;
   unsigned int layer_count = 0;
   replay_layer layers[replay_layers];  // oldest first

@@ -111,7 +111,7 @@ double cost_ns(call_cost c) {
 
 double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost) {
   race_detector& d = det();
-  double issue_ns = g_host_ns;  // see Note [Issue time]
+  double issue_ns = g_host_ns;  // see Note [Issue time] in tests/simgpu/driver/clock.h
   if (!in_graph_replay()) g_host_ns += cost_ns(cost);
   double ready = std::max(s->tail_ns, issue_ns + delay_ns);
   if (e != engine::none) ready = std::max(ready, g_engine_free_ns[static_cast<int>(e)]);

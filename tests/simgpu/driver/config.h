@@ -33,7 +33,7 @@ struct config {
   bool report = false;
   race_mode race = race_mode::report;
   std::string launch_log;     // SIMGPU_LAUNCH_LOG: a path; empty: off
-  std::string timeline;       // SIMGPU_TIMELINE: a path; empty: off (Note [The timeline])
+  std::string timeline;       // SIMGPU_TIMELINE: a path; empty: off (Note [The timeline] in tests/simgpu/driver/timeline.h)
   // SIMGPU_CUPTI_RECORDS=when-done: CUPTI's activity records are handed back only once
   // the virtual clock has passed their end, as a real GPU's (Note [Records when done]
   // in cupti/activity.cc); at-enqueue (the default): as soon as they are enqueued.

@@ -50,7 +50,7 @@ void race_detector::access(int t, uint64_t key, uintptr_t lo, uintptr_t hi, bool
   size_t keep = 0;
   for (size_t i = 0; i < recs.size(); ++i) {
     record& r = recs[i];
-    if (ordered_before(r, kHost)) continue;  // see Note [Compact history]
+    if (ordered_before(r, kHost)) continue;  // see Note [Compact history] in tests/simgpu/driver/race_detector.h
     bool overlaps = r.lo < hi && lo < r.hi;
     if (overlaps && r.timeline != t && (r.write || write) && !ordered_before(r, t)) {
       out.push_back(race_report{std::max(lo, r.lo), std::min(hi, r.hi), describe(r),

@@ -120,7 +120,7 @@ int needless_copy_outs(const iteration_model& m, const schedule& plan) {
   }
   std::vector<bool> host_current(m.buffers.size());
   for (buffer_id b = 0; b < m.buffers.size(); ++b) host_current[b] = m.buffers[b].long_lived;
-  for (buffer_id b : plan.resident_at_start) host_current[b] = false;  // Note [Steady state]
+  for (buffer_id b : plan.resident_at_start) host_current[b] = false;  // Note [Steady state] in policy/schedule.h
   int needless = 0;
   auto evict = [&](const evict_action& e, std::int64_t after) {
     const bool dead = !m.buffers[e.buffer].long_lived && last_use[e.buffer] <= after;

@@ -72,7 +72,7 @@ TEST(BlockIndex, SkipsBlocksThePredicateRejects) {
   block* same = idx.take(MiB, any);
   ASSERT_NE(same, nullptr);
   EXPECT_EQ(same->addr, a_addr);
-  EXPECT_EQ(same->tickets.count, 1);  // tickets stay with the bytes (Note [Tickets outlive a reuse])
+  EXPECT_EQ(same->tickets.count, 1);  // tickets stay with the bytes (Note [Tickets outlive a reuse] in pool/vmm_arena.cc)
 }
 
 TEST(BlockIndex, MergeKeepsTheUnionOfTickets) {
