@@ -7,11 +7,15 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <new>
 
 #include <fmt/format.h>
+
+#include "common/units.h"
 
 extern char** environ;
 
@@ -76,7 +80,7 @@ std::string format_value(const device_limit& l) {
   switch (l.how) {
     case device_limit::kind::none: return "none";
     case device_limit::kind::bytes: return fmt::format("{}", l.bytes);
-    case device_limit::kind::fraction: return fmt::format("{}", l.fraction);
+    case device_limit::kind::fraction: return format_fraction(l.fraction);
   }
   return "?";
 }
@@ -385,7 +389,8 @@ parse_outcome parse_options(const std::vector<std::string_view>& env) {
   if (!known && name == "OVERSUB_" #NAME) {                                    \
     known = true;                                                              \
     if (!parser(value, cfg.field))                                             \
-      result.errors.push_back({std::string(name), std::string(value), accepted}); \
+      result.errors.push_back({std::string(name), std::string(value), accepted,      \
+                               refusal_reason(name, value)});                       \
   }
     OVERSUB_OPTIONS(OVERSUB_OPTION_PARSE)
 #undef OVERSUB_OPTION_PARSE
@@ -403,8 +408,38 @@ parse_outcome parse_options(const std::vector<std::string_view>& env) {
   return result;
 }
 
+std::string refusal_reason(std::string_view name, std::string_view value) {
+  const std::string_view s = trim(value);
+  const bool device = name == "OVERSUB_DEVICE_LIMIT";
+  if (device || name == "OVERSUB_HOST_LIMIT") {
+    bool had_point = false;
+    if (std::optional<double> f = parse_decimal(s, had_point); f && had_point) {
+      return fmt::format("a fraction must be above 0 and at most {}", device ? "16.0" : "1.0");
+    }
+    if (std::optional<std::uint64_t> bytes = parse_size(s)) {
+      if (*bytes < (1ULL << 20)) {
+        return fmt::format("{} is below the minimum of 1 MiB (1048576 bytes){}",
+                           *bytes == 1 ? std::string("1 byte") : fmt::format("{} bytes", *bytes),
+                           device ? "; a fraction of the device is written with a decimal "
+                                    "point, as 0.5"
+                                  : "");
+      }
+      if (*bytes > (1ULL << 50)) return "above the maximum of 1024 TiB";
+    }
+    return "neither none, a size nor a fraction";
+  }
+  if (name == "OVERSUB_POOL_LARGE") {
+    if (std::optional<std::uint64_t> bytes = parse_size(s); bytes && *bytes < (2ULL << 20)) {
+      return fmt::format("{} bytes is below the minimum of 2 MiB (2097152 bytes)", *bytes);
+    }
+    return "not a size";
+  }
+  return "not one of the accepted forms";
+}
+
 std::string describe(const option_error& e) {
-  return fmt::format("{}='{}' is not valid: {}", e.name, e.value, e.accepted);
+  return fmt::format("{}='{}' is not valid: {}. Accepted: {}", e.name, e.value,
+                     e.reason.empty() ? refusal_reason(e.name, e.value) : e.reason, e.accepted);
 }
 
 std::vector<std::string> describe_config(const config& cfg) {
@@ -442,7 +477,8 @@ const config& load_config() {
     if (fd >= 0) {
       log::set_fd(fd);
     } else {
-      log::warn("cannot open OVERSUB_LOG_FILE='{}'; logging to stderr", cfg->log_file);
+      log::warn("cannot open OVERSUB_LOG_FILE='{}' ({}); logging to stderr",
+                expand_pid(cfg->log_file), std::strerror(errno));
     }
   }
   for (const unknown_option& u : outcome.unknown) {
@@ -473,7 +509,14 @@ void set_effective_mode(run_mode m) {
 
 int open_stats_destination(const config& cfg) {
   if (cfg.stats_file.empty()) return -1;
-  return open_append(cfg.stats_file);
+  const int fd = open_append(cfg.stats_file);
+  if (fd < 0) {
+    const int why = errno;
+    log::warn("cannot open OVERSUB_STATS_FILE='{}' ({}); printing the statistics to {}",
+              expand_pid(cfg.stats_file), std::strerror(why),
+              log::fd() == STDERR_FILENO ? "stderr" : "the log (OVERSUB_LOG_FILE)");
+  }
+  return fd;
 }
 
 }  // namespace oversub

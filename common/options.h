@@ -2,7 +2,9 @@
 //
 // OVERSUB_OPTIONS below is the only list of options. From it come the parser, the
 // effective-configuration printout (OVERSUB_VERBOSE=1), the unknown-name check and
-// the reference table in docs/interposer.md. Values are read once, from the
+// the options reference in the docs (tools/options_doc.cc prints it for
+// `scripts/oversub options --markdown`; scripts/update-options-doc puts it into
+// README.md and the user guides, and a test fails when they differ). Values are read once, from the
 // environment, the first time current_config() is called (liboversub's
 // constructor calls it before main). A malformed value stops the program with
 // exit status 2 and a message naming the variable, the value and the accepted
@@ -107,8 +109,9 @@ struct config {
     "so the job may own more than the device holds; um: managed memory prefetched " \
     "ahead of each launch)")                                                       \
   X(DEVICE_LIMIT, limit, parse_device_limit, "none",                                \
-    "none | a size such as 12GiB, 512MiB, 1.5GB, 4096 (bytes) | a fraction of the " \
-    "device such as 0.75 (a number with a decimal point, at most 16.0)",            \
+    "none | a size from 1MiB to 1024TiB such as 12GiB, 512MiB, 1.5GB or 1048576 (a "   \
+    "number without a unit is bytes) | a fraction of the device's memory such as "  \
+    "0.75 or 2.0 (a number with a decimal point, above 0 and at most 16.0)",        \
     "virtual capacity per device: allocations past it fail with "                   \
     "cudaErrorMemoryAllocation, cudaMemGetInfo reports it")                         \
   X(POOL, pool, parse_pool_kind, "online", "online | planned",                      \
@@ -117,7 +120,8 @@ struct config {
     "a size such as 32MiB, 64M (at least 2 MiB)",                                   \
     "pool mode: allocations at least this big get a mapping of their own")          \
   X(HOST_LIMIT, host, parse_host_limit, "0.5",                                      \
-    "none | a size such as 16GiB | a fraction of physical RAM such as 0.5 (at most 1.0)", \
+    "none | a size from 1MiB to 1024TiB such as 16GiB | a fraction of physical RAM "  \
+    "such as 0.5 (a number with a decimal point, above 0 and at most 1.0)",         \
     "budget of pinned host memory the pool may hold")                               \
   X(POLICY, policy, parse_swap_policy, "cost", "cost | vdnn-all | lru | naive",     \
     "swap mode's schedule once the iteration is learned: cost-aware, vDNN's "      \
@@ -193,6 +197,7 @@ struct option_error {
   std::string name;      // full variable name
   std::string value;
   std::string accepted;  // accepted forms, from the table
+  std::string reason;    // what is wrong with value (refusal_reason)
 };
 struct unknown_option {
   std::string name;
@@ -207,7 +212,13 @@ struct parse_outcome {
 // Reads the OVERSUB_* entries of env ("NAME=value" strings); others are ignored.
 parse_outcome parse_options(const std::vector<std::string_view>& env);
 
-// The message for one malformed value, without the "oversub: " prefix.
+// What is wrong with a value the parser of option name (the full variable name)
+// refused: the bound it crosses ("4096 bytes is below the minimum of 1 MiB"), else
+// that it is none of the accepted forms.
+std::string refusal_reason(std::string_view name, std::string_view value);
+
+// The message for one malformed value, without the "oversub: " prefix:
+// NAME='value' is not valid: <reason>. Accepted: <forms>
 std::string describe(const option_error& e);
 
 // The effective configuration, one "OVERSUB_NAME=value" line each.
@@ -240,7 +251,8 @@ const config& current_config();
 // served in that mode.
 void set_effective_mode(run_mode m);
 
-// Opens cfg.stats_file for appending ("%p" expanded); -1 when unset or failing.
+// Opens cfg.stats_file for appending ("%p" expanded); -1 when unset or failing, and
+// on failure warns, naming the file and the reason, as OVERSUB_LOG_FILE does.
 int open_stats_destination(const config& cfg);
 
 // Note [One profile path]

@@ -27,7 +27,8 @@ std::string limit_text(const config& cfg) {
   switch (cfg.limit.how) {
     case device_limit::kind::none: return "none";
     case device_limit::kind::bytes: return format_bytes(cfg.limit.bytes);
-    case device_limit::kind::fraction: return fmt::format("{} of the device", cfg.limit.fraction);
+    case device_limit::kind::fraction:
+      return fmt::format("{} of the device", format_fraction(cfg.limit.fraction));
   }
   return "?";
 }
@@ -85,7 +86,9 @@ std::string format_json(const config& cfg, int pid) {
   switch (cfg.limit.how) {
     case device_limit::kind::none: out += R"("none")"; break;
     case device_limit::kind::bytes: out += fmt::format(R"("{}")", cfg.limit.bytes); break;
-    case device_limit::kind::fraction: out += fmt::format(R"("{}")", cfg.limit.fraction); break;
+    case device_limit::kind::fraction:
+      out += fmt::format(R"("{}")", format_fraction(cfg.limit.fraction));
+      break;
   }
   out += R"(,"counters":{)";
   bool first = true;

@@ -17,4 +17,10 @@ std::string format_bytes(std::uint64_t bytes) {
   return fmt::format("{:.2f} {}", value, names[unit]);
 }
 
+std::string format_fraction(double value) {
+  std::string out = fmt::format("{}", value);
+  if (out.find_first_of(".eEn") == std::string::npos) out += ".0";
+  return out;
+}
+
 }  // namespace oversub

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace oversub {
 namespace {
@@ -139,6 +142,38 @@ TEST(ParseOptions, MalformedValueNamesVariableValueAndForms) {
   EXPECT_NE(describe(o.errors[1]).find("off | track"), std::string::npos);
 }
 
+// A byte count below the minimum: the message says which bound it crosses, and
+// every example of an accepted form it lists is itself accepted.
+TEST(ParseOptions, DeviceLimitBelowTheMinimumSaysSo) {
+  parse_outcome o = parse_options({"OVERSUB_DEVICE_LIMIT=4096"});
+  ASSERT_EQ(o.errors.size(), 1u);
+  const std::string message = describe(o.errors[0]);
+  EXPECT_EQ(message.find("OVERSUB_DEVICE_LIMIT='4096' is not valid: 4096 bytes is below the "
+                         "minimum of 1 MiB (1048576 bytes); a fraction of the device is "
+                         "written with a decimal point, as 0.5. Accepted: none | "),
+            0u)
+      << message;
+  EXPECT_EQ(message.find("4096 (bytes)"), std::string::npos) << message;
+  device_limit l;
+  for (const char* example : {"none", "12GiB", "512MiB", "1.5GB", "1048576", "1MiB", "1024TiB",
+                              "0.75", "2.0", "16.0"}) {
+    EXPECT_TRUE(parse_device_limit(example, l)) << example;
+  }
+  for (const char* below : {"1048575", "0.0", "16.5", "1025TiB"}) {
+    EXPECT_FALSE(parse_device_limit(below, l)) << below;
+  }
+  EXPECT_EQ(refusal_reason("OVERSUB_DEVICE_LIMIT", "16.5"),
+            "a fraction must be above 0 and at most 16.0");
+  EXPECT_EQ(refusal_reason("OVERSUB_DEVICE_LIMIT", "1025TiB"), "above the maximum of 1024 TiB");
+  EXPECT_EQ(refusal_reason("OVERSUB_DEVICE_LIMIT", "lots"), "neither none, a size nor a fraction");
+  EXPECT_EQ(refusal_reason("OVERSUB_HOST_LIMIT", "1.5"), "a fraction must be above 0 and at most 1.0");
+  EXPECT_EQ(refusal_reason("OVERSUB_HOST_LIMIT", "1K"),
+            "1024 bytes is below the minimum of 1 MiB (1048576 bytes)");
+  EXPECT_EQ(refusal_reason("OVERSUB_POOL_LARGE", "1MiB"),
+            "1048576 bytes is below the minimum of 2 MiB (2097152 bytes)");
+  EXPECT_EQ(refusal_reason("OVERSUB_MODE", "fast"), "not one of the accepted forms");
+}
+
 TEST(ParseOptions, UnknownNameGetsClosest) {
   parse_outcome o = parse_options({"OVERSUB_DEVICE_LIMT=1GiB", "OVERSUB_STAT=1",
                                    "OVERSUB_MOD=off", "OVERSUB_LOGFILE=x"});
@@ -172,6 +207,22 @@ TEST(DescribeConfig, OneLinePerOption) {
   ASSERT_EQ(lines.size(), option_table().size());
   EXPECT_EQ(lines[0], "OVERSUB_MODE=track");
   EXPECT_EQ(lines[1], "OVERSUB_DEVICE_LIMIT=0.5");
+}
+
+// A fraction is printed as written: OVERSUB_DEVICE_LIMIT=16 (bytes, refused) and
+// =16.0 (sixteen times the device) must not read the same.
+TEST(DescribeConfig, FractionsKeepTheirDecimalPoint) {
+  for (const auto& [given, shown] : std::vector<std::pair<std::string, std::string>>{
+           {"16.0", "16.0"}, {"1.", "1.0"}, {"2.50", "2.5"}, {"0.75", "0.75"}}) {
+    parse_outcome o = parse_options({"OVERSUB_DEVICE_LIMIT=" + given, "OVERSUB_HOST_LIMIT=1.0"});
+    ASSERT_TRUE(o.errors.empty()) << given;
+    const std::vector<std::string> lines = describe_config(o.cfg);
+    EXPECT_EQ(lines[1], "OVERSUB_DEVICE_LIMIT=" + shown);
+    EXPECT_NE(std::find(lines.begin(), lines.end(), "OVERSUB_HOST_LIMIT=1.0"), lines.end());
+    // What is printed reads back as the same limit.
+    parse_outcome again = parse_options({lines[1]});
+    EXPECT_EQ(again.cfg.limit, o.cfg.limit) << lines[1];
+  }
 }
 
 

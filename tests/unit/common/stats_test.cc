@@ -4,9 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "common/options.h"
 
 namespace oversub::stats {
@@ -79,6 +85,37 @@ TEST_F(StatsTest, TextNamesEveryCounter) {
     EXPECT_NE(text.find(name), std::string::npos) << name;
   }
   EXPECT_EQ(text.rfind("oversub: stats (mode track, device limit none)", 0), 0u) << text;
+}
+
+// OVERSUB_STATS_FILE that cannot be opened: a warning naming the file and the reason
+// (as for OVERSUB_LOG_FILE), and the statistics where the log goes.
+TEST_F(StatsTest, UnopenableStatsFileWarnsAndFallsBackToTheLog) {
+  char path[] = "/tmp/oversub_stats_log_XXXXXX";
+  const int log_fd = ::mkstemp(path);
+  ASSERT_GE(log_fd, 0);
+  log::set_fd(log_fd);
+  config cfg;
+  cfg.stats = stats_format::text;
+  cfg.stats_file = "/nonexistent-oversub-dir/stats.txt";
+  report(cfg);
+  log::set_fd(-1);
+  std::ifstream in(path);
+  const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ::close(log_fd);
+  std::remove(path);
+  EXPECT_NE(got.find("oversub: warning: cannot open "
+                     "OVERSUB_STATS_FILE='/nonexistent-oversub-dir/stats.txt' (No such file or "
+                     "directory); printing the statistics to the log (OVERSUB_LOG_FILE)\n"),
+            std::string::npos)
+      << got;
+  EXPECT_NE(got.find("oversub: stats (mode track"), std::string::npos) << got;
+}
+
+TEST_F(StatsTest, FractionLimitKeepsItsDecimalPoint) {
+  config cfg;
+  cfg.limit = device_limit{device_limit::kind::fraction, 0, 16.0};
+  EXPECT_NE(format_text(cfg).find("device limit 16.0 of the device"), std::string::npos);
+  EXPECT_NE(format_json(cfg, 1).find(R"("device_limit":"16.0")"), std::string::npos);
 }
 
 }  // namespace
