@@ -8,8 +8,7 @@
 // core/schedule.h): each page is a long-lived buffer of a page's bytes and
 // each launch uses the pages its buffers lie on. A page shared by buffers of different
 // lifetimes moves with all of them, so the library moves more bytes than a plan over
-// buffers (the full-size ResNet-50 trace: 1.89 GiB against 1.38 GiB to the device per
-// iteration). To predict that, this model places the profile's buffers as the pool
+// buffers. To predict that, this model places the profile's buffers as the pool
 // does under `oversub-replay`, then builds the learner's model over the pages:
 //   1. long-lived allocations (weights, optimizer state) are allocated first, in the
 //      profile's order, each at the end of the one before (the arena's TLSF index
@@ -70,23 +69,12 @@ page_model pages_of_profile(const profiler::profile& p, const iteration_model& b
 // the layout predicted fastest is taken where it is predicted at least min_layout_gain
 // (5%) faster than allocation order.
 //
-// From 61d8b01 to bee6f40 a layout whose largest launch spans more pages than in
-// allocation order was taken only where the capacity held that launch twice (Note
-// [Room beyond the largest launch]): simtrain weight-heavy at 10x on the H100-PCIe model
-// (6 pages), laid out by first use, its Adam step spanning 4 pages instead of 3, was
-// predicted 3.726 ms against 4.234 in allocation order and ran 5.532 against 4.624
-// (untuned). The engine fell short of that plan for want of the plan's overlap of
-// copies out and in (Note [Evictions copy page by page] in residency/swap_engine.h); since
-// bee6f40 it runs 4.223 against 4.364 (Titan X 14.723 against 15.769), so the rule is
-// gone.
+// A layout whose largest launch spans more pages than in allocation order is taken
+// like any other: the engine overlaps copies out and in (Note [Evictions copy page by
+// page] in residency/swap_engine.h) as the plan assumes.
 //
 // min_layout_gain: the engine does not run every plan as well as the simulator, so a
-// small predicted gain is no gain. simtrain --depth 8 --width 2048 --batch 16 (16 MiB
-// weights) at 3x on the H100-PCIe model, by first use: predicted 2.2% faster, ran
-// 16.567 ms per iteration against 13.877 (untuned); since bee6f40 11.222 against
-// 10.876 (predicted 11.513 against 11.764); the layouts kept on the bench's
-// points were predicted 7.8% (activation-heavy 3x, last use, ran 4% faster) and 19%
-// (weight-heavy 3x, first use, ran 15% faster) ahead.
+// small predicted gain is no gain; a layout must be predicted clearly faster.
 inline constexpr double min_layout_gain = 0.05;
 enum class layout_kind : std::uint8_t { allocation, first_use, last_use };
 const char* to_string(layout_kind k);

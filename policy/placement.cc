@@ -375,13 +375,11 @@ candidate plan_items(std::vector<item> items, std::uint32_t steps, offset_t boun
 // region down (first fit in a mirrored copy, biggest first; else best fit), reusing
 // long-lived bytes only where they are dead at the time.
 // The region is the ungrouped plan's, in whole pages: every byte added is footprint
-// the swap engine must move too. Stacking the three classes in zones of their own
-// took the region of the ResNet-50 replay at 1/8 from 331 to 374 MiB and the bytes
-// moved per iteration from 142 to 168 MiB each way at 1.5x. When the grouped plan
-// does not fit in those pages, the ungrouped plan is returned (page_grouped false).
-// Measured (docs/pool.md, "Placement over swap pages"), this plan moved 10% fewer
-// bytes on that replay at 3x but was slower or moved more at other points, so the
-// pool does not ask for it yet: planned_region plans without a page size.
+// the swap engine must move too (stacking the three classes in zones of their own
+// grows the region and the bytes moved). When the grouped plan does not fit in those
+// pages, the ungrouped plan is returned (page_grouped false). The pool does not ask
+// for this plan: planned_region plans without a page size, since the grouped plan
+// was not faster on the shipped traces (the results log has the figures).
 constexpr std::uint32_t kShortSpanDivisor = 10;
 constexpr std::uint32_t kShortSpanMin = 4;
 

@@ -495,8 +495,7 @@ schedule planner::run(const std::vector<buffer_id>& start, bool restore) {
 // evicts anything: it uses the room the demand plan leaves, so it cannot make a
 // buffer needed sooner leave for one needed later (no thrashing of the prefetch
 // window). No fetch is issued before one needed sooner: the copy stream runs them
-// in order of need (letting a later fetch go first where memory allows was slower
-// on simtrain: 465 us against 431 us at 30.40 MiB).
+// in order of need (letting a later fetch go first where memory allows was slower).
 //
 // Note [Pipeline room]
 // ~~~~~~~~~~~~~~~~~~~~

@@ -107,9 +107,7 @@ struct schedule_result {
 // cuMemMap are host calls), and the host, queueing work ahead of the device, sees
 // it late or waits for it. So 1/32 of the capacity, in whole pages, is left out of
 // the plan: the engine's fetches find room while the evictions that pay for it are
-// still on their way out. None below 32 pages. On the full-size ResNet-50 replay in
-// 1618 MiB (H100-PCIe model): 72.0 ms per iteration without it, 69.1 with it
-// (docs/swap.md).
+// still on their way out. None below 32 pages.
 std::size_t planning_capacity(std::size_t capacity_bytes, std::size_t page_bytes);
 
 // Plans one iteration. capacity_bytes: device bytes the schedule may use. An
