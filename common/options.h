@@ -25,8 +25,8 @@
 
 namespace oversub {
 
-// What the library does with the calls it intercepts. Later issues add modes
-// (swap, um): one line here each, and their behaviour behind the core. The modes
+// What the library does with the calls it intercepts: one line here per mode, its
+// behaviour behind the core. The modes
 // are ordered: each does what the one before it does, and more, so code tests
 // `mode >= run_mode::pool`.
 #define OVERSUB_MODES(X)                                                         \

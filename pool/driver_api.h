@@ -4,8 +4,8 @@
 // driver is opened by soname at first use — dlopen("libcuda.so.1", RTLD_NOLOAD)
 // first (the runtime has normally loaded it already), then a plain dlopen — and each
 // function is asked of cuGetProcAddress_v2 (the CUDA 13 ABI) by base name and CUDA
-// version 13000, the way cudart itself finds them. A later issue hooks
-// cuGetProcAddress for the application; the pool's own calls keep these real
+// version 13000, the way cudart itself finds them. The application's
+// cuGetProcAddress is hooked (interpose/); the pool's own calls keep these real
 // pointers.
 //
 // OVERSUB_DRIVER_FUNCTIONS is the one list: adding a function is one line.
