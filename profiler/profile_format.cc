@@ -333,4 +333,14 @@ std::variant<profile, format_error> read_file(const std::string& path) {
   return decode(bytes.data(), bytes.size());
 }
 
+std::string_view program_name(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// See Note [Which program a profile is of] in profiler/profile_format.h.
+bool same_program(const profile& p, std::string_view exe) {
+  return p.program.empty() || program_name(p.program) == program_name(exe);
+}
+
 }  // namespace oversub::profiler

@@ -130,6 +130,22 @@ std::variant<profile, format_error> decode(const std::uint8_t* data, std::size_t
 bool write_file(const profile& p, const std::string& path, std::string* error);
 std::variant<profile, format_error> read_file(const std::string& path);
 
+// Note [Which program a profile is of]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The summary's program is the profiled executable (/proc/self/exe). A profile
+// given to OVERSUB_PROFILE_IN is of this program when the two executables have the
+// same file name: the same program built or installed in another folder is still
+// the same program, and so is a run with other arguments (another batch size lays
+// its long-lived buffers out the same way). A profile with no program (a writer
+// that knew none) is taken as any program's, so every profile written so far stays
+// readable. What this cannot tell apart: two scripts run by the same interpreter
+// (python3), whose executable is the interpreter.
+//
+// The file name of an executable path ("simtrain" for "/a/b/simtrain").
+std::string_view program_name(std::string_view path);
+// Whether p may be used by the program whose executable is exe (see the Note).
+bool same_program(const profile& p, std::string_view exe);
+
 // CRC-32 (IEEE 802.3, as zlib.crc32) of the payload.
 std::uint32_t crc32(const std::uint8_t* data, std::size_t size);
 

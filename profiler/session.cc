@@ -39,6 +39,13 @@ constexpr int call_site_depth = 12;  // raw frames taken per allocation
 
 using unw_backtrace_t = int (*)(void**, int);
 
+// The process's executable (/proc/self/exe); empty when it cannot be read.
+std::string this_executable() {
+  std::string exe(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  return n > 0 ? exe.substr(0, static_cast<std::size_t>(n)) : std::string();
+}
+
 class session final : public cupti::sink {
  public:
   session(tracker& live, const cuda_queries& q, std::uint64_t capacity, const config& cfg)
@@ -47,9 +54,7 @@ class session final : public cupti::sink {
     if (void* h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL)) {
       unwind_ = reinterpret_cast<unw_backtrace_t>(dlsym(h, "unw_backtrace"));
     }
-    std::string exe(4096, '\0');
-    const ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
-    program_ = n > 0 ? exe.substr(0, static_cast<std::size_t>(n)) : std::string();
+    program_ = this_executable();
   }
 
   void attach_cupti() {
@@ -409,10 +414,23 @@ void load_input(const std::string& path) noexcept {
   try {
     auto r = read_file(path);
     if (const format_error* e = std::get_if<format_error>(&r)) {
-      log::warn("profile: {} refused: {}; running without it", path, e->message);
+      log::warn("profile: {}={} refused: {}; running without it",
+              current_config().profile == path ? "OVERSUB_PROFILE" : "OVERSUB_PROFILE_IN",
+              path, e->message);
       return;
     }
     const profile& p = std::get<profile>(r);
+    // See Note [Which program a profile is of] in profiler/profile_format.h.
+    const std::string exe = this_executable();
+    if (!exe.empty() && !same_program(p, exe)) {
+      const config& cfg = current_config();
+      log::warn("profile: {}={} refused: it is a profile of {}, and this program is {}; "
+                "running without it (profile this program with OVERSUB_PROFILE_OUT or "
+                "OVERSUB_PROFILE)",
+                cfg.profile == path ? "OVERSUB_PROFILE" : "OVERSUB_PROFILE_IN", path,
+                p.program, exe);
+      return;
+    }
     log::info("profile: loaded {}: one iteration of {} launches ({}), {} buffers", path,
               p.launches.size(), to_string(p.source), p.allocations.size());
     g_input = new profile(std::move(std::get<profile>(r)));  // never freed: hooks may run at exit

@@ -14,6 +14,11 @@
             wrong magic it is refused by the Python reader, by `oversub report` (exit
             1) and by the library (OVERSUB_PROFILE_IN: a warning naming the reason,
             and the run goes on with the same losses)
+  foreign   a profile of simtrain given to another program (simtrain's executable
+            copied under another name) is refused by the library, the message naming
+            the variable, the profile's program and this one, and the run goes on with
+            the same losses; the same executable copied into another folder (same
+            name) is still simtrain and its profile is used
   scripts   `oversub profile` then `oversub report`: summary lines, the Chrome trace
             parses as JSON with kernel (X), counter (C) and buffer-lifetime (b/e)
             events and their fields, the PNG is a PNG of the plot's size
@@ -208,6 +213,36 @@ def case_corrupt(c: Ctx) -> None:
         print(f"{name}: refused ({reason}) by the reader, report and library; run unchanged")
 
 
+def case_foreign(c: Ctx) -> None:
+    import shutil
+    _, good, _ = c.profiled("own")
+    final = c.plain_final()
+    other_dir, same_dir = c.tmp / "other", c.tmp / "elsewhere"
+    other_dir.mkdir()
+    same_dir.mkdir()
+    other = other_dir / "othertrain"
+    same = same_dir / Path(c.a.simtrain).name
+    shutil.copy2(c.a.simtrain, other)
+    shutil.copy2(c.a.simtrain, same)
+    env = {"OVERSUB_PROFILE_IN": str(good), "OVERSUB_LOG": "info"}
+    r = c.run([str(other), *c.simtrain()[1:]], env, [c.a.lib])
+    m = FINAL_RE.search(r.stdout)
+    check(r.returncode == 0 and m is not None and m.group(1) == final,
+          f"the run with a foreign profile did not go on unchanged:\n{r.stderr}")
+    want = (f"warning: profile: OVERSUB_PROFILE_IN={good} refused: it is a profile of "
+            f"{Path(c.a.simtrain).resolve()}, and this program is {other.resolve()}; "
+            f"running without it")
+    check(want in r.stderr, f"expected\n  {want}\nin\n{r.stderr}")
+    check("profile: loaded" not in r.stderr, f"the foreign profile was loaded:\n{r.stderr}")
+    r = c.run([str(same), *c.simtrain()[1:]], env, [c.a.lib])
+    m = FINAL_RE.search(r.stdout)
+    check(r.returncode == 0 and m is not None and m.group(1) == final and
+          "profile: loaded" in r.stderr and "refused" not in r.stderr,
+          f"simtrain copied into another folder did not load its own profile:\n{r.stderr}")
+    print("a profile of simtrain: refused by othertrain (run unchanged), loaded by simtrain "
+          "from another folder")
+
+
 def case_scripts(c: Ctx) -> None:
     out = c.tmp / "model.oprof"
     r = subprocess.run([sys.executable, c.a.oversub, "profile", "--lib", c.a.lib, "-o", str(out),
@@ -354,7 +389,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True,
-                    choices=["buffers", "marker", "corrupt", "scripts", "stop", "fallback",
+                    choices=["buffers", "marker", "corrupt", "foreign", "scripts", "stop", "fallback",
                              "driver", "library"])
     ap.add_argument("--lib", required=True)
     ap.add_argument("--simtrain", required=True)

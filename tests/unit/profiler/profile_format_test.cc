@@ -103,6 +103,30 @@ TEST(ProfileFormat, BadIndexWithValidChecksumIsRefused) {
   EXPECT_EQ(refusal(bytes), "corrupt payload: launch buffer index");
 }
 
+// See Note [Which program a profile is of] in profiler/profile_format.h.
+TEST(ProfileFormat, AProfileIsOfTheExecutableWithTheSameFileName) {
+  profile p = sample();
+  p.program = "/build/tests/workloads/simtrain";
+  EXPECT_EQ(program_name(p.program), "simtrain");
+  EXPECT_EQ(program_name("simtrain"), "simtrain");
+  EXPECT_TRUE(same_program(p, "/build/tests/workloads/simtrain"));
+  EXPECT_TRUE(same_program(p, "/other-build/tests/workloads/simtrain"));
+  EXPECT_TRUE(same_program(p, "/usr/local/bin/simtrain"));
+  EXPECT_FALSE(same_program(p, "/build/tests/workloads/randprog"));
+  EXPECT_FALSE(same_program(p, "/build/tests/workloads/simtrain2"));
+  EXPECT_FALSE(same_program(p, "/usr/bin/python3.12"));
+  // A profile that names no program (a writer that knew none) is any program's.
+  p.program.clear();
+  EXPECT_TRUE(same_program(p, "/usr/bin/python3.12"));
+  // It survives the file: the identity is read back as written.
+  p.program = "/usr/bin/python3.12";
+  const std::vector<std::uint8_t> bytes = encode(p);
+  const auto r = decode(bytes.data(), bytes.size());
+  ASSERT_TRUE(std::holds_alternative<profile>(r));
+  EXPECT_TRUE(same_program(std::get<profile>(r), "/opt/conda/bin/python3.12"));
+  EXPECT_FALSE(same_program(std::get<profile>(r), "/build/simtrain"));
+}
+
 TEST(ProfileFormat, Crc32MatchesZlib) {
   const std::uint8_t text[] = "123456789";
   EXPECT_EQ(crc32(text, 9), 0xCBF43926u);
