@@ -515,7 +515,7 @@ void stop_following(learner& l) {
 // repeats in the first two iterations, before the planned pool takes over: without
 // this the learner learned from it at launch 144 and deviated at launch 20 of the
 // next iteration.
-void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) noexcept {
+void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) {
   // swap and um follow the learned schedule (Note [um follows the schedule] in
   // residency/um_engine.h); lru and naive are on demand only.
   const swap_policy policy = current_config().policy;

@@ -64,9 +64,11 @@ struct swap_schedule_stats {
 };
 
 // Before a launch on device whose ranges are about to be prepared: learn, and
-// carry out the schedule's moves for this launch. Never throws; does nothing
-// outside swap mode or with OVERSUB_POLICY=lru.
-void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) noexcept;
+// carry out the schedule's moves for this launch. May throw std::bad_alloc (it
+// allocates and sorts), which the hook's guard turns into CUDA's error (Note [Nothing
+// crosses the ABI edge] in interpose/abi_guard.h); does nothing with
+// OVERSUB_POLICY=lru or naive.
+void schedule_before_launch(int device, std::span<const pool::byte_range> ranges);
 
 swap_schedule_stats schedule_stats() noexcept;
 

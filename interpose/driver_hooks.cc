@@ -28,6 +28,7 @@
 #include "common/stats.h"
 #include "common/tracker.h"
 #include "common/units.h"
+#include "interpose/abi_guard.h"
 #include "interpose/driver_table.h"
 #include "interpose/handlers.h"
 #include "interpose/memory_core.h"
@@ -36,6 +37,9 @@
 #include "interpose/real.h"
 #include "interpose/swap_hooks.h"
 #include "core/device_pool.h"
+#include "core/error_codes.h"
+#include "core/pitched_range.h"
+#include "core/refusal.h"
 
 namespace oversub::interpose {
 
@@ -157,7 +161,7 @@ bool context_device(int& device) noexcept {
 // True when answers should be replaced by our hooks: the process is tracking
 // (whatever this thread is doing: a runtime resolving its entry points inside one of
 // our hooks still gets our functions for later calls).
-bool intercepting() noexcept {
+bool intercepting() {
   process_state s = g_state.load(std::memory_order_acquire);
   if (s == process_state::uninitialised) s = initialise();
   return s == process_state::tracking;
@@ -165,8 +169,8 @@ bool intercepting() noexcept {
 
 void* hook_address(driver_hook_id id) noexcept;
 
-// Note [One real function per ABI].
-void* adopt(driver_hook_id id, void* p) noexcept {
+// See Note [One real function per ABI].
+void* adopt(driver_hook_id id, void* p) {
   if (p == nullptr || is_ours(p)) return p;
   void* held = nullptr;
   std::atomic<void*>& slot = g_driver_real[index(id)];
@@ -184,7 +188,7 @@ void* adopt(driver_hook_id id, void* p) noexcept {
   return hook_address(id);
 }
 
-void* answer(const char* symbol, int version, bool per_thread, void* p) noexcept {
+void* answer(const char* symbol, int version, bool per_thread, void* p) {
   if (symbol == nullptr || p == nullptr || !intercepting()) return p;
   const driver_answer a = answer_query(symbol, version, per_thread);
   if (!a.found || !a.hook) return p;
@@ -207,7 +211,20 @@ void count(driver_hook_id id) noexcept {
   }
 }
 
-CUresult as_driver(cudaError_t rc) noexcept { return static_cast<CUresult>(rc); }
+// A driver call made on a path that speaks the runtime's codes (memory_core.h): the
+// path sees the runtime's code for it, and the driver caller gets the driver's own
+// code back exactly, or the path's answer translated (See Note [Error codes across
+// the APIs] in core/error_codes.h).
+struct driver_result {
+  CUresult real = CUDA_SUCCESS;
+  cudaError_t keep(CUresult rc) noexcept {
+    real = rc;
+    return to_runtime_error(rc);
+  }
+  CUresult answer(cudaError_t rc) const noexcept {
+    return real != CUDA_SUCCESS ? real : to_driver_error(rc);
+  }
+};
 
 // ---- handlers ------------------------------------------------------------------------
 
@@ -217,7 +234,7 @@ struct driver_tag {};
 // Default: forward.
 template <driver_hook_id Base, typename... A>
 CUresult handle_driver(driver_tag<Base>, driver_hook_id, real_driver<Base> real,
-                       A... args) noexcept {
+                       A... args) {
   return real(args...);
 }
 
@@ -225,30 +242,29 @@ CUresult handle_driver(driver_tag<Base>, driver_hook_id, real_driver<Base> real,
 // got work, make its memory resident (swap/um), then enqueue it.
 template <typename Prepare, typename Enqueue>
 CUresult driver_work(driver_hook_id id, cudaStream_t stream, Prepare prepare,
-                     Enqueue enqueue) noexcept {
+                     Enqueue enqueue) {
   const call_site at = site(id);
   if (pool_mode()) pool_note_work(driver_stream(at.per_thread, stream));
   int device = 0;
-  if (swap_mode() && context_device(device)) {
-    if (const cudaError_t rc = prepare(at, device); rc != cudaSuccess) return as_driver(rc);
+  if (residency_mode() && context_device(device)) {
+    if (const cudaError_t rc = prepare(at, device); rc != cudaSuccess) return to_driver_error(rc);
   }
   const CUresult rc = enqueue();
   profile_after();
   return rc;
 }
 
-swap_range range(CUdeviceptr p, std::size_t bytes) noexcept {
+swap_range range(CUdeviceptr p, std::size_t bytes) {
   return swap_range{reinterpret_cast<const void*>(p), bytes};
 }
 
-// The bytes a pitched region of height rows of width bytes spans.
-std::size_t pitched_span(std::size_t pitch, std::size_t width, std::size_t height) noexcept {
-  return height == 0 ? 0 : pitch * (height - 1) + width;
+swap_range range(pitched_bytes r) {
+  return swap_range{reinterpret_cast<const void*>(r.addr), r.bytes};
 }
 
 template <typename Real, typename... A>
 CUresult copy_work(driver_hook_id id, cudaStream_t stream, swap_range a, swap_range b,
-                   bool writes, Real real, A... args) noexcept {
+                   bool writes, Real real, A... args) {
   return driver_work(
       id, stream,
       [&](call_site at, int device) { return swap_ranges(at, device, a, b, writes, stream); },
@@ -262,30 +278,31 @@ CUresult copy_work(driver_hook_id id, cudaStream_t stream, swap_range a, swap_ra
 // without a result pointer or a current context.
 template <typename Real>
 CUresult driver_alloc(driver_hook_id id, CUdeviceptr* dptr, size_t bytes, alloc_kind kind,
-                      CUstream stream, Real real) noexcept {
+                      CUstream stream, Real real) {
   int device = 0;
   if (dptr == nullptr || !context_device(device)) return real(dptr);
   void* out = nullptr;
+  driver_result result;
   const cudaError_t rc = tracked_alloc(site(id), device, &out, bytes, kind, stream, [&] {
     CUdeviceptr p = 0;
-    const CUresult r = real(&p);
+    const cudaError_t r = result.keep(real(&p));
     out = reinterpret_cast<void*>(p);
-    return static_cast<cudaError_t>(r);
+    return r;
   });
   if (rc == cudaSuccess) *dptr = reinterpret_cast<CUdeviceptr>(out);
-  return as_driver(rc);
+  return result.answer(rc);
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemAlloc_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemAlloc_v2> real, CUdeviceptr* dptr,
-                       size_t bytesize) noexcept {
+                       size_t bytesize) {
   return driver_alloc(id, dptr, bytesize, alloc_kind::device, nullptr,
                       [&](CUdeviceptr* p) { return real(p, bytesize); });
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocAsync>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemAllocAsync> real, CUdeviceptr* dptr,
-                       size_t bytesize, CUstream stream) noexcept {
+                       size_t bytesize, CUstream stream) {
   return driver_alloc(id, dptr, bytesize, alloc_kind::async, stream,
                       [&](CUdeviceptr* p) { return real(p, bytesize, stream); });
 }
@@ -293,14 +310,14 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocAsync>, driver_hook_
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocFromPoolAsync>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemAllocFromPoolAsync> real,
                        CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                       CUstream stream) noexcept {
+                       CUstream stream) {
   return driver_alloc(id, dptr, bytesize, alloc_kind::async, stream,
                       [&](CUdeviceptr* p) { return real(p, bytesize, pool, stream); });
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocManaged>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemAllocManaged> real, CUdeviceptr* dptr,
-                       size_t bytesize, unsigned int flags) noexcept {
+                       size_t bytesize, unsigned int flags) {
   return driver_alloc(id, dptr, bytesize, alloc_kind::managed, nullptr,
                       [&](CUdeviceptr* p) { return real(p, bytesize, flags); });
 }
@@ -308,7 +325,7 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocManaged>, driver_hoo
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocPitch_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemAllocPitch_v2> real, CUdeviceptr* dptr,
                        size_t* pitch, size_t width, size_t height,
-                       unsigned int element_bytes) noexcept {
+                       unsigned int element_bytes) {
   int device = 0;
   const bool valid_element = element_bytes == 4 || element_bytes == 8 || element_bytes == 16;
   if (dptr == nullptr || pitch == nullptr || !valid_element ||
@@ -316,45 +333,46 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocPitch_v2>, driver_ho
     return real(dptr, pitch, width, height, element_bytes);
   }
   void* out = nullptr;
+  driver_result result;
   const cudaError_t rc = tracked_pitch_alloc(
       site(id), device, &out, pitch, width, height,
       [&] {
         CUdeviceptr p = 0;
-        const CUresult r = real(&p, pitch, width, height, element_bytes);
+        const cudaError_t r = result.keep(real(&p, pitch, width, height, element_bytes));
         out = reinterpret_cast<void*>(p);
-        return static_cast<cudaError_t>(r);
+        return r;
       },
       [&] {
         real_driver<driver_hook_id::cuMemFree_v2>{driver_hook_id::cuMemFree_v2}(
             reinterpret_cast<CUdeviceptr>(out));
       });
   if (rc == cudaSuccess) *dptr = reinterpret_cast<CUdeviceptr>(out);
-  return as_driver(rc);
+  return result.answer(rc);
 }
 
 // ---- free
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemFree_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemFree_v2> real,
-                       CUdeviceptr dptr) noexcept {
-  return as_driver(tracked_free(site(id), reinterpret_cast<void*>(dptr), false, nullptr, [&] {
-    return static_cast<cudaError_t>(real(dptr));
-  }));
+                       CUdeviceptr dptr) {
+  driver_result result;
+  return result.answer(tracked_free(site(id), reinterpret_cast<void*>(dptr), false, nullptr,
+                                    [&] { return result.keep(real(dptr)); }));
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemFreeAsync>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemFreeAsync> real, CUdeviceptr dptr,
-                       CUstream stream) noexcept {
-  return as_driver(tracked_free(site(id), reinterpret_cast<void*>(dptr), true, stream, [&] {
-    return static_cast<cudaError_t>(real(dptr, stream));
-  }));
+                       CUstream stream) {
+  driver_result result;
+  return result.answer(tracked_free(site(id), reinterpret_cast<void*>(dptr), true, stream,
+                                    [&] { return result.keep(real(dptr, stream)); }));
 }
 
 // ---- memory information
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemGetInfo_v2>, driver_hook_id,
                        real_driver<driver_hook_id::cuMemGetInfo_v2> real, size_t* free_bytes,
-                       size_t* total_bytes) noexcept {
+                       size_t* total_bytes) {
   const CUresult rc = real(free_bytes, total_bytes);
   int device = 0;
   if (rc != CUDA_SUCCESS || free_bytes == nullptr || total_bytes == nullptr ||
@@ -371,7 +389,7 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemGetInfo_v2>, driver_hook_
 struct foreign_allocation {
   int device;
   std::uint64_t bytes;
-  bool swap;  // counted against the swap/um capacity (else the tracker's limit)
+  bool residency;  // counted against the swap/um capacity (else the tracker's limit)
 };
 
 std::mutex g_foreign_mutex;
@@ -380,8 +398,8 @@ std::unordered_map<CUmemGenericAllocationHandle, foreign_allocation>& foreign() 
   return *map;
 }
 
-void give_back(const foreign_allocation& f) noexcept {
-  if (f.swap) {
+void give_back(const foreign_allocation& f) {
+  if (f.residency) {
     pool::device_reserve_foreign(f.device, -static_cast<std::int64_t>(f.bytes));
   } else {
     core().release(f.device, f.bytes);
@@ -392,32 +410,25 @@ void give_back(const foreign_allocation& f) noexcept {
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemCreate>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemCreate> real,
                        CUmemGenericAllocationHandle* handle, size_t size,
-                       const CUmemAllocationProp* prop, unsigned long long flags) noexcept {
+                       const CUmemAllocationProp* prop, unsigned long long flags) {
   if (handle == nullptr || prop == nullptr || size == 0 ||
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     return real(handle, size, prop, flags);
   }
-  const foreign_allocation f{prop->location.id, size, swap_mode()};
+  const foreign_allocation f{prop->location.id, size, residency_mode()};
   const call_site at = site(id);
-  if (f.swap) {
+  if (f.residency) {
     if (!pool::device_reserve_foreign(f.device, static_cast<std::int64_t>(size))) {
-      stats::global().swap_refusals.count();
       // The application maps device memory itself (PyTorch's expandable segments):
       // oversub counts it against the swap capacity and never moves it.
-      log::warn("{} of {} refused on device {}: device memory the application maps itself "
-                "is never moved by oversub, and with the {} it already holds this would leave "
-                "the swap capacity of {} no room for oversub's pages; returning "
-                "CUDA_ERROR_OUT_OF_MEMORY. With PyTorch, set "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False (its allocations then reach "
-                "oversub as cudaMalloc), or raise OVERSUB_DEVICE_LIMIT.",
-                at.name, format_bytes(size), f.device,
-                format_bytes(stats::global().foreign_vmm_bytes.current()),
-                format_bytes(pool::device_residency_capacity(f.device)));
-      return CUDA_ERROR_OUT_OF_MEMORY;
+      return to_driver_error(
+          refuse(refusal{refusal_kind::foreign_vmm, at.name, f.device, size, true}));
     }
   } else {
     resolve_limit(at, f.device);
-    if (!core().reserve(f.device, size)) return as_driver(refuse_allocation(at, f.device, size));
+    if (!core().reserve(f.device, size)) {
+      return to_driver_error(refuse_allocation(at, f.device, size));
+    }
   }
   stats::global().foreign_vmm_bytes.add(size);
   const CUresult rc = real(handle, size, prop, flags);
@@ -432,7 +443,7 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemCreate>, driver_hook_id i
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemRelease>, driver_hook_id,
                        real_driver<driver_hook_id::cuMemRelease> real,
-                       CUmemGenericAllocationHandle handle) noexcept {
+                       CUmemGenericAllocationHandle handle) {
   const CUresult rc = real(handle);
   if (rc != CUDA_SUCCESS) return rc;
   std::optional<foreign_allocation> f;
@@ -451,7 +462,7 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemRelease>, driver_hook_id,
 // ---- launches
 
 CUresult launch_work(driver_hook_id id, CUfunction f, CUstream stream, void** params,
-                     void** extra, auto enqueue) noexcept {
+                     void** extra, auto enqueue) {
   return driver_work(
       id, stream,
       [&](call_site at, int device) {
@@ -464,7 +475,7 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuLaunchKernel>, driver_hook_i
                        real_driver<driver_hook_id::cuLaunchKernel> real, CUfunction f,
                        unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                        unsigned bz, unsigned shared, CUstream stream, void** params,
-                       void** extra) noexcept {
+                       void** extra) {
   return launch_work(id, f, stream, params, extra, [&] {
     return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
   });
@@ -473,7 +484,7 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuLaunchKernel>, driver_hook_i
 CUresult handle_driver(driver_tag<driver_hook_id::cuLaunchKernelEx>, driver_hook_id id,
                        real_driver<driver_hook_id::cuLaunchKernelEx> real,
                        const CUlaunchConfig* config, CUfunction f, void** params,
-                       void** extra) noexcept {
+                       void** extra) {
   const CUstream stream = config != nullptr ? config->hStream : nullptr;
   return launch_work(id, f, stream, params, extra,
                      [&] { return real(config, f, params, extra); });
@@ -482,7 +493,7 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuLaunchKernelEx>, driver_hook
 CUresult handle_driver(driver_tag<driver_hook_id::cuLaunchCooperativeKernel>, driver_hook_id id,
                        real_driver<driver_hook_id::cuLaunchCooperativeKernel> real, CUfunction f,
                        unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                       unsigned bz, unsigned shared, CUstream stream, void** params) noexcept {
+                       unsigned bz, unsigned shared, CUstream stream, void** params) {
   return launch_work(id, f, stream, params, nullptr, [&] {
     return real(f, gx, gy, gz, bx, by, bz, shared, stream, params);
   });
@@ -492,49 +503,49 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuLaunchCooperativeKernel>, dr
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpy>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpy> real, CUdeviceptr dst,
-                       CUdeviceptr src, size_t n) noexcept {
+                       CUdeviceptr src, size_t n) {
   return copy_work(id, nullptr, range(dst, n), range(src, n), true, real, dst, src, n);
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyAsync>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpyAsync> real, CUdeviceptr dst,
-                       CUdeviceptr src, size_t n, CUstream stream) noexcept {
+                       CUdeviceptr src, size_t n, CUstream stream) {
   return copy_work(id, stream, range(dst, n), range(src, n), true, real, dst, src, n, stream);
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyHtoD_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpyHtoD_v2> real, CUdeviceptr dst,
-                       const void* src, size_t n) noexcept {
+                       const void* src, size_t n) {
   return copy_work(id, nullptr, range(dst, n), {}, true, real, dst, src, n);
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyDtoH_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpyDtoH_v2> real, void* dst,
-                       CUdeviceptr src, size_t n) noexcept {
+                       CUdeviceptr src, size_t n) {
   return copy_work(id, nullptr, range(src, n), {}, false, real, dst, src, n);
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyDtoD_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpyDtoD_v2> real, CUdeviceptr dst,
-                       CUdeviceptr src, size_t n) noexcept {
+                       CUdeviceptr src, size_t n) {
   return copy_work(id, nullptr, range(dst, n), range(src, n), true, real, dst, src, n);
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyHtoDAsync_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpyHtoDAsync_v2> real, CUdeviceptr dst,
-                       const void* src, size_t n, CUstream stream) noexcept {
+                       const void* src, size_t n, CUstream stream) {
   return copy_work(id, stream, range(dst, n), {}, true, real, dst, src, n, stream);
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyDtoHAsync_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpyDtoHAsync_v2> real, void* dst,
-                       CUdeviceptr src, size_t n, CUstream stream) noexcept {
+                       CUdeviceptr src, size_t n, CUstream stream) {
   return copy_work(id, stream, range(src, n), {}, false, real, dst, src, n, stream);
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpyDtoDAsync_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpyDtoDAsync_v2> real, CUdeviceptr dst,
-                       CUdeviceptr src, size_t n, CUstream stream) noexcept {
+                       CUdeviceptr src, size_t n, CUstream stream) {
   return copy_work(id, stream, range(dst, n), range(src, n), true, real, dst, src, n, stream);
 }
 
@@ -546,20 +557,20 @@ void copy2d_ranges(const CUDA_MEMCPY2D* c, swap_range& dst, swap_range& src, boo
   writes = true;
   if (c == nullptr) return;
   if (on_device(c->dstMemoryType)) {
-    dst = range(c->dstDevice + c->dstY * c->dstPitch + c->dstXInBytes,
-                pitched_span(c->dstPitch, c->WidthInBytes, c->Height));
+    dst = range(pitched_range(c->dstDevice, c->dstPitch, c->WidthInBytes, c->Height,
+                              c->dstXInBytes, c->dstY));
   } else {
     writes = false;
   }
   if (on_device(c->srcMemoryType)) {
-    src = range(c->srcDevice + c->srcY * c->srcPitch + c->srcXInBytes,
-                pitched_span(c->srcPitch, c->WidthInBytes, c->Height));
+    src = range(pitched_range(c->srcDevice, c->srcPitch, c->WidthInBytes, c->Height,
+                              c->srcXInBytes, c->srcY));
   }
 }
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpy2D_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpy2D_v2> real,
-                       const CUDA_MEMCPY2D* c) noexcept {
+                       const CUDA_MEMCPY2D* c) {
   swap_range dst, src;
   bool writes = true;
   copy2d_ranges(c, dst, src, writes);
@@ -568,7 +579,7 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpy2D_v2>, driver_hook_id
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuMemcpy2DAsync_v2>, driver_hook_id id,
                        real_driver<driver_hook_id::cuMemcpy2DAsync_v2> real,
-                       const CUDA_MEMCPY2D* c, CUstream stream) noexcept {
+                       const CUDA_MEMCPY2D* c, CUstream stream) {
   swap_range dst, src;
   bool writes = true;
   copy2d_ranges(c, dst, src, writes);
@@ -589,7 +600,7 @@ constexpr std::size_t element_bytes() {
   template <typename V>                                                                  \
   CUresult handle_driver(driver_tag<driver_hook_id::base>, driver_hook_id id,            \
                          real_driver<driver_hook_id::base> real, CUdeviceptr dst, V value, \
-                         size_t n) noexcept {                                            \
+                         size_t n) {                                            \
     return copy_work(id, nullptr, range(dst, n * element_bytes<driver_hook_id::base>()), {}, \
                      true, real, dst, value, n);                                         \
   }
@@ -597,7 +608,7 @@ constexpr std::size_t element_bytes() {
   template <typename V>                                                                  \
   CUresult handle_driver(driver_tag<driver_hook_id::base>, driver_hook_id id,            \
                          real_driver<driver_hook_id::base> real, CUdeviceptr dst, V value, \
-                         size_t n, CUstream stream) noexcept {                           \
+                         size_t n, CUstream stream) {                           \
     return copy_work(id, stream, range(dst, n * element_bytes<driver_hook_id::base>()), {}, \
                      true, real, dst, value, n, stream);                                 \
   }
@@ -605,9 +616,9 @@ constexpr std::size_t element_bytes() {
   template <typename V>                                                                  \
   CUresult handle_driver(driver_tag<driver_hook_id::base>, driver_hook_id id,            \
                          real_driver<driver_hook_id::base> real, CUdeviceptr dst,        \
-                         size_t pitch, V value, size_t width, size_t height) noexcept {  \
+                         size_t pitch, V value, size_t width, size_t height) {  \
     const std::size_t row = width * element_bytes<driver_hook_id::base>();               \
-    return copy_work(id, nullptr, range(dst, pitched_span(pitch, row, height)), {}, true, \
+    return copy_work(id, nullptr, range(pitched_range(dst, pitch, row, height)), {}, true, \
                      real, dst, pitch, value, width, height);                            \
   }
 #define OVERSUB_MEMSET_2D_ASYNC(base)                                                    \
@@ -615,9 +626,9 @@ constexpr std::size_t element_bytes() {
   CUresult handle_driver(driver_tag<driver_hook_id::base>, driver_hook_id id,            \
                          real_driver<driver_hook_id::base> real, CUdeviceptr dst,        \
                          size_t pitch, V value, size_t width, size_t height,             \
-                         CUstream stream) noexcept {                                     \
+                         CUstream stream) {                                     \
     const std::size_t row = width * element_bytes<driver_hook_id::base>();               \
-    return copy_work(id, stream, range(dst, pitched_span(pitch, row, height)), {}, true, \
+    return copy_work(id, stream, range(pitched_range(dst, pitch, row, height)), {}, true,  \
                      real, dst, pitch, value, width, height, stream);                    \
   }
 OVERSUB_MEMSET_1D(cuMemsetD8_v2)
@@ -641,7 +652,7 @@ OVERSUB_MEMSET_2D_ASYNC(cuMemsetD2D32Async)
 
 CUresult handle_driver(driver_tag<driver_hook_id::cuGraphLaunch>, driver_hook_id id,
                        real_driver<driver_hook_id::cuGraphLaunch> real, CUgraphExec exec,
-                       CUstream stream) noexcept {
+                       CUstream stream) {
   return driver_work(
       id, stream,
       [&](call_site at, int device) { return swap_graph_launch(at, device, stream); },
@@ -659,21 +670,30 @@ bool driver_mem_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept
 
 void* driver_answer_for_symbol(const char* name, void* p) noexcept {
   if (name == nullptr || p == nullptr || name[0] != 'c' || name[1] != 'u') return p;
-  const std::optional<driver_hook_id> id = find_driver_export(name);
-  if (!id || is_ours(p) || !intercepting() || !from_driver(p)) return p;
-  return adopt(*id, p);
+  try {
+    const std::optional<driver_hook_id> id = find_driver_export(name);
+    if (!id || is_ours(p) || !intercepting() || !from_driver(p)) return p;
+    test_throw_point("dlsym");
+    return adopt(*id, p);
+  } catch (...) {
+    return answer_on_thrown("dlsym", p);
+  }
 }
 
 void* driver_answer_for_query(const char* symbol, int version, unsigned long long flags,
                               bool default_per_thread, void* p) noexcept {
   const bool per_thread = (flags & cudaEnablePerThreadDefaultStream) != 0 ||
                           ((flags & cudaEnableLegacyStream) == 0 && default_per_thread);
-  return answer(symbol, version, per_thread, p);
+  try {
+    return answer(symbol, version, per_thread, p);
+  } catch (...) {
+    return answer_on_thrown("cudaGetDriverEntryPoint", p);
+  }
 }
 
 cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPoint>, hook_id id, const char* symbol,
                    void** funcPtr, unsigned long long flags,
-                   cudaDriverEntryPointQueryResult* driverStatus) noexcept {
+                   cudaDriverEntryPointQueryResult* driverStatus) {
   const cudaError_t rc =
       call_real<hook_id::cudaGetDriverEntryPoint>(id, symbol, funcPtr, flags, driverStatus);
   if (rc == cudaSuccess && funcPtr != nullptr) {
@@ -687,7 +707,7 @@ cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPoint>, hook_id id, const
 cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPointByVersion>, hook_id id,
                    const char* symbol, void** funcPtr, unsigned int cudaVersion,
                    unsigned long long flags,
-                   cudaDriverEntryPointQueryResult* driverStatus) noexcept {
+                   cudaDriverEntryPointQueryResult* driverStatus) {
   const cudaError_t rc = call_real<hook_id::cudaGetDriverEntryPointByVersion>(
       id, symbol, funcPtr, cudaVersion, flags, driverStatus);
   if (rc == cudaSuccess && funcPtr != nullptr) {
@@ -715,16 +735,23 @@ std::size_t driver_hook_names_count() noexcept { return driver_hook_count; }
 #define OVERSUB_EXPORT __attribute__((visibility("default")))
 #define OVERSUB_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__
 
+// The whole body is guarded: see Note [Nothing crosses the ABI edge] in
+// interpose/abi_guard.h.
 #define OVERSUB_DRIVER_EMIT(family, symbol, base, query, since, per_thread, params, args)   \
   extern "C" OVERSUB_EXPORT CUresult symbol params noexcept {                               \
     namespace ip = oversub::interpose;                                                      \
     constexpr ip::driver_hook_id id = ip::driver_hook_id::symbol;                           \
-    const ip::real_driver<ip::driver_hook_id::base> real{id};                               \
-    if (!ip::hooks_active()) return real args;                                              \
-    ip::reentrancy_guard guard;                                                             \
-    ip::count(id);                                                                          \
-    return ip::handle_driver(ip::driver_tag<ip::driver_hook_id::base>{}, id,                \
-                             real OVERSUB_COMMA_ARGS args);                                 \
+    try {                                                                                   \
+      const ip::real_driver<ip::driver_hook_id::base> real{id};                             \
+      if (!ip::hooks_active()) return real args;                                            \
+      ip::reentrancy_guard guard;                                                           \
+      ip::count(id);                                                                        \
+      ip::test_throw_point(#symbol);                                                        \
+      return ip::handle_driver(ip::driver_tag<ip::driver_hook_id::base>{}, id,              \
+                               real OVERSUB_COMMA_ARGS args);                               \
+    } catch (...) {                                                                         \
+      return ip::driver_code_of_thrown(#symbol);                                            \
+    }                                                                                       \
   }
 #include "interpose/driver_hook_list.h"
 
@@ -737,9 +764,10 @@ namespace oversub::interpose {
 namespace {
 
 template <typename Query>
-void* answer_proc(const char* symbol, int version, cuuint64_t flags, void* p,
-                  Query ask_legacy) noexcept {
+void* answer_proc_unguarded(const char* self, const char* symbol, int version,
+                            cuuint64_t flags, void* p, Query ask_legacy) {
   if (symbol == nullptr || p == nullptr || !intercepting()) return p;
+  test_throw_point(self);
   bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   if ((flags & (CU_GET_PROC_ADDRESS_LEGACY_STREAM |
                 CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) == 0 &&
@@ -748,6 +776,16 @@ void* answer_proc(const char* symbol, int version, cuuint64_t flags, void* p,
     per_thread = ask_legacy(&legacy) == CUDA_SUCCESS && legacy != p;
   }
   return answer(symbol, version, per_thread, p);
+}
+
+template <typename Query>
+void* answer_proc(const char* self, const char* symbol, int version, cuuint64_t flags, void* p,
+                  Query ask_legacy) noexcept {
+  try {
+    return answer_proc_unguarded(self, symbol, version, flags, p, ask_legacy);
+  } catch (...) {
+    return answer_on_thrown(self, p);
+  }
 }
 
 }  // namespace
@@ -763,7 +801,8 @@ extern "C" OVERSUB_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void*
   const auto real = reinterpret_cast<fn>(p);
   const CUresult rc = real(symbol, pfn, cudaVersion, flags, status);
   if (rc != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr) return rc;
-  *pfn = ip::answer_proc(symbol, cudaVersion, flags, *pfn, [&](void** legacy) {
+  *pfn = ip::answer_proc("cuGetProcAddress_v2", symbol, cudaVersion, flags, *pfn,
+                         [&](void** legacy) {
     CUdriverProcAddressQueryResult s{};
     return real(symbol, legacy, cudaVersion, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &s);
   });
@@ -785,7 +824,8 @@ extern "C" OVERSUB_EXPORT CUresult oversub_cuGetProcAddress_v1(const char* symbo
   const auto real = reinterpret_cast<fn>(p);
   const CUresult rc = real(symbol, pfn, cudaVersion, flags);
   if (rc != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr) return rc;
-  *pfn = ip::answer_proc(symbol, cudaVersion, flags, *pfn, [&](void** legacy) {
+  *pfn = ip::answer_proc("cuGetProcAddress", symbol, cudaVersion, flags, *pfn,
+                         [&](void** legacy) {
     return real(symbol, legacy, cudaVersion, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
   });
   return rc;

@@ -1,10 +1,11 @@
-// What a hook does in track mode, one overload per plain hook.
+// What a hook does, one overload per plain hook.
 //
 // The exported wrapper (hooks.cc) calls handle(hook_tag<base>{}, id, args...),
 // where id is the symbol actually called (cudaMemcpy or cudaMemcpy_ptds). Hooks
 // that only need counting use the generic template, which forwards; the memory
 // hooks have their own overloads (memory_hooks.cc), which call the core. Every
-// handler returns CUDA's own error codes and never throws.
+// handler returns CUDA's own error codes; what one throws is turned into one by the
+// wrapper (see Note [Nothing crosses the ABI edge] in interpose/abi_guard.h).
 #ifndef OVERSUB_INTERPOSE_HANDLERS_H
 #define OVERSUB_INTERPOSE_HANDLERS_H
 
@@ -19,7 +20,7 @@ namespace oversub::interpose {
 // Work-enqueuing families also tell the pool which stream got work (pool mode),
 // before the work is enqueued (Note [Stream-ordered reuse] in pool/stream_fences.h).
 template <hook_id Base, typename... A>
-cudaError_t handle(hook_tag<Base>, hook_id id, A... args) noexcept {
+cudaError_t handle(hook_tag<Base>, hook_id id, A... args) {
   constexpr hook_family family = hook_families[index(Base)];
   if constexpr (family == hook_family::launch || family == hook_family::copy ||
                 family == hook_family::memset || family == hook_family::graph) {
@@ -34,29 +35,29 @@ cudaError_t handle(hook_tag<Base>, hook_id id, A... args) noexcept {
 }
 
 cudaError_t handle(hook_tag<hook_id::cudaMalloc>, hook_id id, void** devPtr,
-                   size_t size) noexcept;
+                   size_t size);
 cudaError_t handle(hook_tag<hook_id::cudaMallocAsync>, hook_id id, void** devPtr,
-                   size_t size, cudaStream_t stream) noexcept;
+                   size_t size, cudaStream_t stream);
 cudaError_t handle(hook_tag<hook_id::cudaMallocFromPoolAsync>, hook_id id, void** ptr,
-                   size_t size, cudaMemPool_t pool, cudaStream_t stream) noexcept;
+                   size_t size, cudaMemPool_t pool, cudaStream_t stream);
 cudaError_t handle(hook_tag<hook_id::cudaMallocPitch>, hook_id id, void** devPtr,
-                   size_t* pitch, size_t width, size_t height) noexcept;
+                   size_t* pitch, size_t width, size_t height);
 cudaError_t handle(hook_tag<hook_id::cudaMallocManaged>, hook_id id, void** devPtr,
-                   size_t size, unsigned int flags) noexcept;
-cudaError_t handle(hook_tag<hook_id::cudaFree>, hook_id id, void* devPtr) noexcept;
+                   size_t size, unsigned int flags);
+cudaError_t handle(hook_tag<hook_id::cudaFree>, hook_id id, void* devPtr);
 cudaError_t handle(hook_tag<hook_id::cudaFreeAsync>, hook_id id, void* devPtr,
-                   cudaStream_t stream) noexcept;
+                   cudaStream_t stream);
 cudaError_t handle(hook_tag<hook_id::cudaMemGetInfo>, hook_id id, size_t* free_bytes,
-                   size_t* total_bytes) noexcept;
+                   size_t* total_bytes);
 // The runtime's way to the driver: its answer, replaced by our hook where the
 // version table says so (driver_hooks.cc).
 cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPoint>, hook_id id, const char* symbol,
                    void** funcPtr, unsigned long long flags,
-                   cudaDriverEntryPointQueryResult* driverStatus) noexcept;
+                   cudaDriverEntryPointQueryResult* driverStatus);
 cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPointByVersion>, hook_id id,
                    const char* symbol, void** funcPtr, unsigned int cudaVersion,
                    unsigned long long flags,
-                   cudaDriverEntryPointQueryResult* driverStatus) noexcept;
+                   cudaDriverEntryPointQueryResult* driverStatus);
 
 }  // namespace oversub::interpose
 

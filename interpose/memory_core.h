@@ -4,11 +4,11 @@
 // or the real allocator, record the allocation or give the bytes back; forget before
 // a real free; rewrite the real free/total into the virtual ones.
 //
-// The real call comes in as a callable returning cudaError_t (a driver caller casts
-// its CUresult: the codes these paths produce, cudaSuccess and
-// cudaErrorMemoryAllocation, equal CUDA_SUCCESS and CUDA_ERROR_OUT_OF_MEMORY), so
-// one pointer allocated through one API and freed through the other meets the same
-// tracker and the same pool (Note [One core for both APIs]).
+// The real call comes in as a callable returning cudaError_t (a driver caller
+// translates its CUresult and keeps it, driver_hooks.cc's driver_result; see Note
+// [Error codes across the APIs] in core/error_codes.h), so one pointer allocated
+// through one API and freed through the other meets the same tracker and the same
+// pool (Note [One core for both APIs]).
 //
 // Note [One core for both APIs]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -38,13 +38,15 @@ namespace oversub::interpose {
 // Reads the device's total memory into the tracker once (for a fractional limit):
 // through the runtime for a runtime caller, the driver for a driver one (a program
 // that only uses the driver may have no runtime loaded).
-void resolve_limit(call_site at, int device) noexcept;
-// Logs a refusal against the virtual capacity; returns cudaErrorMemoryAllocation.
-cudaError_t refuse_allocation(call_site at, int device, std::uint64_t bytes) noexcept;
+void resolve_limit(call_site at, int device);
+// A refusal against the virtual capacity (OVERSUB_DEVICE_LIMIT in track and pool
+// modes), with the tracker's figures: see Note [One refusal message] in
+// core/refusal.h. Returns cudaErrorMemoryAllocation.
+cudaError_t refuse_allocation(call_site at, int device, std::uint64_t bytes);
 
 // What the tracker records as an allocation's stream: the per-thread stream for a
 // twin's null stream.
-inline void* stream_label(call_site at, cudaStream_t stream) noexcept {
+inline void* stream_label(call_site at, cudaStream_t stream) {
   if (stream == nullptr && at.per_thread) return cudaStreamPerThread;
   return stream;
 }
@@ -52,7 +54,7 @@ inline void* stream_label(call_site at, cudaStream_t stream) noexcept {
 // Reserve, allocate (the pool, or real_call), then record or give back.
 template <typename RealCall>
 cudaError_t tracked_alloc(call_site at, int device, void** out, std::uint64_t bytes,
-                          alloc_kind kind, cudaStream_t stream, RealCall real_call) noexcept {
+                          alloc_kind kind, cudaStream_t stream, RealCall real_call) {
   tracker& t = core();
   const bool counted = tracker::counts_against_limit(kind);
   if (counted) {
@@ -74,7 +76,7 @@ cudaError_t tracked_alloc(call_site at, int device, void** out, std::uint64_t by
 // Forget (or give back to the pool), else forward to real_free.
 template <typename RealFree>
 cudaError_t tracked_free(call_site at, void* ptr, bool async, cudaStream_t stream,
-                         RealFree real_free) noexcept {
+                         RealFree real_free) {
   profile_free(ptr);
   switch (pool_free(at, ptr, stream, async)) {
     case pool_free_result::freed: return cudaSuccess;
@@ -95,7 +97,7 @@ cudaError_t tracked_free(call_site at, void* ptr, bool async, cudaStream_t strea
 template <typename RealCall, typename RealFreeNew>
 cudaError_t tracked_pitch_alloc(call_site at, int device, void** out, size_t* pitch,
                                 size_t width, size_t height, RealCall real_call,
-                                RealFreeNew real_free_new) noexcept {
+                                RealFreeNew real_free_new) {
   if (pool_mode() && width != 0 && height != 0) {
     const size_t row = pool_pitch(width);
     if (row != 0 && height <= SIZE_MAX / row) {
@@ -130,7 +132,7 @@ cudaError_t tracked_pitch_alloc(call_site at, int device, void** out, size_t* pi
 
 // The real free/total (already filled by the caller's real call) rewritten into the
 // virtual ones for device.
-void virtual_mem_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept;
+void virtual_mem_info(int device, size_t* free_bytes, size_t* total_bytes);
 
 }  // namespace oversub::interpose
 

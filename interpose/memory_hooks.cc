@@ -21,19 +21,14 @@
 #include "common/stats.h"
 #include "common/tracker.h"
 #include "common/units.h"
+#include "core/refusal.h"
 #include "interpose/driver_hooks.h"
 #include "interpose/handlers.h"
 #include "interpose/pool_hooks.h"
 
 namespace oversub::interpose {
 
-namespace {
-
-std::atomic<bool> g_refusal_reported{false};
-
-}  // namespace
-
-void resolve_limit(call_site at, int device) noexcept {
+void resolve_limit(call_site at, int device) {
   tracker& t = core();
   if (!t.needs_device_total(device)) return;
   size_t free_bytes = 0;
@@ -45,19 +40,13 @@ void resolve_limit(call_site at, int device) noexcept {
   if (known) t.set_device_total(device, total_bytes);
 }
 
-cudaError_t refuse_allocation(call_site at, int device, std::uint64_t bytes) noexcept {
+cudaError_t refuse_allocation(call_site at, int device, std::uint64_t bytes) {
   const tracker& t = core();
-  const bool first = !g_refusal_reported.exchange(true, std::memory_order_relaxed);
-  log::emit(first ? log::level::warn : log::level::info,
-            "{} of {} refused on device {}: {} of its {} virtual capacity in use "
-            "(OVERSUB_DEVICE_LIMIT); returning cudaErrorMemoryAllocation. Raise "
-            "OVERSUB_DEVICE_LIMIT or lower the job's footprint.",
-            at.name, format_bytes(bytes), device, format_bytes(t.used(device)),
-            format_bytes(t.limit(device)));
-  return cudaErrorMemoryAllocation;
+  return refuse(refusal{refusal_kind::device_limit, at.name, device, bytes, !at.runtime,
+                        t.limit(device), t.used(device)});
 }
 
-void virtual_mem_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept {
+void virtual_mem_info(int device, size_t* free_bytes, size_t* total_bytes) {
   tracker& t = core();
   t.set_device_total(device, *total_bytes);
   // Chunks the pool maps but the application does not hold are free to it.
@@ -68,21 +57,21 @@ void virtual_mem_info(int device, size_t* free_bytes, size_t* total_bytes) noexc
 }
 
 cudaError_t handle(hook_tag<hook_id::cudaMalloc>, hook_id id, void** devPtr,
-                   size_t size) noexcept {
+                   size_t size) {
   if (devPtr == nullptr) return call_real<hook_id::cudaMalloc>(id, devPtr, size);
   return tracked_alloc(site_of(id), current_device(), devPtr, size, alloc_kind::device, nullptr,
                        [&] { return call_real<hook_id::cudaMalloc>(id, devPtr, size); });
 }
 
 cudaError_t handle(hook_tag<hook_id::cudaMallocAsync>, hook_id id, void** devPtr,
-                   size_t size, cudaStream_t stream) noexcept {
+                   size_t size, cudaStream_t stream) {
   if (devPtr == nullptr) return call_real<hook_id::cudaMallocAsync>(id, devPtr, size, stream);
   return tracked_alloc(site_of(id), current_device(), devPtr, size, alloc_kind::async, stream,
                        [&] { return call_real<hook_id::cudaMallocAsync>(id, devPtr, size, stream); });
 }
 
 cudaError_t handle(hook_tag<hook_id::cudaMallocFromPoolAsync>, hook_id id, void** ptr,
-                   size_t size, cudaMemPool_t pool, cudaStream_t stream) noexcept {
+                   size_t size, cudaMemPool_t pool, cudaStream_t stream) {
   auto forward = [&] {
     return call_real<hook_id::cudaMallocFromPoolAsync>(id, ptr, size, pool, stream);
   };
@@ -92,7 +81,7 @@ cudaError_t handle(hook_tag<hook_id::cudaMallocFromPoolAsync>, hook_id id, void*
 }
 
 cudaError_t handle(hook_tag<hook_id::cudaMallocPitch>, hook_id id, void** devPtr,
-                   size_t* pitch, size_t width, size_t height) noexcept {
+                   size_t* pitch, size_t width, size_t height) {
   auto forward = [&] {
     return call_real<hook_id::cudaMallocPitch>(id, devPtr, pitch, width, height);
   };
@@ -106,7 +95,7 @@ cudaError_t handle(hook_tag<hook_id::cudaMallocPitch>, hook_id id, void** devPtr
 }
 
 cudaError_t handle(hook_tag<hook_id::cudaMallocManaged>, hook_id id, void** devPtr,
-                   size_t size, unsigned int flags) noexcept {
+                   size_t size, unsigned int flags) {
   if (devPtr == nullptr) return call_real<hook_id::cudaMallocManaged>(id, devPtr, size, flags);
   return tracked_alloc(site_of(id), current_device(), devPtr, size, alloc_kind::managed,
                        nullptr, [&] {
@@ -114,19 +103,19 @@ cudaError_t handle(hook_tag<hook_id::cudaMallocManaged>, hook_id id, void** devP
                        });
 }
 
-cudaError_t handle(hook_tag<hook_id::cudaFree>, hook_id id, void* devPtr) noexcept {
+cudaError_t handle(hook_tag<hook_id::cudaFree>, hook_id id, void* devPtr) {
   return tracked_free(site_of(id), devPtr, false, nullptr,
                       [&] { return call_real<hook_id::cudaFree>(id, devPtr); });
 }
 
 cudaError_t handle(hook_tag<hook_id::cudaFreeAsync>, hook_id id, void* devPtr,
-                   cudaStream_t stream) noexcept {
+                   cudaStream_t stream) {
   return tracked_free(site_of(id), devPtr, true, stream,
                       [&] { return call_real<hook_id::cudaFreeAsync>(id, devPtr, stream); });
 }
 
 cudaError_t handle(hook_tag<hook_id::cudaMemGetInfo>, hook_id id, size_t* free_bytes,
-                   size_t* total_bytes) noexcept {
+                   size_t* total_bytes) {
   const cudaError_t rc = call_real<hook_id::cudaMemGetInfo>(id, free_bytes, total_bytes);
   if (rc != cudaSuccess || free_bytes == nullptr || total_bytes == nullptr) return rc;
   virtual_mem_info(current_device(), free_bytes, total_bytes);

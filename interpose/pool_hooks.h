@@ -23,8 +23,8 @@ namespace oversub::interpose {
 
 // 1: pool mode on; 0: off; -1: not decided yet.
 extern std::atomic<int> g_pool_on;
-bool decide_pool_mode() noexcept;
-inline bool pool_mode() noexcept {
+bool decide_pool_mode();
+inline bool pool_mode() {
   const int on = g_pool_on.load(std::memory_order_acquire);
   return on < 0 ? decide_pool_mode() : on == 1;
 }
@@ -32,18 +32,18 @@ inline bool pool_mode() noexcept {
 // Serves size bytes on device for stream from the pool (bytes already reserved
 // against the limit). cudaErrorMemoryAllocation (logged) when the pool has no room.
 cudaError_t pool_serve(call_site at, int device, void** out, size_t size,
-                       cudaStream_t stream) noexcept;
+                       cudaStream_t stream);
 // The row pitch pool mode gives cudaMallocPitch for width bytes (0 on overflow).
-size_t pool_pitch(size_t width) noexcept;
+size_t pool_pitch(size_t width);
 
 enum class pool_free_result : std::uint8_t {
   not_tracked,  // not a live allocation of ours: the caller forwards it to CUDA
   freed,        // the pool took it back (asynchronously on stream when async)
   forgotten,    // tracked but made by the real allocator: forgotten, CUDA must free it
 };
-pool_free_result pool_free(call_site at, void* ptr, cudaStream_t stream, bool async) noexcept;
+pool_free_result pool_free(call_site at, void* ptr, cudaStream_t stream, bool async);
 // The unused bytes the pool holds on device (added to the real free).
-std::size_t pool_cached_bytes(int device) noexcept;
+std::size_t pool_cached_bytes(int device);
 // The driver stream a call on stream enqueues on (the per-thread stream for a
 // _ptsz/_ptds twin's null stream).
 inline CUstream driver_stream(bool per_thread, cudaStream_t stream) noexcept {
@@ -53,13 +53,13 @@ inline CUstream driver_stream(bool per_thread, cudaStream_t stream) noexcept {
 inline CUstream driver_stream(hook_id id, cudaStream_t stream) noexcept {
   return driver_stream(hook_per_thread[index(id)], stream);
 }
-void pool_note_work(CUstream stream) noexcept;
+void pool_note_work(CUstream stream);
 
 // The stream a launch, copy, memset or graph launch enqueues on: its cudaStream_t
 // argument (the last one), a launch config's stream, or none (the synchronous
 // copies and memsets: the legacy stream, or the thread's for _ptds twins).
 template <typename... A>
-void note_stream_work(hook_id id, A... args) noexcept {
+void note_stream_work(hook_id id, A... args) {
   if (!pool_mode()) return;
   cudaStream_t stream = nullptr;
   auto pick = [&](auto a) {

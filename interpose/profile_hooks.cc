@@ -6,6 +6,7 @@
 
 #include "common/options.h"
 #include "common/tracker.h"
+#include "interpose/abi_guard.h"
 #include "interpose/real.h"
 
 namespace oversub::interpose {
@@ -90,11 +91,11 @@ bool decide_profiling() noexcept {
   return true;
 }
 
-void profile_alloc(const void* base, std::uint64_t bytes) noexcept {
+void profile_alloc(const void* base, std::uint64_t bytes) {
   if (profiling()) profiler::on_alloc(reinterpret_cast<std::uint64_t>(base), bytes);
 }
 
-void profile_free(const void* base) noexcept {
+void profile_free(const void* base) {
   if (base != nullptr && profiling()) profiler::on_free(reinterpret_cast<std::uint64_t>(base));
 }
 
@@ -109,6 +110,11 @@ profiler::copy_kind profile_copy_kind(cudaMemcpyKind kind) noexcept {
 
 }  // namespace oversub::interpose
 
+// See Note [Nothing crosses the ABI edge] in interpose/abi_guard.h.
 extern "C" __attribute__((visibility("default"))) void oversub_iteration_begin() noexcept {
-  oversub::profiler::iteration_begin();
+  try {
+    oversub::profiler::iteration_begin();
+  } catch (...) {
+    oversub::interpose::drop_thrown("oversub_iteration_begin");
+  }
 }

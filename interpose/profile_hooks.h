@@ -28,14 +28,14 @@ inline bool profiling() noexcept {
 // the last-error slot), looked up once.
 const profiler::cuda_queries& cuda_queries() noexcept;
 
-void profile_alloc(const void* base, std::uint64_t bytes) noexcept;
-void profile_free(const void* base) noexcept;
+void profile_alloc(const void* base, std::uint64_t bytes);
+void profile_free(const void* base);
 
 profiler::copy_kind profile_copy_kind(cudaMemcpyKind kind) noexcept;
 
 // Before a launch, copy or memset enqueues: the fallback's view of it.
 template <hook_id Base, typename... A>
-void profile_before(A... args) noexcept {
+void profile_before(A... args) {
   auto t = std::make_tuple(args...);
   if constexpr (Base == hook_id::__cudaLaunchKernel) {
     // Its CUPTI callback carries no params: the launch is named here (Note [Launches
@@ -59,7 +59,7 @@ void profile_before(A... args) noexcept {
 }
 
 // After the call returned: progress, and the profile once enough iterations.
-inline void profile_after() noexcept {
+inline void profile_after() {
   profiler::cupti::clear_hook_launch();
   if (profiling()) profiler::after_call();
 }

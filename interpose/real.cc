@@ -80,7 +80,7 @@ int current_device() noexcept {
 
 tracker& core() noexcept {
   // In swap mode the limit bounds what is resident, not what is allocated: the
-  // residency engine enforces it (pool_hooks.cc), the tracker only tracks.
+  // residency engine enforces it (core/pool_setup.cc), the tracker only tracks.
   const config& cfg = current_config();
   static tracker* instance =
       new tracker(cfg.mode >= run_mode::swap ? device_limit{} : cfg.limit);

@@ -22,6 +22,10 @@
 //              memory created and mapped outside oversub, then more cudaMalloc memory
 //              than fits, each buffer written: without counting the foreign bytes the
 //              device would overflow; the foreign buffer keeps its bytes and address.
+//   throw      (OVERSUB_TEST_THROW, throw_test.py) prints what each kind of entry
+//              point returns when oversub's work inside it throws: cudaMalloc twice,
+//              cuMemAlloc_v2 through cuGetProcAddress_v2, cuGetProcAddress_v2's and
+//              dlsym's answers for cuMemAlloc; the test compares them with CUDA's codes.
 // Prints "ok <case>" and exits 0, or "FAIL: ..." and exits 1.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -308,9 +312,40 @@ std::size_t env_bytes(const char* name) {
 
 }  // namespace
 
+// OVERSUB_TEST_THROW (Note [A test-only fault point] in interpose/abi_guard.h): each
+// call's code and where each lookup's answer lives, one line each, for throw_test.py.
+void case_throw() {
+  cudaFree(nullptr);  // the runtime's context, for the driver calls below
+  for (const char* what : {"cudaMalloc", "cudaMalloc-again"}) {
+    void* p = nullptr;
+    const cudaError_t rc = cudaMalloc(&p, std::size_t{1} << 20);
+    std::printf("%s %d %s\n", what, static_cast<int>(rc), p == nullptr ? "null" : "allocated");
+    if (p != nullptr) cudaFree(p);
+  }
+  using alloc_t = CUresult (*)(CUdeviceptr*, size_t);
+  using free_t = CUresult (*)(CUdeviceptr);
+  const auto alloc =
+      reinterpret_cast<alloc_t>(query("cuMemAlloc", 13000, CU_GET_PROC_ADDRESS_DEFAULT));
+  const auto release =
+      reinterpret_cast<free_t>(query("cuMemFree", 13000, CU_GET_PROC_ADDRESS_DEFAULT));
+  std::printf("cuGetProcAddress_v2 cuMemAlloc %s\n",
+              object_of(reinterpret_cast<void*>(alloc)).c_str());
+  std::printf("dlsym cuMemAlloc_v2 %s\n", object_of(dlsym(libcuda(), "cuMemAlloc_v2")).c_str());
+  if (alloc == nullptr || release == nullptr) {
+    std::printf("FAIL: no cuMemAlloc/cuMemFree from cuGetProcAddress_v2\n");
+    ++g_failures;
+    return;
+  }
+  CUdeviceptr d = 0;
+  const CUresult rc = alloc(&d, std::size_t{1} << 20);
+  std::printf("cuMemAlloc_v2 %d %s\n", static_cast<int>(rc), d == 0 ? "null" : "allocated");
+  if (d != 0) release(d);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: driver_probe versions|dlsym|rtld-next|cross|vmm-limit|vmm-swap\n");
+    std::fprintf(stderr,
+                 "usage: driver_probe versions|dlsym|rtld-next|cross|vmm-limit|vmm-swap|throw\n");
     return 2;
   }
   const std::string c = argv[1];
@@ -320,6 +355,7 @@ int main(int argc, char** argv) {
   else if (c == "cross") case_cross();
   else if (c == "vmm-limit") case_vmm_limit(env_bytes("PROBE_LIMIT_BYTES"));
   else if (c == "vmm-swap") case_vmm_swap(env_bytes("PROBE_DEVICE_BYTES"));
+  else if (c == "throw") case_throw();
   else {
     std::fprintf(stderr, "driver_probe: unknown case %s\n", c.c_str());
     return 2;

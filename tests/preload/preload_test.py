@@ -35,6 +35,11 @@ LD_PRELOAD set, and OVERSUB_* variables per run:
                memgetinfo and stress under OVERSUB_MODE=pool
   pool-oom     a device (SIMGPU_MEMORY) smaller than simtrain's footprint under
                OVERSUB_MODE=pool: simtrain's clean cudaErrorMemoryAllocation, exit 1
+  swap-below-page
+               OVERSUB_MODE=swap with OVERSUB_DEVICE_LIMIT below one 2 MiB page: oversub
+               says that swap mode needs at least one page and how many bytes to give
+               it (the run goes on, every call's memory read from host memory); with
+               room for a page it says nothing of the kind
 """
 from __future__ import annotations
 
@@ -339,9 +344,29 @@ def case_pool_oom(args: argparse.Namespace) -> None:
         expect(proc.returncode == 1, f"want exit 1 on a {device}-byte device < {peak}", proc)
         expect(OOM_RE.search(proc.stderr + proc.stdout) is not None,
                "no cudaErrorMemoryAllocation message from simtrain", proc)
-        expect("the pool could not map more device memory" in proc.stderr,
+        expect("The pool could not map more device memory" in proc.stderr,
                "oversub did not say why", proc)
+        expect("Tried to allocate" in proc.stderr and "OVERSUB_MODE=swap" in proc.stderr,
+               "the refusal does not say what was asked and which option to change", proc)
         print(f"simtrain {' '.join(extra)}: peak {peak} bytes, device {device}: clean OOM")
+
+
+def case_swap_below_page(args: argparse.Namespace) -> None:
+    cmd = [str(args.simtrain), *SIMTRAIN_ARGS]
+    for limit in ("1MiB", str(2 * MiB - 1)):
+        proc = run(cmd, args.lib, {"OVERSUB_MODE": "swap", "OVERSUB_DEVICE_LIMIT": limit})
+        expect(proc.returncode == 0, f"simtrain fails under swap with a limit of {limit}", proc)
+        expect(f"swap mode needs at least 1 page ({2 * MiB} bytes)" in proc.stderr and
+               f"Set OVERSUB_DEVICE_LIMIT to at least {2 * MiB} bytes" in proc.stderr,
+               "oversub did not say that swap mode needs a page", proc)
+        expect("lower the job's footprint" not in proc.stderr,
+               "the advice to lower the footprint is wrong for a limit below a page", proc)
+        print(f"OVERSUB_DEVICE_LIMIT={limit} in swap mode: the page it needs is named")
+    for limit in (str(2 * MiB), str(64 * MiB)):
+        proc = run(cmd, args.lib, {"OVERSUB_MODE": "swap", "OVERSUB_DEVICE_LIMIT": limit})
+        expect(proc.returncode == 0, f"simtrain fails in swap mode with a limit of {limit}", proc)
+        expect("needs at least 1 page" not in proc.stderr,
+               f"a limit of {limit} holds a page, yet oversub says it does not", proc)
 
 
 CASES = {
@@ -350,6 +375,7 @@ CASES = {
     "real-runtime-stub": case_real_runtime_stub, "fork": case_fork,
     "stress": case_stress, "cli": case_cli,
     "pool-losses": case_pool_losses, "pool-oom": case_pool_oom,
+    "swap-below-page": case_swap_below_page,
     "pool-memgetinfo": lambda a: case_memgetinfo(a, {"OVERSUB_MODE": "pool"}),
     "pool-stress": lambda a: case_stress(a, {"OVERSUB_MODE": "pool"}),
 }
