@@ -56,7 +56,7 @@ namespace oversub::interpose::schedule_internal {
 // [Lending an evicting page's memory] in residency/swap_engine.h: the copy in is ordered after
 // the copy out on the GPU instead of the host waiting for it), and the faster of the
 // two is kept. Measured alone, lending was 7-16% faster at some simtrain points
-// and 7-13% slower at others (docs/swap.md); as the 25th variant (after the grid, so it
+// and 7-13% slower at others (docs/design/swap.md); as the 25th variant (after the grid, so it
 // costs about two iterations) it makes 6 of the 10 bench points faster: H100-PCIe
 // activation-heavy 1.5x 0.6333 -> 0.6273 ms per iteration, 3x 1.7745 -> 1.7423,
 // weight-heavy 3x 3.1277 -> 3.0915, 10x 4.6035 -> 4.2930; Titan X weight-heavy 1.5x
@@ -75,7 +75,7 @@ namespace oversub::interpose::schedule_internal {
 // device varies: on the full-size ResNet-50 replay (traces/resnet50-b32.oprof,
 // 1618 MiB, H100-PCIe model) a variant timed at 56.2 ms by the host ran at 68.8 ms
 // per iteration; by its kernels' starts it is timed at 68.812 and 68.790, and the
-// variant kept is timed at 68.012 ms and runs at 68.012 (docs/swap.md). The last
+// variant kept is timed at 68.012 ms and runs at 68.012 (docs/design/swap.md). The last
 // launch of the body, not the first: a switch carries out the new plan's moves
 // before the launch it happens at, so the first launch's start belongs to neither
 // variant (simtrain at 1.5x: the plan as learned was timed 0.682 ms by its first

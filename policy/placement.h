@@ -46,7 +46,7 @@ struct placement_options {
   // page size, buffers of different lifetime classes are kept off each other's pages
   // where that takes no more pages (Note [Grouping by lifetime into pages] in
   // placement.cc), the region is a whole number of pages and is meant to start on a
-  // page boundary. Not used by the pool yet (measured: docs/pool.md).
+  // page boundary. Not used by the pool yet (measured: docs/design/pool.md).
   std::size_t page_bytes = 0;
 };
 
@@ -76,7 +76,7 @@ bool placement_is_valid(std::span<const buffer_lifetime> lifetimes, const placem
 // (OVERSUB_PROFILE_IN) the pool knows, before the first of them is allocated, every
 // long-lived buffer the iteration uses (its size, in allocation order) and where the
 // iteration first uses it; it lays them out in order of that first use instead, so
-// buffers used together share pages (measured: docs/swap.md, "Long-lived layout from a
+// buffers used together share pages (measured: docs/design/swap.md, "Long-lived layout from a
 // profile"). first_use[k]: the launch of the profiled iteration that first uses the
 // k-th long-lived buffer, or no_first_use. Returns the k in address order: by first
 // use, the allocation order among equals, the unused last.

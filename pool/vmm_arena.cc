@@ -96,7 +96,7 @@ bool vmm_arena::ensure_driver() {
 // hold long-lived buffers. The pages then carry more bytes that a launch does not
 // use: simtrain's activation-heavy shape at 1.5x was learned over 19 pages, the
 // plan moved 28 MiB each way per iteration, against 18 pages and 20 MiB with one
-// range (docs/swap.md, "One range"). So in swap mode the first range also covers
+// range (docs/design/swap.md, "One range"). So in swap mode the first range also covers
 // what the host may hold (the device's memory plus swap_range_bytes: the host
 // budget, at most the host's memory). Address space is not memory, but a driver
 // may refuse a reservation that large (llama.cpp's VMM pool met that on some

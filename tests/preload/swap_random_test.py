@@ -64,7 +64,7 @@ def run_mode(args: argparse.Namespace, mode: str, cmd: list[str], device: int,
     # the argument scan finds every one and makes it resident whole. With one stream
     # every iteration allocates at the same addresses (the planned pool) and makes
     # the same launches, so by the last iterations the learned schedule is followed
-    # (with two, the other stream's work may fence planned bytes: docs/swap.md).
+    # (with two, the other stream's work may fence planned bytes: docs/design/swap.md).
     moved = (check_swap(stats, proc, device, True, args.streams == "1") if mode == "swap"
              else check_um(stats, device))
     print(f"{mode}: checksum bits identical over {len(want)} iterations; {moved}")
@@ -93,7 +93,7 @@ def main() -> int:
     device = int(peak / args.ratio)
     # An operation touches at most four buffers of at most --max-kib each, and each
     # may straddle one more page than its size needs; the swap capacity is the device
-    # less 1/16, in whole pages (docs/swap.md). The drawn program must leave its
+    # less 1/16, in whole pages (docs/design/swap.md). The drawn program must leave its
     # largest operation that room, or a refusal would be the test's fault.
     worst = 4 * (-(-args.max_kib * 1024 // PAGE) + 1) * PAGE
     if (device - device // 16) // PAGE * PAGE < worst:

@@ -2,7 +2,7 @@
 // wrote) against the transfer bound and the window bound (Note [Window bound] in
 // policy/simulate.h), at the capacities of `oversub simulate --sweep N`. Prints a
 // markdown table; which points are link-bound in both halves, and how far cost is
-// from what any schedule could do. docs/policy.md, "How close to the bound".
+// from what any schedule could do. docs/design/policy.md, "How close to the bound".
 // Usage: trace_phase [--pages[=first-use|last-use]] PROFILE [DEVICE] [N] [CAPACITY...]
 //   (DEVICE: h100-pcie;
 // N: 5; capacities in bytes instead of the sweep's). --pages: the swap engine's view,

@@ -1,5 +1,5 @@
 // Tests that pin how close the cost policy comes to issue 7's goals on iterations
-// small enough to reason about by hand (docs/policy.md, "How close to the bound"):
+// small enough to reason about by hand (docs/design/policy.md, "How close to the bound"):
 // - a ring of long-lived buffers, each used once per iteration: the link is the
 //   bottleneck and both directions can overlap, so the transfer bound is reachable
 //   up to a few buffers' trips; cost must come within 1.15x of it (before Note
