@@ -24,7 +24,7 @@ namespace oversub::interpose::schedule_internal {
 // to land in while evictions are still on their way out (Note [Headroom] in
 // policy/schedule.h). On the simtrain points of scripts/bench-swap each is worth 5-15% at
 // some points and costs as much at others, and neither the predicted time nor the
-// predicted bytes picks the fastest (docs/results.md, "Choosing among schedules by
+// predicted bytes picks the fastest (docs/results/archive.md, "Choosing among schedules by
 // measured time"). So, with the cost policy (and OVERSUB_TUNE=1, the default), once an
 // iteration is learned the learner follows 24 variants of its schedule in turn: the loop
 // body starting at each eighth of the period, each with 0, 1 and 2 steps of pages left
