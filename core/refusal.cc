@@ -117,32 +117,39 @@ cudaError_t refuse(refusal r) noexcept {
   switch (r.kind) {
     case refusal_kind::device_limit: break;
     case refusal_kind::pool_full:
-    case refusal_kind::pool_no_driver: {
-      c.pool_refusals.count();
-      const pool::resource_stats s = pool::device_stats(r.device);
-      r.held = s.mapped_bytes;
-      f.pool_used = s.used_bytes;
-      const pool::driver_table& d = pool::driver();
-      std::size_t free_bytes = 0;
-      std::size_t total_bytes = 0;
-      if (d.cuMemGetInfo != nullptr && d.cuMemGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS) {
-        f.device_free = free_bytes;
-        f.device_total = total_bytes;
+    case refusal_kind::pool_no_driver: c.pool_refusals.count(); break;
+    default: c.swap_refusals.count(); break;
+  }
+  try {  // the figures; a lock that cannot be taken leaves them out
+    switch (r.kind) {
+      case refusal_kind::device_limit: break;
+      case refusal_kind::pool_full:
+      case refusal_kind::pool_no_driver: {
+        const pool::resource_stats s = pool::device_stats(r.device);
+        r.held = s.mapped_bytes;
+        f.pool_used = s.used_bytes;
+        const pool::driver_table& d = pool::driver();
+        std::size_t free_bytes = 0;
+        std::size_t total_bytes = 0;
+        if (d.cuMemGetInfo != nullptr &&
+            d.cuMemGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS) {
+          f.device_free = free_bytes;
+          f.device_total = total_bytes;
+        }
+        break;
       }
-      break;
+      case refusal_kind::resident_too_large:
+      case refusal_kind::resident_no_room:
+      case refusal_kind::host_budget:
+        r.capacity = pool::device_residency_capacity(r.device);
+        r.held = pool::device_stats(r.device).used_bytes;
+        break;
+      case refusal_kind::foreign_vmm:
+        r.capacity = pool::device_residency_capacity(r.device);
+        r.held = c.foreign_vmm_bytes.current();
+        break;
     }
-    case refusal_kind::resident_too_large:
-    case refusal_kind::resident_no_room:
-    case refusal_kind::host_budget:
-      c.swap_refusals.count();
-      r.capacity = pool::device_residency_capacity(r.device);
-      r.held = pool::device_stats(r.device).used_bytes;
-      break;
-    case refusal_kind::foreign_vmm:
-      c.swap_refusals.count();
-      r.capacity = pool::device_residency_capacity(r.device);
-      r.held = c.foreign_vmm_bytes.current();
-      break;
+  } catch (...) {
   }
   const bool first = !g_refusal_logged.exchange(true, std::memory_order_relaxed);
   const log::level level = first ? log::level::warn : log::level::info;
