@@ -383,6 +383,8 @@ parse_outcome parse_options(const std::vector<std::string_view>& env) {
     if (eq == std::string_view::npos) continue;
     std::string_view name = entry.substr(0, eq);
     std::string_view value = entry.substr(eq + 1);
+    // Not an option: see Note [A test-only fault point] in interpose/abi_guard.h.
+    if (name == "OVERSUB_TEST_THROW") continue;
     pool_given = pool_given || name == "OVERSUB_POOL";
     bool known = false;
 #define OVERSUB_OPTION_PARSE(NAME, field, parser, def, accepted, doc)           \

@@ -40,6 +40,8 @@ def probe(args: argparse.Namespace, throw: str | None) -> tuple[dict, dict, str]
 
 
 def expect_logged_once(stderr: str, symbol: str, thrown: str, outcome: str) -> None:
+    if "unknown option OVERSUB_TEST_THROW" in stderr:
+        fail(f"the test-only OVERSUB_TEST_THROW is warned about as an unknown option:\n{stderr}")
     lines = [l for l in stderr.splitlines() if "oversub's own work inside the call failed" in l]
     if len(lines) != 1:
         fail(f"want the throw logged once, got {len(lines)} lines:\n{stderr}")
