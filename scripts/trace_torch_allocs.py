@@ -8,7 +8,7 @@ storage allocations and frees in oversub's trace format (docs/trace-format.md).
 Meta tensors have shapes, dtypes and storages but no memory and no arithmetic, so a
 GPT-2 step that needs tens of GB on a GPU records in seconds on a laptop.
 
-How it records (Note [Recording on meta]):
+How it records (Note [Recording on meta] in docs/traces.md):
   - a TorchDispatchMode sees every aten operator the step runs, forward, backward
     (the autograd engine runs meta work on the caller's thread) and optimizer; each
     output tensor whose storage is not yet live is an allocation of that storage's

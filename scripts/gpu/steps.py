@@ -264,7 +264,7 @@ PLACED_RE = re.compile(r"pool: the profile's layout placed (\d+) of its (\d+) lo
 
 
 def layout(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -> None:
-    """swap at peak/3 twice with OVERSUB_PROFILE=path (Note [One profile path]): the
+    """swap at peak/3 twice with OVERSUB_PROFILE=path (Note [One profile path] in common/options.h): the
     first run writes its profile, the second lays out its long-lived buffers by it (Note
     [Long-lived layout from a profile] in policy/placement.h): on real VMM, every block
     laid out must be claimed and the losses stay those of the run without the library.
@@ -342,7 +342,7 @@ def peak3_row(k: kit, res: step_result, name: str, limit: int, base, proc, same:
 def tuning(k: kit, res: step_result, progs: programs, sim_env: dict[str, str]) -> None:
     """swap at peak/3 long enough for the schedule's variants to be timed on the device
     from CUPTI's kernel records and the fastest kept (Note [Timing on the device] in
-    core/schedule.cc): the losses of a run as long without the library, and
+    core/tuning.cc): the losses of a run as long without the library, and
     what the stats' "schedule" section says of the choice. On simgpu a smaller batch
     (64 iterations of the step's shape take a minute of wall time there), and CUPTI's
     records only once their kernels are done, as on a GPU (SIMGPU_CUPTI_RECORDS)."""

@@ -22,7 +22,7 @@ How it records (Note [Recording on meta] in docs/traces.md):
   - `step` runs twice: the first (warm-up) creates gradients and optimizer state,
     the second is the recorded iteration. Storages live when it starts are the
     long-lived buffers (parameters, gradients, optimizer state, BN statistics);
-  - each launch's duration is modeled (Note [Modeled durations]): the larger of its
+  - each launch's duration is modeled (Note [Modeled durations] in docs/traces.md): the larger of its
     FLOPs over the device's FP32 rate and its bytes over the memory bandwidth, divided
     by the fraction of the device its thread blocks fill (Note [Wave efficiency] in
     docs/traces.md), at least the device's launch latency;
@@ -34,6 +34,7 @@ Needs torch (Debian's python3-torch 1.13); the rest of scripts/lib does not.
 from __future__ import annotations
 
 import gc
+import os
 import re
 import weakref
 from dataclasses import dataclass
@@ -47,7 +48,8 @@ from torch.utils._pytree import tree_flatten
 from oprof import Allocation, Copy, Launch, Profile
 
 REPO = Path(__file__).resolve().parent.parent.parent
-DEVICE_DIR = REPO / "tests" / "simgpu" / "devices"
+# An installed oversub names its device models in OVERSUB_DEVICE_MODELS_DIR.
+DEVICE_DIR = Path(os.environ.get("OVERSUB_DEVICE_MODELS_DIR") or REPO / "tests/simgpu/devices")
 BLOCK_BYTES = 512            # CUDACachingAllocator kMinBlockSize: every size rounds up to it
 BASE_ADDRESS = 0x7F0000000000  # synthetic addresses start here (no real device was used)
 
@@ -81,8 +83,9 @@ class DeviceModel:
         return max(1, self.sm_count * per_sm)
 
     def kernel_ns(self, flops: float, bytes_moved: float, efficiency: float = 1.0) -> int:
-        """Note [Modeled durations]: a roofline at the device's peak figures, divided by
-        the launch's wave efficiency, never under the launch latency."""
+        """A roofline at the device's peak figures, divided by the launch's wave
+        efficiency, never under the launch latency (Note [Modeled durations] in
+        docs/traces.md)."""
         seconds = max(flops / self.fp32_flops, bytes_moved / self.memory_bandwidth)
         ns = seconds * 1e9 / max(efficiency, 1e-9)
         return max(1, int(max(ns, self.launch_latency_ns) + 0.5))
@@ -185,8 +188,9 @@ def wave_efficiency(blocks: int, slots: int) -> float:
 
 
 def launch_ns(device: DeviceModel, name: str, args: tuple, kwargs: dict, out: Any) -> int:
-    """Note [Modeled durations]: the roofline of op_flops and the bytes moved, divided by
-    the launch's wave efficiency (Note [Wave efficiency]), at least the launch latency."""
+    """The roofline of op_flops and the bytes moved, divided by the launch's wave
+    efficiency, at least the launch latency (Notes [Modeled durations] and [Wave
+    efficiency] in docs/traces.md)."""
     tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
     moved = float(sum(t.numel() * t.element_size() for t in tensors))
     gemm_slots = device.slots(GEMM_THREADS, GEMM_TILES_PER_SM)
@@ -388,10 +392,7 @@ SHAPED_LIKE_ARG: dict[str, int] = {
 # backward, 1 byte per element); on any other device it multiplies by a float noise
 # tensor (4 bytes per element). While recording, F.dropout takes the CUDA path.
 class cuda_dropout:
-    """Note [Dropout as on CUDA]: F.dropout on a CUDA tensor runs the fused
-    aten.native_dropout (a bool mask saved for backward, 1 byte per element); on any
-    other device it multiplies by a float noise tensor (4 bytes per element). While
-    recording, F.dropout takes the CUDA path."""
+    """F.dropout as on a CUDA tensor, while recording (Note [Dropout as on CUDA])."""
 
     def __enter__(self) -> None:
         from torch.nn import functional

@@ -17,7 +17,7 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             preloaded first): the durations and the link are the constants (20 us, 25
             GB/s), the stats say "constant" and "held", OVERSUB_VERBOSE=1 says so once,
             and the run is still correct and follows its schedule; with no kernel
-            records no variants of it are timed (Note [Timing on the device]): the
+            records no variants of it are timed (Note [Timing on the device] in core/tuning.cc): the
             stats' tune_status is "no_kernel_times", and OVERSUB_VERBOSE=1 says so once.
 
   schedule_timing_test.py --lib liboversub.so --simtrain simtrain --case measured --mode swap

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Swap mode chooses among variants of its schedule by measured time (Note [Choosing
-among schedules by measured time] in core/schedule.cc): simtrain at 1.5x
+among schedules by measured time] in core/tuning.cc): simtrain at 1.5x
 oversubscription on simgpu's H100-PCIe model, long enough for the tuning to finish.
 
 - The loss bits of every iteration are those of a run with enough memory, with the

@@ -36,7 +36,8 @@ struct config {
   std::string timeline;       // SIMGPU_TIMELINE: a path; empty: off (Note [The timeline] in tests/simgpu/driver/timeline.h)
   // SIMGPU_CUPTI_RECORDS=when-done: CUPTI's activity records are handed back only once
   // the virtual clock has passed their end, as a real GPU's (Note [Records when done]
-  // in cupti/activity.cc); at-enqueue (the default): as soon as they are enqueued.
+  // in tests/simgpu/cupti/activity.cc); at-enqueue (the default): as soon as they are
+  // enqueued.
   bool cupti_when_done = false;
   // SIMGPU_VMM_WAIT=0|1: overrides the model's vmm_waits_for_device; -1: unset.
   int vmm_wait = -1;
