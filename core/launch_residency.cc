@@ -24,8 +24,8 @@ namespace {
 std::atomic<bool> g_driver_error_logged{false};
 std::atomic<bool> g_oversized_logged{false};
 
-// A prepare that failed: a driver error is CUDA's answer, the rest are refusals (see
-// Note [One refusal message] in core/refusal.h).
+// A prepare that failed: a driver error is CUDA's answer, the rest are refusals
+// (see Note [One refusal message] in core/refusal.h).
 cudaError_t refuse(const resident_call& at, const pool::prepare_result& r) {
   if (r.code == pool::residency_errc::driver_error) {
     const bool first = !g_driver_error_logged.exchange(true, std::memory_order_relaxed);

@@ -1,4 +1,4 @@
-// The one refusal (see refusal.h, Note [One refusal message]).
+// The one refusal (see Note [One refusal message] in core/refusal.h).
 #include "core/refusal.h"
 
 #include <fmt/format.h>

@@ -133,7 +133,8 @@ cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params,
       }
     }
   }
-  test_throw_point("schedule_before_launch");  // Note [A test-only fault point]
+  // See Note [A test-only fault point] in interpose/abi_guard.h.
+  test_throw_point("schedule_before_launch");
   return make_launch_resident(resident(at, device, stream), core(), words, n_words, unreadable);
 }
 

@@ -1,5 +1,5 @@
-// The translation between CUresult and cudaError_t (core/error_codes.h, Note [Error
-// codes across the APIs]).
+// The translation between CUresult and cudaError_t (Note [Error codes across the
+// APIs] in core/error_codes.h).
 #include "core/error_codes.h"
 
 #include <gtest/gtest.h>
