@@ -12,6 +12,7 @@
 #include "common/stats.h"
 #include "common/units.h"
 #include "pool/driver_api.h"
+#include "pool/host_memory.h"
 #include "residency/um_engine.h"
 #include "pool/planned_region.h"
 #include "pool/stream_fences.h"
@@ -369,14 +370,6 @@ std::uint64_t device_cached_bytes(int device) {
   return s->online.cached_bytes() + (s->planned ? s->planned->slack_bytes() : 0);
 }
 
-std::uint64_t trim_all() {
-  std::uint64_t given = 0;
-  for (auto& d : g_devices) {
-    if (device_state* s = d.load(std::memory_order_acquire)) given += s->online.trim();
-  }
-  return given;
-}
-
 resource_stats device_stats(int device) {
   device_state* s = existing(device);
   return s == nullptr ? resource_stats{} : s->front().stats();
@@ -463,11 +456,6 @@ bool device_reserve_foreign(int device, std::int64_t bytes) noexcept {
   if (s == nullptr) return true;
   if (s->managed) return s->managed->reserve_foreign(bytes);
   return s->engine == nullptr || s->engine->reserve_foreign(bytes);
-}
-
-host_pool& pinned_host() {
-  static host_pool* instance = new host_pool(host_pool_config{g_settings.host_budget_bytes});
-  return *instance;
 }
 
 }  // namespace oversub::pool

@@ -1,6 +1,6 @@
 // device_pool: the pool as the interposer sees it (OVERSUB_MODE=pool and above).
 // One arena per device (online, or planned over online; in swap mode over a
-// residency engine), the pinned host pool, the stream fences, and the pool's section
+// residency engine), the stream fences, and the pool's section
 // of the exit statistics. Plain calls with
 // CUDA's driver types; the hooks translate runtime calls into these.
 #ifndef OVERSUB_CORE_DEVICE_POOL_H
@@ -10,7 +10,6 @@
 #include <span>
 #include <vector>
 
-#include "pool/host_pool.h"
 #include "pool/memory_resource.h"
 #include "residency/swap_engine.h"
 
@@ -55,8 +54,6 @@ allocation_result device_allocate(int device, std::size_t bytes, CUstream stream
 bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream);
 // Mapped bytes the pool holds but the application does not (added back to free).
 std::uint64_t device_cached_bytes(int device);
-// Gives every unused chunk back (all devices); returns the bytes.
-std::uint64_t trim_all();
 // The arena's figures for device (tests and the report).
 resource_stats device_stats(int device);
 
@@ -113,9 +110,6 @@ struct layout_result {
 // The iteration is learned (every long-lived buffer is allocated by then): the blocks
 // no allocation claimed go back to the arena. Once per device; later calls return {}.
 layout_result device_end_long_lived_layout(int device) noexcept;
-
-// The pinned host pool (budget from configure()).
-host_pool& pinned_host();
 
 }  // namespace oversub::pool
 

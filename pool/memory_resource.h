@@ -2,7 +2,7 @@
 // RMM's device_memory_resource).
 //
 // Glossary (used across pool/):
-//   resource   gets memory (vmm_arena, host_pool);
+//   resource   gets memory (vmm_arena);
 //   adaptor    wraps an upstream resource and adds one concern (limiting_adaptor);
 //   block      what allocate() hands out: an address and a byte count;
 //   chunk      2 MiB of physical memory (the VMM granularity) mapped into a range;

@@ -6,12 +6,11 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 
-#include "pool/host_pool.h"
+#include "pool/host_memory.h"
 #include "pool/limiting_adaptor.h"
 #include "pool/planned_region.h"
 #include "pool/vmm_arena.h"
@@ -22,14 +21,12 @@ namespace {
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
 struct arena_env {
-  static constexpr bool device = true;
   static constexpr std::uint64_t capacity = 0;  // no limit of its own
   vmm_arena arena{vmm_arena_config{0, 256 * MiB, 8 * MiB}};
   memory_resource& resource() { return arena; }
 };
 
 struct limited_env {
-  static constexpr bool device = true;
   static constexpr std::uint64_t capacity = 48 * MiB;
   vmm_arena arena{vmm_arena_config{0, 256 * MiB, 8 * MiB}};
   limiting_adaptor limited{arena, capacity};
@@ -37,18 +34,10 @@ struct limited_env {
 };
 
 struct planned_env {
-  static constexpr bool device = true;
   static constexpr std::uint64_t capacity = 0;
   vmm_arena arena{vmm_arena_config{0, 256 * MiB, 8 * MiB}};
   planned_region planned{arena};
   memory_resource& resource() { return planned; }
-};
-
-struct host_env {
-  static constexpr bool device = false;
-  static constexpr std::uint64_t capacity = 96 * MiB;
-  host_pool pool{host_pool_config{capacity, 16 * MiB}};
-  memory_resource& resource() { return pool; }
 };
 
 template <typename Env>
@@ -61,16 +50,10 @@ class ResourceConformance : public ::testing::Test {
   void write_and_check(void* p, std::size_t bytes, unsigned char value) {
     unsigned char first = 0;
     unsigned char last = 0;
-    if (Env::device) {
-      ASSERT_EQ(cudaMemset(p, value, bytes), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(&first, p, 1, cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(&last, static_cast<char*>(p) + bytes - 1, 1, cudaMemcpyDeviceToHost),
-                cudaSuccess);
-    } else {
-      std::memset(p, value, bytes);
-      first = *static_cast<unsigned char*>(p);
-      last = static_cast<unsigned char*>(p)[bytes - 1];
-    }
+    ASSERT_EQ(cudaMemset(p, value, bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(&first, p, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(&last, static_cast<char*>(p) + bytes - 1, 1, cudaMemcpyDeviceToHost),
+              cudaSuccess);
     EXPECT_EQ(first, value);
     EXPECT_EQ(last, value);
   }
@@ -78,7 +61,7 @@ class ResourceConformance : public ::testing::Test {
   std::unique_ptr<Env> env_ = std::make_unique<Env>();
 };
 
-using resource_types = ::testing::Types<arena_env, limited_env, planned_env, host_env>;
+using resource_types = ::testing::Types<arena_env, limited_env, planned_env>;
 TYPED_TEST_SUITE(ResourceConformance, resource_types);
 
 TYPED_TEST(ResourceConformance, AlignedAndUsable) {
@@ -185,6 +168,10 @@ TYPED_TEST(ResourceConformance, StatisticsAddUp) {
   const std::uint64_t given = r.trim();
   EXPECT_EQ(r.stats().mapped_bytes + given, after.mapped_bytes);
 }
+
+// What a fraction in OVERSUB_HOST_LIMIT is a fraction of (Note [Host budget] in
+// pool/host_memory.h).
+TEST(HostMemory, PhysicalMemoryIsKnown) { EXPECT_GT(physical_memory_bytes(), 0u); }
 
 }  // namespace
 }  // namespace oversub::pool

@@ -8,7 +8,6 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include "pool/host_pool.h"
 #include "pool/stream_fences.h"
 #include "pool/vmm_arena.h"
 
@@ -234,29 +233,6 @@ TEST_F(StreamReuse, ShortDeviceTrimsAndRetries) {
   allocation_result too_big = arena.allocate(512 * MiB, nullptr);
   EXPECT_FALSE(too_big);
   EXPECT_EQ(too_big.error, pool_errc::out_of_memory);
-}
-
-TEST(HostPool, BudgetIsACleanError) {
-  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
-  host_pool pool(host_pool_config{16 * MiB, 8 * MiB});
-  allocation_result a = pool.allocate(6 * MiB, nullptr);
-  allocation_result b = pool.allocate(6 * MiB, nullptr);
-  ASSERT_TRUE(a && b);
-  allocation_result c = pool.allocate(6 * MiB, nullptr);
-  EXPECT_FALSE(c);
-  EXPECT_EQ(c.error, pool_errc::over_budget);
-  EXPECT_LE(pool.stats().mapped_bytes, 16 * MiB);
-  allocation_result small = pool.allocate(MiB, nullptr);  // fits in a chunk already held
-  ASSERT_TRUE(small);
-  pool.deallocate(small.ptr, MiB, nullptr);
-  pool.deallocate(a.ptr, 6 * MiB, nullptr);
-  pool.deallocate(b.ptr, 6 * MiB, nullptr);
-  EXPECT_EQ(pool.trim(), 16 * MiB);
-  EXPECT_EQ(pool.stats().mapped_bytes, 0u);
-  allocation_result again = pool.allocate(12 * MiB, nullptr);
-  ASSERT_TRUE(again);
-  pool.deallocate(again.ptr, 12 * MiB, nullptr);
-  EXPECT_GT(physical_memory_bytes(), 0u);
 }
 
 }  // namespace
