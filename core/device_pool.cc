@@ -13,10 +13,11 @@
 #include "common/units.h"
 #include "pool/driver_api.h"
 #include "pool/host_memory.h"
-#include "residency/um_engine.h"
 #include "pool/planned_region.h"
 #include "pool/stream_fences.h"
 #include "pool/vmm_arena.h"
+#include "residency/swap_engine.h"
+#include "residency/um_engine.h"
 
 namespace oversub::pool {
 
@@ -49,11 +50,10 @@ std::uint64_t swap_capacity(const pool_settings& s) {
   return swap_capacity_of(0, free_bytes, total_bytes);
 }
 
-std::unique_ptr<managed_residency> make_managed(int device, const pool_settings& s) {
-  return s.um ? std::make_unique<managed_residency>(device, swap_capacity(s), s.um_naive) : nullptr;
-}
-
-std::unique_ptr<residency_engine> make_engine(int device, const pool_settings& s) {
+// Swap mode's page mover, or um mode's managed memory (one backend per device), or
+// none.
+std::unique_ptr<residency_backend> make_backend(int device, const pool_settings& s) {
+  if (s.um) return std::make_unique<managed_residency>(device, swap_capacity(s), s.um_naive);
   if (!s.swap) return nullptr;
   residency_config c;
   c.device = device;
@@ -99,16 +99,19 @@ struct layout_slots {
 
 struct device_state {
   explicit device_state(int device, const pool_settings& s)
-      : engine(make_engine(device, s)),
-        managed(make_managed(device, s)),
-        online(vmm_arena_config{device, 0, static_cast<std::size_t>(s.large_bytes),
-                                engine.get(), swap_range_bytes(s)}) {
+      : backend(make_backend(device, s)),
+        pages(backend ? backend->pages() : nullptr),
+        online(vmm_arena_config{device, 0, static_cast<std::size_t>(s.large_bytes), pages,
+                                swap_range_bytes(s)}) {
     if (s.planned) planned = std::make_unique<planned_region>(online);
-    layout.active.store(engine && !g_layout.expected.empty(), std::memory_order_release);
+    layout.active.store(pages != nullptr && !g_layout.expected.empty(),
+                        std::memory_order_release);
   }
   memory_resource& front() { return planned ? static_cast<memory_resource&>(*planned) : online; }
-  std::unique_ptr<residency_engine> engine;  // swap mode; outlives the arena
-  std::unique_ptr<managed_residency> managed;  // um mode: serves every allocation
+  // The backend serves every allocation itself (um mode), not the arena.
+  bool backend_allocates() const { return backend && pages == nullptr; }
+  std::unique_ptr<residency_backend> backend;  // swap and um modes; outlives the arena
+  page_backing* pages;                         // the backend's pages the arena maps (swap)
   vmm_arena online;
   std::unique_ptr<planned_region> planned;
   layout_slots layout;
@@ -167,50 +170,7 @@ bool report_section(std::string& json, std::string& text) {
         format_bytes(r.peak_mapped_bytes), format_bytes(r.used_bytes),
         format_bytes(r.peak_used_bytes), format_bytes(r.largest_free_bytes), r.live_blocks,
         r.grows, r.trims, r.syncs);
-    if (const std::optional<residency_stats> maybe_e =
-            s->engine ? s->engine->try_stats() : std::nullopt) {
-      const residency_stats& e = *maybe_e;
-      json += fmt::format(R"(,"swap":{{"capacity_bytes":{},"pages":{},"resident_bytes":{},)"
-                          R"("peak_resident_bytes":{},"host_bytes":{},"peak_host_bytes":{},)"
-                          R"("evictions":{},"clean_evictions":{},"dead_evictions":{},)"
-                          R"("fetches":{},"dead_fetches":{},)"
-                          R"("bytes_to_host":{},"bytes_to_device":{},"waits":{},"failures":{},)"
-                          R"("copies":{},"mapping_calls":{},"spare_reuses":{},"spare_bytes":{},"lends":{},)"
-                          R"("born_on_host":{}}})",
-                          s->engine->capacity_bytes(), e.pages, e.resident_bytes,
-                          e.peak_resident_bytes, e.host_bytes, e.peak_host_bytes, e.evictions,
-                          e.clean_evictions, e.dead_evictions, e.fetches, e.dead_fetches,
-                          e.bytes_to_host, e.bytes_to_device, e.waits, e.failures, e.copies,
-                          e.mapping_calls, e.spare_reuses, e.spare_bytes, e.lends, e.born_on_host);
-      text += fmt::format(
-          "oversub:   swap device {}: capacity {}  resident {} (peak {})  on host {} (peak {})  "
-          "evictions {} ({} clean, {} dead)  fetches {} ({} dead)  to host {}  to device {}  "
-          "waits {}  failures {}  copies {}  mapping calls {}  spares reused {}  lent {}  "
-          "born on host {}\n",
-          d, format_bytes(s->engine->capacity_bytes()), format_bytes(e.resident_bytes),
-          format_bytes(e.peak_resident_bytes), format_bytes(e.host_bytes),
-          format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.dead_evictions,
-          e.fetches, e.dead_fetches,
-          format_bytes(e.bytes_to_host), format_bytes(e.bytes_to_device), e.waits, e.failures,
-          e.copies, e.mapping_calls, e.spare_reuses, e.lends, e.born_on_host);
-    }
-    if (const std::optional<managed_stats> maybe_m =
-            s->managed ? s->managed->try_stats() : std::nullopt) {
-      const managed_stats& m = *maybe_m;
-      json += fmt::format(R"(,"um":{{"capacity_bytes":{},"buffers":{},"resident_bytes":{},)"
-                          R"("peak_resident_bytes":{},"prefetches_in":{},"prefetches_out":{},)"
-                          R"("bytes_in":{},"bytes_out":{},"concurrent_access":{}}})",
-                          s->managed->capacity_bytes(), m.buffers, m.resident_bytes,
-                          m.peak_resident_bytes, m.prefetches_in, m.prefetches_out, m.bytes_in,
-                          m.bytes_out, m.concurrent_access ? "true" : "false");
-      text += fmt::format(
-          "oversub:   um device {}: capacity {}  buffers {}  prefetched resident {} (peak {})  "
-          "prefetches in {} ({})  out {} ({}){}\n",
-          d, format_bytes(s->managed->capacity_bytes()), m.buffers, format_bytes(m.resident_bytes),
-          format_bytes(m.peak_resident_bytes), m.prefetches_in, format_bytes(m.bytes_in),
-          m.prefetches_out, format_bytes(m.bytes_out),
-          m.concurrent_access ? "" : "  (no concurrent managed access: no prefetch)");
-    }
+    if (s->backend) s->backend->try_report(d, json, text);
     if (s->planned) {
       const planned_stats p = s->planned->plan_stats();
       json += fmt::format(R"(,"planned":{{"learned":{},"iteration_allocations":{},)"
@@ -313,7 +273,7 @@ void set_long_lived_layout(std::vector<std::size_t> expected, std::vector<std::u
 
 layout_result device_end_long_lived_layout(int device) noexcept {
   device_state* s = existing(device);
-  if (s == nullptr || s->managed || !s->engine || g_layout.expected.empty()) return {};
+  if (s == nullptr || s->pages == nullptr || g_layout.expected.empty()) return {};
   try {
     layout_slots& l = s->layout;
     std::lock_guard<std::mutex> lock(l.mutex);
@@ -337,29 +297,29 @@ layout_result device_end_long_lived_layout(int device) noexcept {
 allocation_result device_allocate(int device, std::size_t bytes, CUstream stream) {
   device_state* s = state(device);
   if (s == nullptr) return {nullptr, pool_errc::out_of_memory};
-  if (s->managed) return s->managed->allocate(bytes);
+  if (s->backend_allocates()) return s->backend->allocate(bytes);
   if (s->layout.active.load(std::memory_order_acquire)) {
     if (void* p = claim_laid_out(*s, device, bytes, stream)) {
-      s->engine->occupy(reinterpret_cast<std::uintptr_t>(p), bytes);
+      s->backend->occupy(reinterpret_cast<std::uintptr_t>(p), bytes);
       return {p, pool_errc::ok};
     }
   }
   allocation_result r = s->front().allocate(bytes, stream);
-  // Note [Dead pages] in residency.h: every block users get passes here.
-  if (r && s->engine) s->engine->occupy(reinterpret_cast<std::uintptr_t>(r.ptr), bytes);
+  // See Note [Dead pages] in residency/swap_engine.h: every block users get passes here.
+  if (r && s->backend) s->backend->occupy(reinterpret_cast<std::uintptr_t>(r.ptr), bytes);
   return r;
 }
 
 bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream) {
   device_state* s = existing(device);
   if (s == nullptr) return false;
-  if (s->managed) return s->managed->deallocate(ptr);
+  if (s->backend_allocates()) return s->backend->deallocate(ptr);
   if (s->planned) {
     if (!s->planned->owns(ptr)) return false;
   } else if (!s->online.owns(ptr)) {
     return false;
   }
-  if (s->engine) s->engine->vacate(reinterpret_cast<std::uintptr_t>(ptr));
+  if (s->backend) s->backend->vacate(reinterpret_cast<std::uintptr_t>(ptr));
   s->front().deallocate(ptr, bytes, stream);
   return true;
 }
@@ -378,47 +338,38 @@ resource_stats device_stats(int device) {
 void note_work(CUstream stream) noexcept { fences().note_work(stream); }
 
 namespace {
-managed_residency* managed_of(int device) {
+residency_backend* backend_of(int device) {
   device_state* s = existing(device);
-  return s == nullptr ? nullptr : s->managed.get();
-}
-
-residency_engine* engine_of(int device) {
-  device_state* s = existing(device);
-  return s == nullptr ? nullptr : s->engine.get();
+  return s == nullptr ? nullptr : s->backend.get();
 }
 }  // namespace
 
 prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
                               bool writes) noexcept {
-  device_state* s = existing(device);
-  if (s != nullptr && s->managed) return s->managed->prepare(ranges, stream);
-  residency_engine* e = engine_of(device);
-  return e == nullptr ? prepare_result{} : e->prepare(ranges, stream, writes);
+  residency_backend* b = backend_of(device);
+  return b == nullptr ? prepare_result{} : b->prepare(ranges, stream, writes);
 }
 
 void device_touch_all(int device, CUstream stream) noexcept {
-  if (residency_engine* e = engine_of(device)) e->touch_all(stream);
+  if (residency_backend* b = backend_of(device)) b->touch_all(stream);
 }
 
 bool device_evict(int device, std::span<const byte_range> ranges) noexcept {
-  if (managed_residency* m = managed_of(device)) return m->evict(ranges);
-  residency_engine* e = engine_of(device);
-  return e == nullptr || e->evict(ranges);
+  residency_backend* b = backend_of(device);
+  return b == nullptr || b->evict(ranges);
 }
 
 bool device_prefetch_now(int device, std::span<const byte_range> ranges,
                          std::vector<byte_range>& later,
                          const victim_rank& rank) noexcept {
-  if (managed_residency* m = managed_of(device)) return m->prefetch_now(ranges, later);
-  residency_engine* e = engine_of(device);
-  return e == nullptr || e->prefetch_now(ranges, later, rank);
+  residency_backend* b = backend_of(device);
+  return b == nullptr || b->prefetch_now(ranges, later, rank);
 }
 
 void device_set_lending(int device, bool on) noexcept {
-  if (residency_engine* e = engine_of(device)) {
+  if (residency_backend* b = backend_of(device)) {
     try {
-      e->set_lending(on);
+      b->set_lending(on);
     } catch (...) {  // a mutex that cannot be locked: lending stays as it was
     }
   }
@@ -426,9 +377,9 @@ void device_set_lending(int device, bool on) noexcept {
 
 void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
                            double h2d_bytes_per_s, double d2h_bytes_per_s) noexcept {
-  if (residency_engine* e = engine_of(device)) {
+  if (residency_backend* b = backend_of(device)) {
     try {
-      e->set_copy_clock(now_ns, h2d_bytes_per_s, d2h_bytes_per_s);
+      b->set_copy_clock(now_ns, h2d_bytes_per_s, d2h_bytes_per_s);
     } catch (...) {  // a mutex that cannot be locked: the engine asks as before
     }
   }
@@ -439,23 +390,14 @@ std::uint64_t device_layout_generation(int device) noexcept {
   return s != nullptr && s->planned ? s->planned->layout_generation() : 0;
 }
 
-residency_stats device_residency(int device) {
-  residency_engine* e = engine_of(device);
-  return e == nullptr ? residency_stats{} : e->stats();
-}
-
 std::uint64_t device_residency_capacity(int device) noexcept {
-  device_state* s = existing(device);
-  if (s != nullptr && s->managed) return s->managed->capacity_bytes();
-  residency_engine* e = engine_of(device);
-  return e == nullptr ? 0 : e->capacity_bytes();
+  residency_backend* b = backend_of(device);
+  return b == nullptr ? 0 : b->capacity_bytes();
 }
 
 bool device_reserve_foreign(int device, std::int64_t bytes) noexcept {
   device_state* s = state(device);
-  if (s == nullptr) return true;
-  if (s->managed) return s->managed->reserve_foreign(bytes);
-  return s->engine == nullptr || s->engine->reserve_foreign(bytes);
+  return s == nullptr || s->backend == nullptr || s->backend->reserve_foreign(bytes);
 }
 
 }  // namespace oversub::pool

@@ -1,8 +1,10 @@
 // device_pool: the pool as the interposer sees it (OVERSUB_MODE=pool and above).
-// One arena per device (online, or planned over online; in swap mode over a
-// residency engine), the stream fences, and the pool's section
-// of the exit statistics. Plain calls with
-// CUDA's driver types; the hooks translate runtime calls into these.
+// One arena per device (online, or planned over online) and, in swap and um modes,
+// one residency backend per device (residency/backend.h: in swap mode the arena maps
+// the swap engine's pages, in um mode the backend serves the allocations itself); the
+// stream fences, and the pool's section of the exit statistics. Plain calls with
+// CUDA's driver types; the hooks translate runtime calls into these. The device_*
+// calls that move memory ask the device's backend, and do nothing without one.
 #ifndef OVERSUB_CORE_DEVICE_POOL_H
 #define OVERSUB_CORE_DEVICE_POOL_H
 
@@ -11,7 +13,7 @@
 #include <vector>
 
 #include "pool/memory_resource.h"
-#include "residency/swap_engine.h"
+#include "residency/backend.h"
 
 namespace oversub::pool {
 
@@ -60,9 +62,9 @@ resource_stats device_stats(int device);
 // Work enqueued on stream (launch, copy, memset, graph hooks).
 void note_work(CUstream stream) noexcept;
 
-// Swap mode: before work on stream that uses ranges of device's memory, make them
-// resident and order the work after their fetches (residency_engine::prepare).
-// Outside swap mode, or for memory that is not the pool's, ok and nothing moves.
+// Swap and um modes: before work on stream that uses ranges of device's memory, make
+// them resident and order the work after their fetches (residency_backend::prepare).
+// In pool mode, or for memory that is not the pool's, ok and nothing moves.
 prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
                               bool writes) noexcept;
 // Swap mode: work on stream that may use any of device's pages (Note [A launch that
@@ -85,8 +87,7 @@ void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
 // See Note [The pool's layout changed] (core/schedule.cc): how many times the
 // planned pool has made or retired a plan on device (0 without one).
 std::uint64_t device_layout_generation(int device) noexcept;
-// Swap mode: the engine's figures and capacity (zeros otherwise).
-residency_stats device_residency(int device);
+// Swap and um modes: the bytes the backend may hold on device (0 otherwise).
 std::uint64_t device_residency_capacity(int device) noexcept;
 // See Note [Memory that is not ours] (residency/backend.h): bytes another library created
 // on device through the VMM API, counted against the swap/um capacity (bytes < 0 gives

@@ -9,7 +9,8 @@
 
 namespace oversub::pool {
 
-residency_engine::residency_engine(residency_config cfg) : cfg_(cfg) {}
+residency_engine::residency_engine(residency_config cfg)
+    : backend_with_stats(cfg.capacity_bytes), cfg_(cfg) {}
 
 residency_engine::~residency_engine() {
   if (!ready_) return;

@@ -171,7 +171,7 @@
 // lenders waited for at once, 5.736 with copies in waiting for their own lenders,
 // 4.482 with page-by-page copies out as well, 3.807 with the pages asked for in the
 // schedule's order too. Every simtrain point of ./scripts/bench-swap in
-// docs/results.md, "Evictions copy page by page".
+// docs/results/archive.md, "Evictions copy page by page".
 //
 // Note [Lending an evicting page's memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -225,32 +225,25 @@
 //
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
 // call could have its page evicted in between; training loops launch from one thread
-// per device, and a later issue may hold the gate across the launch.
+// per device. Holding the gate across the launch would close that window.
 #ifndef OVERSUB_RESIDENCY_SWAP_ENGINE_H
 #define OVERSUB_RESIDENCY_SWAP_ENGINE_H
 
 #include <cuda.h>
 
-#include <atomic>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "pool/memory_resource.h"
 #include "pool/vmm_arena.h"
+#include "residency/backend.h"
 
 namespace oversub::pool {
-
-// Which pages a prefetch's own evictions may take, and in what order
-// (residency_engine::prefetch_now): for a page by address, 0 when it must stay
-// resident, otherwise its rank: pages of higher rank leave first (Note [Prefetch
-// keeps what is needed sooner] in core/schedule.cc gives the distance to the
-// page's next use).
-using victim_rank = std::function<std::uint64_t(std::uintptr_t)>;
 
 struct residency_config {
   int device = 0;
@@ -292,43 +285,16 @@ struct residency_stats {
   std::uint64_t born_on_host = 0;
 };
 
-struct byte_range {
-  std::uintptr_t addr = 0;
-  std::size_t bytes = 0;
-  // Best effort (Note [Windows into large allocations]): made resident only while
-  // the capacity allows once the required ranges are; the rest stays reachable
-  // through the host mapping.
-  bool optional = false;
-  // Reachable only (Note [Windows into large allocations]): the work may touch any of
-  // these bytes, so no page is fetched for them, but the work's stream is recorded as
-  // a user of every page they cover, and a later eviction or fetch of such a page
-  // waits for it. Without this a page outside the windows, or an optional one past the
-  // room, could be moved under a kernel that reaches it.
-  bool reach = false;
-};
+// The exit report's swap section (residency/swap_engine.cc).
+void write_report(int device, std::uint64_t capacity_bytes, const residency_stats& e,
+                  std::string& json, std::string& text);
 
-enum class residency_errc {
-  ok,
-  too_large,     // the ranges alone need more pages than the capacity holds
-  no_room,       // nothing could be evicted (all pinned) or the device refused
-  host_budget,   // evicting needed a host handle past the host budget
-  driver_error,  // a copy, mapping or event call failed (its CUresult is kept)
-};
-
-struct prepare_result {
-  residency_errc code = residency_errc::ok;
-  std::uint64_t needed_bytes = 0;  // too_large: the pages the ranges span
-  CUresult driver = CUDA_SUCCESS;
-  explicit operator bool() const { return code == residency_errc::ok; }
-};
-
-class residency_engine final : public page_backing {
+class residency_engine final : public backend_with_stats<residency_stats>, public page_backing {
  public:
   explicit residency_engine(residency_config cfg);
-  ~residency_engine();
-  residency_engine(const residency_engine&) = delete;
-  residency_engine& operator=(const residency_engine&) = delete;
+  ~residency_engine() override;
 
+  // ---- The arena's pages (page_backing) ----
   // The arena maps a new page at va (page-aligned, inside a reservation): device
   // memory, making room first. False when no room can be made.
   bool create_page(std::uintptr_t va) override;
@@ -338,19 +304,30 @@ class residency_engine final : public page_backing {
   // True when va is a page of this engine.
   bool owns_page(std::uintptr_t va) const;
 
+  // ---- residency_backend ----
+  page_backing* pages() noexcept override { return this; }
+  // The arena serves swap mode's blocks (pages()): the engine serves none itself.
+  allocation_result allocate(std::size_t) override { return {nullptr, pool_errc::out_of_memory}; }
+  bool deallocate(void*) override { return false; }
+  // See Note [Dead pages]: the pool handed out [addr, addr + bytes) / took back the block
+  // at addr (the bytes occupy() recorded; an address it never saw is ignored).
+  void occupy(std::uintptr_t addr, std::size_t bytes) override;
+  void vacate(std::uintptr_t addr) override;
+
   // Before work on stream that uses ranges: make every page they touch resident and
   // order the work after the fetches; the pages count as used by stream, and with
   // writes the write epoch advances (Note [What counts as a write]). Addresses
   // outside the engine's pages are ignored. When stream
   // is capturing nothing is moved (pages on the host are reached through their
   // mapping). Never throws.
-  prepare_result prepare(std::span<const byte_range> ranges, CUstream stream, bool writes = true);
+  prepare_result prepare(std::span<const byte_range> ranges, CUstream stream,
+                         bool writes = true) override;
   // Schedule-driven moves (policy/): start evicting, or start fetching, the pages of
   // ranges, without making any stream wait. Pages in use by queued work are ordered
   // after it. Returns false on a driver error or when room could not be made.
-  bool evict(std::span<const byte_range> ranges);
-  // Note [A launch that may touch anything]: work on stream whose pages are unknown.
-  void touch_all(CUstream stream);
+  bool evict(std::span<const byte_range> ranges) override;
+  // See Note [A launch that may touch anything]: work on stream whose pages are unknown.
+  void touch_all(CUstream stream) override;
   bool prefetch(std::span<const byte_range> ranges);
   // Note [Prefetch without waiting]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -362,38 +339,23 @@ class residency_engine final : public page_backing {
   // those the schedule needs before the pages fetched); asked only of eviction
   // candidates, when room is short. Without it, the least recently used leave first.
   bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
-                    const victim_rank& rank = {});
-  // Note [Lending an evicting page's memory]: off until turned on (the swap learner
+                    const victim_rank& rank = {}) override;
+  // See Note [Lending an evicting page's memory]: off until turned on (the swap learner
   // times it as a variant of its schedule); turning it off leaves the pages lent
   // already to finish as usual.
-  void set_lending(bool on);
-  // Note [Not asking too early]: a host clock on the copies' timeline (ns) and the
+  void set_lending(bool on) override;
+  // See Note [Not asking too early]: a host clock on the copies' timeline (ns) and the
   // link's rates per direction (bytes/s, measured); with them the engine does not ask
   // the driver about a copy before it could have finished. A null clock or a rate of
   // 0 asks whenever the answer is wanted.
   void set_copy_clock(std::uint64_t (*now_ns)() noexcept, double h2d_bytes_per_s,
-                      double d2h_bytes_per_s);
+                      double d2h_bytes_per_s) override;
 
-  residency_stats stats() const;
-  // stats() unless the engine is locked (the exit report never blocks).
-  std::optional<residency_stats> try_stats() const;
-  // The bytes the pages may hold: the configured capacity less what other libraries
-  // hold on the device through the VMM API themselves (reserve_foreign).
-  std::uint64_t capacity_bytes() const {
-    const std::uint64_t foreign = foreign_bytes_.load(std::memory_order_relaxed);
-    return foreign >= cfg_.capacity_bytes ? 0 : cfg_.capacity_bytes - foreign;
-  }
-  // Note [Memory that is not ours]: device memory another library creates itself
-  // (cuMemCreate: NCCL's buffers, PyTorch's expandable segments) is never moved, but
-  // it takes room from the pages. bytes > 0 counts it (false, nothing counted, when it
-  // would leave the pages no room at all), bytes < 0 gives it back. Pages above the
-  // new capacity are evicted by the next prepare().
-  bool reserve_foreign(std::int64_t bytes);
-
-  // Note [Dead pages]: the pool handed out [addr, addr + bytes) / took back the block
-  // at addr (the bytes occupy() recorded; an address it never saw is ignored).
-  void occupy(std::uintptr_t addr, std::size_t bytes);
-  void vacate(std::uintptr_t addr);
+  // The bytes the pages may hold: capacity_bytes(), the configured capacity less what
+  // other libraries hold on the device (reserve_foreign, see Note [Memory that is not
+  // ours] in residency/backend.h); pages above a capacity
+  // that shrank are evicted by the next prepare(). The figures: stats() and
+  // try_stats() (backend_with_stats).
 
  private:
   enum class state : std::uint8_t { resident, evicting, on_host };
@@ -498,8 +460,6 @@ class residency_engine final : public page_backing {
   CUresult wait_copy_locked(page& p);
 
   residency_config cfg_;
-  std::atomic<std::uint64_t> foreign_bytes_{0};
-  mutable std::mutex mutex_;
   bool ready_ = false;
   bool broken_ = false;
   CUstream to_host_ = nullptr;
@@ -530,7 +490,6 @@ class residency_engine final : public page_backing {
   std::uint64_t fetch_epoch_ = 1;
   std::unordered_map<std::uintptr_t, std::size_t> occupied_;  // live blocks: addr -> bytes
   std::uint64_t epoch_ = 1;  // pages start unpinned (pinned == 0)
-  residency_stats stats_;
 };
 
 }  // namespace oversub::pool

@@ -3,6 +3,10 @@
 // engine's lock and driving the page moves of residency.cc.
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "common/units.h"
+
 #include "pool/driver_api.h"
 #include "residency/swap_engine.h"
 #include "pool/stream_fences.h"
@@ -194,28 +198,31 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
   return r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
-bool residency_engine::reserve_foreign(std::int64_t bytes) {
-  if (bytes < 0) {
-    foreign_bytes_.fetch_sub(static_cast<std::uint64_t>(-bytes), std::memory_order_relaxed);
-    return true;
-  }
-  std::uint64_t have = foreign_bytes_.load(std::memory_order_relaxed);
-  do {
-    if (have + static_cast<std::uint64_t>(bytes) >= cfg_.capacity_bytes) return false;
-  } while (!foreign_bytes_.compare_exchange_weak(have, have + static_cast<std::uint64_t>(bytes),
-                                                  std::memory_order_relaxed));
-  return true;
-}
-
-residency_stats residency_engine::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
-}
-
-std::optional<residency_stats> residency_engine::try_stats() const {
-  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) return std::nullopt;
-  return stats_;
+void write_report(int device, std::uint64_t capacity_bytes, const residency_stats& e,
+                  std::string& json, std::string& text) {
+  json += fmt::format(R"(,"swap":{{"capacity_bytes":{},"pages":{},"resident_bytes":{},)"
+                      R"("peak_resident_bytes":{},"host_bytes":{},"peak_host_bytes":{},)"
+                      R"("evictions":{},"clean_evictions":{},"dead_evictions":{},)"
+                      R"("fetches":{},"dead_fetches":{},)"
+                      R"("bytes_to_host":{},"bytes_to_device":{},"waits":{},"failures":{},)"
+                      R"("copies":{},"mapping_calls":{},"spare_reuses":{},"spare_bytes":{},"lends":{},)"
+                      R"("born_on_host":{}}})",
+                      capacity_bytes, e.pages, e.resident_bytes,
+                      e.peak_resident_bytes, e.host_bytes, e.peak_host_bytes, e.evictions,
+                      e.clean_evictions, e.dead_evictions, e.fetches, e.dead_fetches,
+                      e.bytes_to_host, e.bytes_to_device, e.waits, e.failures, e.copies,
+                      e.mapping_calls, e.spare_reuses, e.spare_bytes, e.lends, e.born_on_host);
+  text += fmt::format(
+      "oversub:   swap device {}: capacity {}  resident {} (peak {})  on host {} (peak {})  "
+      "evictions {} ({} clean, {} dead)  fetches {} ({} dead)  to host {}  to device {}  "
+      "waits {}  failures {}  copies {}  mapping calls {}  spares reused {}  lent {}  "
+      "born on host {}\n",
+      device, format_bytes(capacity_bytes), format_bytes(e.resident_bytes),
+      format_bytes(e.peak_resident_bytes), format_bytes(e.host_bytes),
+      format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.dead_evictions,
+      e.fetches, e.dead_fetches,
+      format_bytes(e.bytes_to_host), format_bytes(e.bytes_to_device), e.waits, e.failures,
+      e.copies, e.mapping_calls, e.spare_reuses, e.lends, e.born_on_host);
 }
 
 }  // namespace oversub::pool

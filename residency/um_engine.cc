@@ -1,10 +1,13 @@
-// The managed-memory backend (see managed_residency.h).
+// The managed-memory backend (see um_engine.h).
 #include "residency/um_engine.h"
 
 #include <algorithm>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "common/log.h"
+#include "common/units.h"
 #include "pool/driver_api.h"
 
 namespace oversub::pool {
@@ -28,20 +31,7 @@ CUmemLocation host_location() {
 }  // namespace
 
 managed_residency::managed_residency(int device, std::uint64_t capacity_bytes, bool naive)
-    : device_(device), capacity_bytes_(capacity_bytes), naive_(naive) {}
-
-bool managed_residency::reserve_foreign(std::int64_t bytes) {
-  if (bytes < 0) {
-    foreign_bytes_.fetch_sub(static_cast<std::uint64_t>(-bytes), std::memory_order_relaxed);
-    return true;
-  }
-  std::uint64_t have = foreign_bytes_.load(std::memory_order_relaxed);
-  do {
-    if (have + static_cast<std::uint64_t>(bytes) >= capacity_bytes_) return false;
-  } while (!foreign_bytes_.compare_exchange_weak(have, have + static_cast<std::uint64_t>(bytes),
-                                                  std::memory_order_relaxed));
-  return true;
-}
+    : backend_with_stats(capacity_bytes), device_(device), naive_(naive) {}
 
 void managed_residency::detect_locked() {
   if (detected_) return;
@@ -173,7 +163,8 @@ CUresult managed_residency::move_locked(std::uintptr_t base, buffer& b, bool to_
   return CUDA_SUCCESS;
 }
 
-prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CUstream stream) {
+prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CUstream stream,
+                                          bool) {
   std::lock_guard<std::mutex> lock(mutex_);
   prepare_result result;
   if (naive_ || buffers_.empty() || !stats_.concurrent_access) return result;
@@ -269,7 +260,7 @@ bool managed_residency::evict(std::span<const byte_range> ranges) {
 }
 
 bool managed_residency::prefetch_now(std::span<const byte_range> ranges,
-                                     std::vector<byte_range>& later) {
+                                     std::vector<byte_range>& later, const victim_rank&) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (naive_ || buffers_.empty() || !stats_.concurrent_access) return true;
   if (!ensure_streams_locked()) return false;
@@ -285,15 +276,21 @@ bool managed_residency::prefetch_now(std::span<const byte_range> ranges,
   return true;
 }
 
-managed_stats managed_residency::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
-}
-
-std::optional<managed_stats> managed_residency::try_stats() const {
-  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) return std::nullopt;
-  return stats_;
+void write_report(int device, std::uint64_t capacity_bytes, const managed_stats& m,
+                  std::string& json, std::string& text) {
+  json += fmt::format(R"(,"um":{{"capacity_bytes":{},"buffers":{},"resident_bytes":{},)"
+                      R"("peak_resident_bytes":{},"prefetches_in":{},"prefetches_out":{},)"
+                      R"("bytes_in":{},"bytes_out":{},"concurrent_access":{}}})",
+                      capacity_bytes, m.buffers, m.resident_bytes,
+                      m.peak_resident_bytes, m.prefetches_in, m.prefetches_out, m.bytes_in,
+                      m.bytes_out, m.concurrent_access ? "true" : "false");
+  text += fmt::format(
+      "oversub:   um device {}: capacity {}  buffers {}  prefetched resident {} (peak {})  "
+      "prefetches in {} ({})  out {} ({}){}\n",
+      device, format_bytes(capacity_bytes), m.buffers, format_bytes(m.resident_bytes),
+      format_bytes(m.peak_resident_bytes), m.prefetches_in, format_bytes(m.bytes_in),
+      m.prefetches_out, format_bytes(m.bytes_out),
+      m.concurrent_access ? "" : "  (no concurrent managed access: no prefetch)");
 }
 
 }  // namespace oversub::pool

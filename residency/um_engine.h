@@ -26,16 +26,15 @@
 
 #include <cstdint>
 #include <map>
-#include <atomic>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <span>
+#include <string>
 #include <vector>
 #include <unordered_map>
 
 #include "pool/memory_resource.h"
-#include "residency/swap_engine.h"
+#include "residency/backend.h"
 
 namespace oversub::pool {
 
@@ -50,23 +49,33 @@ struct managed_stats {
   bool concurrent_access = true;
 };
 
-class managed_residency {
+// The exit report's um section (residency/um_engine.cc).
+void write_report(int device, std::uint64_t capacity_bytes, const managed_stats& m,
+                  std::string& json, std::string& text);
+
+class managed_residency final : public backend_with_stats<managed_stats> {
  public:
   // naive: no prefetches and no hints, managed memory as the driver pages it.
   managed_residency(int device, std::uint64_t capacity_bytes, bool naive = false);
-  ~managed_residency() = default;
-  managed_residency(const managed_residency&) = delete;
-  managed_residency& operator=(const managed_residency&) = delete;
 
-  allocation_result allocate(std::size_t bytes);
+  // ---- Where blocks come from: the backend's own managed memory ----
+  page_backing* pages() noexcept override { return nullptr; }
+  allocation_result allocate(std::size_t bytes) override;
   // False when ptr is not one of ours (the caller forwards it). Synchronising, like
   // cuMemFree of managed memory.
-  bool deallocate(void* ptr);
+  bool deallocate(void* ptr) override;
   bool owns(const void* ptr) const;
+  // No arena hands out blocks over this backend: nothing to be told.
+  void occupy(std::uintptr_t, std::size_t) override {}
+  void vacate(std::uintptr_t) override {}
 
   // As residency_engine::prepare: the buffers the ranges touch, on the device before
-  // the work on stream (Note [Large managed buffers]: never refused).
-  prepare_result prepare(std::span<const byte_range> ranges, CUstream stream);
+  // the work on stream (never refused: Note [Large managed buffers] in residency/um_engine.cc).
+  // writes is not asked: the driver keeps managed memory coherent.
+  prepare_result prepare(std::span<const byte_range> ranges, CUstream stream,
+                         bool writes = true) override;
+  // Work whose buffers are unknown: the driver pages what it touches on demand.
+  void touch_all(CUstream) override {}
 
   // Note [um follows the schedule]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -75,20 +84,19 @@ class managed_residency {
   // prefetches the buffers the ranges touch to the host on a stream of its own,
   // ordered after the stream that used each last; prefetch_now() prefetches them to
   // the device on another, as far as the capacity has room now (the rest is appended
-  // to later), and the work that next uses such a buffer waits for that prefetch
-  // (prepare). Neither waits on the host. Large buffers stay with demand paging, as
-  // in prepare. False on a driver error.
-  bool evict(std::span<const byte_range> ranges);
-  bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later);
+  // to later; rank is not asked: no buffer is evicted to make room), and the work that
+  // next uses such a buffer waits for that prefetch (prepare). Neither waits on the
+  // host. Large buffers stay with demand paging, as in prepare. False on a driver
+  // error.
+  bool evict(std::span<const byte_range> ranges) override;
+  bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
+                    const victim_rank& rank = {}) override;
+  // The swap engine's tuning of its own moves: nothing here.
+  void set_lending(bool) override {}
+  void set_copy_clock(std::uint64_t (*)() noexcept, double, double) override {}
 
-  managed_stats stats() const;
-  std::optional<managed_stats> try_stats() const;
-  std::uint64_t capacity_bytes() const {
-    const std::uint64_t foreign = foreign_bytes_.load(std::memory_order_relaxed);
-    return foreign >= capacity_bytes_ ? 0 : capacity_bytes_ - foreign;
-  }
-  // As residency_engine::reserve_foreign (Note [Memory that is not ours]).
-  bool reserve_foreign(std::int64_t bytes);
+  // capacity_bytes() and reserve_foreign(): residency_backend (Note [Memory that is
+  // not ours] in residency/backend.h); stats() and try_stats(): backend_with_stats.
 
  private:
   struct buffer {
@@ -106,10 +114,7 @@ class managed_residency {
   CUresult move_locked(std::uintptr_t base, buffer& b, bool to_device, CUstream stream);
 
   int device_;
-  std::uint64_t capacity_bytes_;
-  std::atomic<std::uint64_t> foreign_bytes_{0};
   bool naive_;
-  mutable std::mutex mutex_;
   bool detected_ = false;
   std::map<std::uintptr_t, buffer> buffers_;
   std::unordered_map<CUstream, CUevent> stream_events_;
@@ -128,7 +133,6 @@ class managed_residency {
   std::uint64_t cached_bytes_ = 0;
   std::uint64_t tick_ = 0;
   std::uint64_t epoch_ = 1;
-  managed_stats stats_;
 };
 
 }  // namespace oversub::pool
