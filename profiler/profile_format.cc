@@ -173,6 +173,7 @@ std::vector<std::uint8_t> encode(const profile& p) {
     w.u32(l.correlation_id);
     w.u32(static_cast<std::uint32_t>(l.buffers.size()));
     for (std::uint32_t b : l.buffers) w.u32(b);
+    w.u8(l.flags);
   }
   w.u32(static_cast<std::uint32_t>(p.copies.size()));
   for (const copy_record& c : p.copies) {
@@ -202,8 +203,10 @@ std::variant<profile, format_error> decode(const std::uint8_t* data, std::size_t
   h.u64(payload_bytes);
   h.u32(crc);
   h.u32(reserved);
-  if (version != profile_version) {
-    return fail("format version " + std::to_string(version) + ", this reader knows version " +
+  if (version < profile_oldest_version || version > profile_version) {
+    return fail("format version " + std::to_string(version) + ", this reader knows versions " +
+                std::to_string(profile_oldest_version) +
+                (profile_version == profile_oldest_version + 1 ? " and " : " to ") +
                 std::to_string(profile_version));
   }
   if (header_bytes != profile_header_bytes || reserved != 0) return fail("corrupt header");
@@ -262,7 +265,9 @@ std::variant<profile, format_error> decode(const std::uint8_t* data, std::size_t
       return bad("allocation call-site index");
     }
   }
-  if (!r.count(n, 20)) return bad("launch count");
+  // Version 2 adds the launch's flags byte after its buffer table.
+  const bool launch_flags = version >= 2;
+  if (!r.count(n, launch_flags ? 21 : 20)) return bad("launch count");
   p.launches.resize(n);
   for (launch_record& l : p.launches) {
     std::uint32_t buffers = 0;
@@ -274,6 +279,10 @@ std::variant<profile, format_error> decode(const std::uint8_t* data, std::size_t
     l.buffers.resize(buffers);
     for (std::uint32_t& b : l.buffers) {
       if (!r.u32(b) || b >= p.allocations.size()) return bad("launch buffer index");
+    }
+    if (launch_flags) {
+      if (!r.u8(l.flags)) return bad("launch");
+      if ((l.flags & ~launch_known_flags) != 0) return bad("launch flags");
     }
   }
   if (!r.count(n, 25)) return bad("copy count");

@@ -25,7 +25,10 @@
 namespace oversub::profiler {
 
 inline constexpr char profile_magic[8] = {'O', 'V', 'S', 'P', 'R', 'O', 'F', '\0'};
-inline constexpr std::uint32_t profile_version = 1;
+// The version writers write; readers accept profile_oldest_version to it (a
+// version 1 file's launches read with flags 0). See docs/profile-format.md.
+inline constexpr std::uint32_t profile_version = 2;
+inline constexpr std::uint32_t profile_oldest_version = 1;
 inline constexpr std::size_t profile_header_bytes = 32;
 inline constexpr std::uint32_t no_index = 0xFFFFFFFFu;
 
@@ -65,11 +68,28 @@ struct allocation_record {
   bool operator==(const allocation_record&) const = default;
 };
 
+// launch_record::flags bits. A reader refuses a launch with any other bit set.
+//
+// Note [A launch whose buffers are not known]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// When the profiler could not read a function's parameter layout (cudaFuncGetParamInfo,
+// cuFuncGetParamInfo and cuKernelGetParamInfo all refused, or a runtime error was
+// pending so the function could not be probed yet), none of the launch's argument
+// words could be scanned: its buffer set is empty because it is unknown, not because
+// the kernel uses nothing. Such a launch is marked launch_unreadable, and every
+// reader takes it to use every buffer live at it (the policy's model, `oversub
+// report`'s note), as swap mode does at run time (Note [A launch that may touch
+// anything] in residency/swap_engine.h). It is never read as touching nothing.
+inline constexpr std::uint8_t launch_unreadable = 1u << 0;
+inline constexpr std::uint8_t launch_known_flags = launch_unreadable;
+
 struct launch_record {
   std::uint32_t name = no_index;        // demangled function name, index into strings
   std::uint64_t duration_ns = 0;        // 0: not measured (no CUPTI activity)
   std::uint32_t correlation_id = 0;     // CUPTI's, 0 when seen through the hooks
   std::vector<std::uint32_t> buffers;   // indices into allocations, ascending
+  std::uint8_t flags = 0;               // launch_unreadable (version 2; 0 in version 1)
+  bool unreadable() const { return (flags & launch_unreadable) != 0; }
   bool operator==(const launch_record&) const = default;
 };
 

@@ -9,7 +9,8 @@ A file whose name ends in .gz is read and written through gzip (the C++ reader
 takes plain files only: decompress first for it).
 
 Standard library only. Validates what the C++ reader (profiler/profile_format.cc)
-validates: magic, version, header, length, CRC-32, every count and index.
+validates: magic, version, header, length, CRC-32, every count, index and flag.
+Reads versions 1 and 2 (a version 1 launch has flags 0); writes version 2.
 """
 from __future__ import annotations
 
@@ -20,11 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAGIC = b"OVSPROF\0"
-VERSION = 1
+VERSION = 2          # written
+OLDEST_VERSION = 1   # the oldest read
 HEADER_BYTES = 32
 NO_INDEX = 0xFFFFFFFF
 SOURCES = ("automatic", "marker", "api")
 COPY_KINDS = ("other", "h2d", "d2h", "d2d", "memset")
+# Launch.flags bits (Note [A launch whose buffers are not known] in
+# profiler/profile_format.h): the parameter layout could not be read, so the buffer
+# set is unknown and the launch is taken to use every buffer live at it.
+LAUNCH_UNREADABLE = 1
+LAUNCH_KNOWN_FLAGS = LAUNCH_UNREADABLE
 
 
 class ProfileError(Exception):
@@ -55,6 +62,11 @@ class Launch:
     duration_ns: int
     correlation_id: int
     buffers: list[int]
+    flags: int = 0
+
+    @property
+    def unreadable(self) -> bool:
+        return bool(self.flags & LAUNCH_UNREADABLE)
 
 
 @dataclass
@@ -126,8 +138,10 @@ def decode(data: bytes) -> Profile:
     if len(data) < HEADER_BYTES:
         raise ProfileError("truncated: the header is incomplete")
     version, header, length, crc, reserved = struct.unpack_from("<IIQII", data, 8)
-    if version != VERSION:
-        raise ProfileError(f"format version {version}, this reader knows version {VERSION}")
+    if not OLDEST_VERSION <= version <= VERSION:
+        between = " and " if VERSION == OLDEST_VERSION + 1 else " to "
+        raise ProfileError(f"format version {version}, this reader knows versions "
+                           f"{OLDEST_VERSION}{between}{VERSION}")
     if header != HEADER_BYTES or reserved != 0:
         raise ProfileError("corrupt header")
     have = len(data) - HEADER_BYTES
@@ -169,7 +183,8 @@ def decode(data: bytes) -> Profile:
             raise ProfileError("corrupt payload: allocation call-site index")
         p.allocations.append(Allocation(_opt(ordinal), size, address, alloc_at, _opt(free_at),
                                         ll == 1, _opt(site)))
-    for _ in range(r.count(20, "launch count")):
+    launch_flags = version >= 2  # version 2 adds the flags byte after the buffer table
+    for _ in range(r.count(21 if launch_flags else 20, "launch count")):
         name, duration, corr = r.take("<IQI", "launch")
         if name >= len(p.strings):
             raise ProfileError("corrupt payload: launch name index")
@@ -178,7 +193,12 @@ def decode(data: bytes) -> Profile:
             [r.take("<I", "launch buffer index")] if n == 1 else [])
         if any(b >= len(p.allocations) for b in buffers):
             raise ProfileError("corrupt payload: launch buffer index")
-        p.launches.append(Launch(name, duration, corr, buffers))
+        flags = 0
+        if launch_flags:
+            flags = r.take("<B", "launch")
+            if flags & ~LAUNCH_KNOWN_FLAGS:
+                raise ProfileError("corrupt payload: launch flags")
+        p.launches.append(Launch(name, duration, corr, buffers, flags))
     for _ in range(r.count(25, "copy count")):
         before, kind, size, duration, buffer = r.take("<IBQQI", "copy")
         if kind > 4:
@@ -249,8 +269,9 @@ def encode(p: Profile) -> bytes:
             for a in p.allocations]
     out.append(struct.pack("<I", len(p.launches)))
     for launch in p.launches:
-        out.append(struct.pack(f"<IQII{len(launch.buffers)}I", launch.name, launch.duration_ns,
-                               launch.correlation_id, len(launch.buffers), *launch.buffers))
+        out.append(struct.pack(f"<IQII{len(launch.buffers)}IB", launch.name, launch.duration_ns,
+                               launch.correlation_id, len(launch.buffers), *launch.buffers,
+                               launch.flags))
     out.append(struct.pack("<I", len(p.copies)))
     out += [struct.pack("<IBQQI", c.before_launch, COPY_KINDS.index(c.kind), c.bytes,
                         c.duration_ns, _idx(c.buffer)) for c in p.copies]
