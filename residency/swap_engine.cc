@@ -1,9 +1,16 @@
-// The residency engine (see residency.h).
+// The swap engine's entry points (residency_engine, residency/swap_engine.h): its
+// start and end, what a launch's preparation and a schedule's evictions and
+// prefetches ask of it, and its section of the exit report. Each takes the engine's
+// lock and drives the moves of swap_moves.cc over the page table of
+// swap_page_table.cc.
 #include "residency/swap_engine.h"
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "common/log.h"
+#include "common/units.h"
 #include "pool/driver_api.h"
 #include "pool/stream_fences.h"
 
@@ -59,720 +66,228 @@ bool residency_engine::ensure_ready_locked() {
   return true;
 }
 
-residency_engine::page* residency_engine::find_locked(std::uintptr_t va) {
-  auto it = pages_.find(va);
-  return it == pages_.end() ? nullptr : &it->second;
-}
-
-bool residency_engine::owns_page(std::uintptr_t va) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return pages_.count(va) != 0;
-}
+// ---- Preparing work and the schedule's moves ----
 
 namespace {
 
-// Calls f(first, count) for each run of pages in vas that are adjacent in vas and at
-// their addresses (vas sorted: every such run).
-template <typename F>
-void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f) {
-  for (std::size_t i = 0; i < vas.size();) {
-    std::size_t j = i + 1;
-    while (j < vas.size() && vas[j] == vas[j - 1] + page_bytes) ++j;
-    f(i, j - i);
-    i = j;
-  }
-}
+// Pages marked with the current epoch are pinned; a new epoch starts on entry and
+// another on exit, so nothing stays pinned once prepare() or prefetch() returns.
+struct unpin_at_exit {
+  std::uint64_t& epoch;
+  explicit unpin_at_exit(std::uint64_t& e) : epoch(++e) {}
+  ~unpin_at_exit() { ++epoch; }
+};
 
 }  // namespace
 
-// ---- Pages ----
-
-bool residency_engine::create_page(std::uintptr_t va) {
+prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUstream stream,
+                                         bool writes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!ensure_ready_locked()) return false;
-  if (make_room_locked(cfg_.page_bytes) != CUDA_SUCCESS) return create_on_host_locked(va);
-  page p;
-  if (take_device_locked(p.device) != CUDA_SUCCESS) return false;
-  if (map_locked(va, p.device) != CUDA_SUCCESS) {
-    give_device_locked(p.device);
-    return false;
+  prepare_result result;
+  fetch_epoch_ = write_epoch_;  // this work's own writes come after its fetches
+  if (writes) ++write_epoch_;
+  if (!ready_ || pages_.empty()) return result;
+  std::vector<std::uintptr_t> wanted = pages_of(ranges);
+  result.needed_bytes = wanted.size() * cfg_.page_bytes;
+  if (result.needed_bytes > capacity_bytes()) {
+    result.code = residency_errc::too_large;
+    return result;
   }
-  p.last_use = ++tick_;
-  pages_.emplace(va, std::move(p));
-  ++stats_.pages;
-  stats_.resident_bytes += cfg_.page_bytes;
-  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
-  return true;
-}
-
-// Note [Pages born on the host]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// When no room can be made for a new page (no page may
-// move while a stream that used them captures a graph, Note [No moves while a user
-// captures] in residency/swap_engine.h; or every page is pinned), the page starts on the
-// host: its host handle is mapped at its address, as for an evicted page, and the first
-// prepare() that needs it fetches it. Its bytes are undefined until written, as for any
-// new allocation.
-bool residency_engine::create_on_host_locked(std::uintptr_t va) {
-  page p;
-  if (ensure_host_handle_locked(p) != CUDA_SUCCESS) return false;
-  if (map_locked(va, p.host) != CUDA_SUCCESS) {
-    driver().cuMemUnmap(p.shadow, cfg_.page_bytes);
-    driver().cuMemRelease(p.host);
-    free_shadow_.push_back(p.shadow);
-    stats_.host_bytes -= cfg_.page_bytes;
-    return false;
-  }
-  p.where = state::on_host;
-  p.last_use = ++tick_;
-  pages_.emplace(va, std::move(p));
-  ++stats_.pages;
-  ++stats_.born_on_host;
-  return true;
-}
-
-void residency_engine::destroy_page(std::uintptr_t va) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  page* p = find_locked(va);
-  if (p == nullptr) return;
-  const driver_table& d = driver();
-  // See Note [Lending an evicting page's memory] in residency/swap_engine.h: the memory
-  // this page borrowed leaves no other address mapping it; a lender's memory is its
-  // borrower's, not released here.
-  if (p->lender != 0) finish_lender_locked(p->lender);
-  wait_copy_locked(*p);
-  unmap_locked(va);
-  if (p->lent_to != 0) {
-    if (page* b = find_locked(p->lent_to); b != nullptr && b->lender == va) b->lender = 0;
-    p->lent_to = 0;
-    p->device = 0;
-    --lent_pages_;
-  }
-  if (p->device != 0) {
-    // The arena gives memory back (its trim): release it, no spare.
-    ++stats_.mapping_calls;
-    d.cuMemRelease(p->device);
-    stats_.resident_bytes -= cfg_.page_bytes;
-  }
-  if (p->host != 0) {
-    d.cuMemUnmap(p->shadow, cfg_.page_bytes);
-    d.cuMemRelease(p->host);
-    free_shadow_.push_back(p->shadow);
-    stats_.host_bytes -= cfg_.page_bytes;
-  }
-  release_copy_locked(*p);
-  pages_.erase(va);
-  --stats_.pages;
-}
-
-CUevent residency_engine::stream_event_locked(CUstream s) {
-  auto it = stream_events_.find(s);
-  if (it != stream_events_.end()) return it->second;
-  CUevent e = nullptr;
-  if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
-  stream_events_.emplace(s, e);
-  return e;
-}
-
-// The copy stream waits for everything the pages' users enqueued so far and for the
-// pages' copies under way: each stream and each copy once (Note [Batched moves] in
-// residency/swap_engine.h); and for everything every other stream enqueued so far (Note
-// [Moves after all work] in residency/swap_engine.h).
-CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstream copy_stream) {
-  const driver_table& d = driver();
-  std::vector<CUstream> users;
-  std::vector<int> pending;
-  for (page* p : ps) {
-    for (CUstream u : p->users) {
-      const CUstream c = canonical_stream(u);
-      if (std::find(users.begin(), users.end(), c) == users.end()) users.push_back(c);
-    }
-    if (p->copy >= 0 && !copies_[p->copy].done &&
-        std::find(pending.begin(), pending.end(), p->copy) == pending.end()) {
-      pending.push_back(p->copy);
+  // See Note [Windows into large allocations] in residency/swap_engine.h: optional pages
+  // while they fit, each window's first page (where its argument word points) before the
+  // rest.
+  const std::size_t room = capacity_bytes() / cfg_.page_bytes;
+  for (std::uintptr_t va : optional_pages_of(ranges)) {
+    if (wanted.size() >= room) break;
+    if (!std::binary_search(wanted.begin(), wanted.begin() + static_cast<std::ptrdiff_t>(
+                                                                  result.needed_bytes / cfg_.page_bytes),
+                            va)) {
+      wanted.push_back(va);
     }
   }
-  for (int c : pending) {
-    if (CUresult r = order_after_copy_locked(c, copy_stream); r != CUDA_SUCCESS) return r;
+  const bool reaches = std::any_of(ranges.begin(), ranges.end(),
+                                   [](const byte_range& r) { return r.reach && r.bytes != 0; });
+  if (wanted.empty() && !reaches) return result;
+  if (stream_is_capturing(stream)) return result;  // nothing may be enqueued for us now
+  // See Note [Lending an evicting page's memory] in residency/swap_engine.h: lenders
+  // whose copies are done map their host handles again (best effort: a failure leaves
+  // them for later).
+  if (lent_pages_ != 0) finish_completed_locked();
+  const unpin_at_exit unpin{epoch_};
+  std::vector<std::uintptr_t> missing;
+  for (std::uintptr_t va : wanted) {
+    page& p = pages_[va];
+    p.pinned = epoch_;
+    p.last_use = ++tick_;
+    if (p.where != state::resident) missing.push_back(va);
   }
-  // The streams that may have work the copy stream is not ordered after yet: the
-  // users always, every other stream with work since the copy stream last waited for it.
-  std::vector<std::pair<CUstream, std::uint64_t>> others;
-  fences().for_each_stream([&](CUstream s, std::uint64_t work) {
-    if (s == nullptr || s == copy_stream) return;
-    if (std::find(users.begin(), users.end(), s) != users.end()) return;
-    const auto it = covered_.find({copy_stream, s});
-    if (it != covered_.end() && it->second >= work) return;
-    others.emplace_back(s, work);
-  });
-  const auto order_after_stream = [&](CUstream u, std::uint64_t work) -> CUresult {
-    CUevent e = stream_event_locked(u);
-    if (e == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (CUresult r = d.cuEventRecord(e, u); r != CUDA_SUCCESS) return r;
-    if (CUresult r = d.cuStreamWaitEvent(copy_stream, e, 0); r != CUDA_SUCCESS) return r;
-    if (work != 0) covered_[{copy_stream, u}] = work;
+  if (!missing.empty()) {
+    std::sort(missing.begin(), missing.end());
+    if (CUresult r = fetch_locked(std::move(missing), true, nullptr); r != CUDA_SUCCESS) {
+      ++stats_.failures;
+      result.driver = r;
+      result.code = r == CUDA_ERROR_OUT_OF_MEMORY ? residency_errc::no_room
+                                                  : residency_errc::driver_error;
+      return result;
+    }
+  }
+  // The work waits for the copies its pages may still be under (each event once per
+  // stream: Note [Asking the driver once] in residency/swap_engine.h).
+  const auto order_and_use = [&](page& p) -> CUresult {
+    if (CUresult r = use_after_copy_locked(p, stream); r != CUDA_SUCCESS) return r;
+    if (std::find(p.users.begin(), p.users.end(), stream) == p.users.end()) {
+      p.users.push_back(stream);
+    }
     return CUDA_SUCCESS;
   };
-  for (CUstream u : users) {
-    // See Note [No moves while a user captures] in residency/swap_engine.h: an event
-    // recorded on a capturing stream is a node of its graph, and a copy stream waiting on
-    // it would join the capture.
-    if (stream_is_capturing(u)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (CUresult r = order_after_stream(u, 0); r != CUDA_SUCCESS) return r;
-  }
-  for (const auto& [s, work] : others) {
-    // A capturing stream's new work is a graph, not queued work; what it queued before
-    // the capture began cannot be fenced without joining the capture: that stream is
-    // asked again at the next move. A stream the application destroyed (no event can
-    // be recorded on it) may still have work queued: wait for the device once.
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (d.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS) {
-      if (status != CU_STREAM_CAPTURE_STATUS_NONE) continue;
-      if (order_after_stream(s, work) == CUDA_SUCCESS) continue;
-    }
-    if (CUresult r = d.cuCtxSynchronize(); r != CUDA_SUCCESS) return r;
-    covered_[{copy_stream, s}] = work;
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult residency_engine::ensure_host_handle_locked(page& p) {
-  if (p.host != 0) return CUDA_SUCCESS;
-  if (stats_.host_bytes + cfg_.page_bytes > cfg_.host_budget_bytes) {
-    return CUDA_ERROR_OUT_OF_MEMORY;  // reported as host_budget by the caller
-  }
-  const driver_table& d = driver();
-  if (shadow_base_ == 0) {
-    shadow_bytes_ = (cfg_.host_budget_bytes / cfg_.page_bytes) * cfg_.page_bytes;
-    CUdeviceptr base = 0;
-    if (CUresult r = d.cuMemAddressReserve(&base, shadow_bytes_, cfg_.page_bytes, 0, 0);
-        r != CUDA_SUCCESS) {
-      return r;
-    }
-    shadow_base_ = base;
-  }
-  // Fresh slots first, in order: pages first evicted together get adjacent shadows
-  // and their copies merge (Note [Batched moves] in residency/swap_engine.h).
-  std::uintptr_t slot = 0;
-  if (shadow_next_ < shadow_bytes_ / cfg_.page_bytes) {
-    slot = shadow_base_ + shadow_next_++ * cfg_.page_bytes;
-  } else if (!free_shadow_.empty()) {
-    slot = free_shadow_.back();
-    free_shadow_.pop_back();
-  } else {
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
-  CUmemGenericAllocationHandle h = 0;
-  if (CUresult r = d.cuMemCreate(&h, cfg_.page_bytes, &prop, 0); r != CUDA_SUCCESS) {
-    free_shadow_.push_back(slot);
-    return r;
-  }
-  if (CUresult r = map_locked(slot, h); r != CUDA_SUCCESS) {
-    d.cuMemRelease(h);
-    free_shadow_.push_back(slot);
-    return r;
-  }
-  p.host = h;
-  p.shadow = slot;
-  p.host_current = false;
-  stats_.host_bytes += cfg_.page_bytes;
-  stats_.peak_host_bytes = std::max(stats_.peak_host_bytes, stats_.host_bytes);
-  return CUDA_SUCCESS;
-}
-
-// Begins evicting vas (sorted resident pages): ordered after their users, copied to
-// their host handles unless their content is dead or clean, one event for all. Stops
-// at the first error; the pages before it are evicting, the rest stay resident.
-CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
-  if (vas.empty()) return CUDA_SUCCESS;
-  CUresult first_error = CUDA_SUCCESS;
-  std::vector<page*> ps;
-  ps.reserve(vas.size());
-  for (std::uintptr_t va : vas) {
-    page& p = pages_[va];
-    if (CUresult r = ensure_host_handle_locked(p); r != CUDA_SUCCESS) {
-      first_error = r;
-      break;
-    }
-    ps.push_back(&p);
-  }
-  const std::size_t n = ps.size();
-  if (n == 0) return first_error;
-  if (CUresult r = order_after_locked(ps, to_host_); r != CUDA_SUCCESS) return r;
-  std::vector<char> dead(n), copy(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const page& p = *ps[i];
-    dead[i] = content_dead(p, write_epoch_);
-    copy[i] = !dead[i] && (!cfg_.clean_evictions || !p.host_current ||
-                           p.clean_epoch != write_epoch_);
-  }
-  // Pages that leave without a copy are out once their users are done: one event now.
-  // Then one copy per run of pages adjacent at both ends (the page's own address still
-  // maps its device memory), each with its own event, so that waiting for one page
-  // never waits for the copies queued after it.
-  std::vector<int> ev(n, -1);
-  if (std::find(copy.begin(), copy.end(), 0) != copy.end()) {
-    int c0 = -1;
-    if (CUresult r = record_copy_locked(to_host_, c0); r != CUDA_SUCCESS) return r;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!copy[i]) ev[i] = c0;
+  for (std::uintptr_t va : wanted) {
+    if (CUresult r = order_and_use(pages_[va]); r != CUDA_SUCCESS) {
+      result.driver = r;
+      result.code = residency_errc::driver_error;
+      return result;
     }
   }
-  // On an error the run that failed and the ones after it stay resident (no event).
-  copy_runs_locked(vas, ps, copy, to_host_, ev, first_error);
-  std::vector<int> recorded;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (ev[i] < 0) continue;
-    page& p = *ps[i];
-    hold_copy_locked(p, ev[i]);
-    if (std::find(recorded.begin(), recorded.end(), ev[i]) == recorded.end()) {
-      recorded.push_back(ev[i]);
-    }
-    p.where = state::evicting;
-    p.planned = false;
-    ++stats_.evictions;
-    if (!copy[i]) {
-      ++stats_.clean_evictions;
-      if (dead[i]) ++stats_.dead_evictions;
-    }
-  }
-  for (int c : recorded) recycle_copy_locked(c);
-  return first_error;
-}
-
-// vas: sorted evicting pages whose copies are complete. Maps each one's host handle
-// where its device memory was and keeps the device memory as a spare.
-CUresult residency_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
-  CUresult first_error = CUDA_SUCCESS;
-  // See Note [Lending an evicting page's memory] in residency/swap_engine.h: a page's
-  // device memory goes to the spares only once no lender's address maps it too. The
-  // lender's copy out is complete: this page's copy in waited for it, and this page's
-  // copy out for its copy in.
-  for (std::uintptr_t va : vas) {
-    if (const std::uintptr_t l = pages_[va].lender; l != 0) {
-      if (CUresult r = finish_lender_locked(l); r != CUDA_SUCCESS) return r;
-    }
-  }
-  std::vector<std::uintptr_t> mapped;
-  mapped.reserve(vas.size());
-  for (std::uintptr_t va : vas) {
-    page& p = pages_[va];
-    if (p.where != state::evicting) continue;  // a lender of another, finished just now
-    release_copy_locked(p);
-    if (CUresult r = unmap_locked(va); r != CUDA_SUCCESS) {
-      first_error = r;
-      break;
-    }
-    if (CUresult r = map_only_locked(va, p.host); r != CUDA_SUCCESS) {
-      // Put the device memory back: the bytes must stay reachable.
-      map_locked(va, p.device);
-      first_error = r;
-      break;
-    }
-    mapped.push_back(va);
-  }
-  std::vector<char> ok(mapped.size(), 1);
-  for_runs(mapped, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
-    if (CUresult r = set_access_locked(mapped[first], count); r != CUDA_SUCCESS) {
-      for (std::size_t k = first; k < first + count; ++k) {
-        unmap_locked(mapped[k]);
-        map_locked(mapped[k], pages_[mapped[k]].device);
-        ok[k] = 0;
+  // Reachable pages: users only. One whose eviction is under way stays resident (it
+  // still has its device memory) and the work waits for the eviction's copy.
+  const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
+  for (const byte_range& r : ranges) {
+    if (!r.reach || r.bytes == 0) continue;
+    for (std::uintptr_t a = r.addr & mask; a < r.addr + r.bytes; a += cfg_.page_bytes) {
+      auto it = pages_.find(a);
+      if (it == pages_.end()) continue;
+      page& p = it->second;
+      CUresult rc = CUDA_SUCCESS;
+      if (p.lent_to != 0) {
+        rc = finish_lender_locked(a);  // reached through its host mapping from now
+      } else if (p.where == state::evicting) {
+        p.where = state::resident;
       }
-      if (first_error == CUDA_SUCCESS) first_error = r;
+      if (rc == CUDA_SUCCESS) rc = order_and_use(p);
+      if (rc != CUDA_SUCCESS) {
+        result.driver = rc;
+        result.code = residency_errc::driver_error;
+        return result;
+      }
     }
-  });
-  for (std::size_t k = 0; k < mapped.size(); ++k) {
-    if (!ok[k]) continue;
-    page& p = pages_[mapped[k]];
-    if (p.lent_to != 0) {
-      // Its bytes went to the borrower when it lent them (still held there).
-      if (page* b = find_locked(p.lent_to); b != nullptr && b->lender == mapped[k]) b->lender = 0;
-      p.lent_to = 0;
-      --lent_pages_;
-    } else {
-      stats_.resident_bytes -= cfg_.page_bytes;
-      give_device_locked(p.device);
-    }
-    p.device = 0;
-    p.where = state::on_host;
-    p.host_current = true;
-    p.clean_epoch = write_epoch_;
-    p.users.clear();  // the copy's completion ordered the host after all of them
   }
-  return first_error;
+  return result;
 }
 
-// Finishes every eviction whose copy is known complete (each event asked once).
-CUresult residency_engine::finish_completed_locked() {
-  std::vector<std::uintptr_t> done;
-  for (auto& [va, p] : pages_) {
-    if (p.where == state::evicting && (p.copy < 0 || copies_[p.copy].done)) done.push_back(va);
+void residency_engine::touch_all(CUstream stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const CUstream s = canonical_stream(stream);
+  if (std::find(touch_all_users_.begin(), touch_all_users_.end(), s) == touch_all_users_.end()) {
+    touch_all_users_.push_back(s);
   }
-  // See Note [Asking the driver once] in residency/swap_engine.h: copies complete in
-  // their stream's order, so the driver is asked about the oldest on each stream first,
-  // and about no later one on a stream once one there is not done.
-  std::vector<int> asked;
-  for (auto& [va, p] : pages_) {
-    if (p.where != state::evicting || p.copy < 0 || copies_[p.copy].done) continue;
-    if (std::find(asked.begin(), asked.end(), p.copy) != asked.end()) continue;
-    asked.push_back(p.copy);
-  }
-  std::sort(asked.begin(), asked.end(),
-            [&](int a, int b) { return copies_[a].seq < copies_[b].seq; });
-  std::vector<CUstream> busy;
-  const std::uint64_t now = clock_ != nullptr && !asked.empty() ? clock_() : 0;
-  for (int c : asked) {
-    if (copies_[c].done) continue;  // an older one's completion said so
-    if (std::find(busy.begin(), busy.end(), copies_[c].stream) != busy.end()) continue;
-    if (now != 0 && now < copies_[c].not_before_ns) {  // Note [Not asking too early] in residency/swap_engine.h
-      busy.push_back(copies_[c].stream);
-    } else if (driver().cuEventQuery(copies_[c].event) == CUDA_SUCCESS) {
-      copy_done_locked(c);
-    } else {
-      busy.push_back(copies_[c].stream);
-    }
-  }
-  for (auto& [va, p] : pages_) {
-    if (p.where == state::evicting && p.copy >= 0 && copies_[p.copy].done &&
-        std::find(asked.begin(), asked.end(), p.copy) != asked.end()) {
-      done.push_back(va);
-    }
-  }
-  if (done.empty()) return CUDA_SUCCESS;
-  std::sort(done.begin(), done.end());
-  done.erase(std::unique(done.begin(), done.end()), done.end());
-  return evict_finish_locked(done);
 }
 
-// Up to n resident pages not pinned, sorted by address: dead ones first (Note [Dead
-// pages] in residency/swap_engine.h; they leave without a copy), then the least recently
-// used.
-std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
-                                                             const victim_rank& rank) {
-  struct candidate {
-    bool live;
-    std::uint64_t rank;
-    std::uint64_t last_use;
-    std::uintptr_t va;
-  };
-  std::vector<candidate> all;
-  for (auto& [va, p] : pages_) {
-    if (p.where != state::resident || p.pinned == epoch_) continue;
-    const std::uint64_t r = rank ? rank(va) : 1;
-    if (r == 0) continue;
-    all.push_back(candidate{!content_dead(p, write_epoch_), r, p.last_use, va});
-  }
-  // Dead pages first, then by rank (highest first), then the least recently used.
-  const auto before = [](const candidate& a, const candidate& b) {
-    if (a.live != b.live) return !a.live;
-    if (a.rank != b.rank) return a.rank > b.rank;
-    return a.last_use < b.last_use;
-  };
-  n = std::min(n, all.size());
-  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(), before);
-  std::vector<std::uintptr_t> out;
-  out.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) out.push_back(all[i].va);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// See Note [Making room] in residency/swap_engine.h: room for bytes more of resident
-// pages. Without wait: evictions known complete are finished, new ones begun, and
-// CUDA_ERROR_NOT_READY when the room is not there yet.
-CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait,
-                                            const victim_rank& rank) {
-  trim_spares_locked();
-  if (stats_.resident_bytes + bytes <= capacity_bytes()) return CUDA_SUCCESS;
-  if (CUresult r = finish_completed_locked(); r != CUDA_SUCCESS) return r;
-  const auto pages_short = [&](std::uint64_t leaving) -> std::size_t {
-    const std::uint64_t cap = capacity_bytes();
-    const std::uint64_t have = stats_.resident_bytes - leaving;
-    return have + bytes <= cap ? 0 : (have + bytes - cap + cfg_.page_bytes - 1) / cfg_.page_bytes;
-  };
-  const auto leaving_bytes = [&] {
-    std::uint64_t leaving = 0;
-    for (auto& [va, p] : pages_) {
-      if (p.where == state::evicting && p.lent_to == 0) leaving += cfg_.page_bytes;
-    }
-    return leaving;
-  };
-  if (!wait) {
-    if (const std::size_t n = pages_short(leaving_bytes()); n != 0) {
-      const std::vector<std::uintptr_t> victims = victims_locked(n, rank);
-      if (CUresult r = evict_begin_locked(victims); r != CUDA_SUCCESS) return r;
-    }
-    return stats_.resident_bytes + bytes > capacity_bytes() ? CUDA_ERROR_NOT_READY
-                                                               : CUDA_SUCCESS;
-  }
-  while (stats_.resident_bytes + bytes > capacity_bytes()) {
-    // Enough evictions under way: wait for the oldest, then finish all that are done.
-    if (const std::size_t n = pages_short(leaving_bytes()); n != 0) {
-      const std::vector<std::uintptr_t> victims = victims_locked(n);
-      if (victims.empty() && leaving_bytes() == 0) return CUDA_ERROR_OUT_OF_MEMORY;
-      if (CUresult r = evict_begin_locked(victims); r != CUDA_SUCCESS) return r;
-    }
-    if (CUresult r = wait_oldest_eviction_locked(); r != CUDA_SUCCESS) return r;
-  }
-  return CUDA_SUCCESS;
-}
-
-// Waits for the oldest eviction under way, then finishes every one that is done.
-// CUDA_ERROR_OUT_OF_MEMORY when none is under way.
-CUresult residency_engine::wait_oldest_eviction_locked() {
-  // Copies run in the order their events were taken: the smallest seq is the first
-  // to complete. An evicting page without a copy under way is done already.
-  int oldest = -1;
-  bool any = false;
-  for (auto& [va, p] : pages_) {
-    // A lender's memory is its borrower's already: waiting for it frees nothing.
-    if (p.where != state::evicting || p.lent_to != 0) continue;
-    any = true;
-    if (p.copy >= 0 && !copies_[p.copy].done &&
-        (oldest < 0 || copies_[p.copy].seq < copies_[oldest].seq)) {
-      oldest = p.copy;
-    }
-  }
-  if (!any) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (oldest >= 0) {
-    ++stats_.waits;
-    if (CUresult r = driver().cuEventSynchronize(copies_[oldest].event); r != CUDA_SUCCESS) {
-      return r;
-    }
-    copy_done_locked(oldest);
-  }
-  return finish_completed_locked();
-}
-
-// Makes vas (not resident; sorted, or in the order the schedule wants them: the first
-// room goes to the first) resident (Note [Batched moves] in residency/swap_engine.h). A
-// page still being evicted keeps its device memory. The others are fetched as room
-// appears, so the first copies in overlap the evictions still going out. Without wait,
-// pages that find no room yet go to deferred.
-CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
-                                        std::vector<std::uintptr_t>* deferred,
-                                        const victim_rank& rank) {
-  // See Note [Lending an evicting page's memory] in residency/swap_engine.h: a lender
-  // wanted again has no device memory of its own any more: it finishes its eviction and
-  // is fetched like any page.
+bool residency_engine::evict(std::span<const byte_range> ranges) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!ready_) return false;
+  std::vector<std::uintptr_t> vas = pages_of(ranges);
+  std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where != state::resident; });
+  const CUresult r = evict_begin_locked(vas);
+  // See Note [No moves while a user captures] in residency/swap_engine.h: nothing moves
+  // now, and nothing failed.
+  const bool ok = r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   for (std::uintptr_t va : vas) {
-    if (pages_[va].lent_to == 0) continue;
-    if (CUresult r = finish_lender_locked(va); r != CUDA_SUCCESS) return r;
+    if (pages_[va].where == state::evicting) pages_[va].planned = true;
   }
-  std::erase_if(vas, [&](std::uintptr_t va) {
-    page& p = pages_[va];
-    if (p.where != state::evicting) return false;
-    // Not released yet: the device memory still holds the bytes. Keep it; its users
-    // wait on the eviction's copy (p.copy), which came after its earlier users.
-    p.where = state::resident;
-    return true;
-  });
-  while (!vas.empty()) {
-    // Evictions for all of them begin now; the pages that fit already are fetched.
-    if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false, rank);
-        r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
-      return r;
-    }
-    const std::uint64_t cap = capacity_bytes();
-    const std::size_t fit = std::min(
-        vas.size(),
-        stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes);
-    if (fit == 0) {
-      // See Note [Lending an evicting page's memory] in residency/swap_engine.h: the
-      // memory of evictions under way. A scheduled prefetch (no wait) borrows only from
-      // the schedule's own evictions.
-      if (const std::vector<std::uintptr_t> from =
-              lending_ ? lenders_locked(vas.size(), rank, !wait) : std::vector<std::uintptr_t>{};
-          !from.empty()) {
-        std::vector<std::uintptr_t> now(vas.begin(),
-                                        vas.begin() + static_cast<std::ptrdiff_t>(from.size()));
-        vas.erase(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(from.size()));
-        if (CUresult r = fetch_batch_locked(std::move(now), from); r != CUDA_SUCCESS) return r;
-        continue;
-      }
-      if (!wait) {
-        deferred->insert(deferred->end(), vas.begin(), vas.end());
-        return CUDA_SUCCESS;
-      }
-      if (CUresult r = wait_oldest_eviction_locked(); r != CUDA_SUCCESS) return r;
-      continue;
-    }
-    std::vector<std::uintptr_t> now(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(fit));
-    vas.erase(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(fit));
-    if (CUresult r = fetch_batch_locked(std::move(now)); r != CUDA_SUCCESS) return r;
-  }
-  return CUDA_SUCCESS;
+  return ok;
 }
 
-// Fetches vas (pages on the host, in fetch_locked's order, room made for all of them).
-// The first lenders.size() of them take the device memory of those evicting pages
-// instead (Note [Lending an evicting page's memory] in residency/swap_engine.h).
-CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
-                                              std::span<const std::uintptr_t> lenders) {
-  const driver_table& d = driver();
-  std::vector<page*> ps;
-  ps.reserve(vas.size());
-  for (std::uintptr_t va : vas) ps.push_back(&pages_[va]);
-  // Unpredicted users of the host mapping (work we did not see use it) must be done
-  // before the address changes backing.
-  std::vector<page*> used;
-  for (page* p : ps) {
-    if (!p->users.empty() || !touch_all_users_.empty()) used.push_back(p);
+bool residency_engine::prefetch(std::span<const byte_range> ranges) {
+  return prefetch_pages(ranges, nullptr, {});
+}
+
+bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
+                                    std::vector<byte_range>& later,
+                                    const victim_rank& rank) {
+  return prefetch_pages(ranges, &later, rank);
+}
+
+// later null: fetch, waiting for room as needed; otherwise pages that find no room yet
+// go to later (Note [Prefetch without waiting] in residency/swap_engine.h).
+bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
+                                      std::vector<byte_range>* later,
+                                      const victim_rank& rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!ready_) return false;
+  fetch_epoch_ = write_epoch_;
+  const unpin_at_exit unpin{epoch_};
+  std::vector<std::uintptr_t> missing;
+  for (std::uintptr_t va : pages_of(ranges)) {
+    page& p = pages_[va];
+    p.pinned = epoch_;
+    p.last_use = ++tick_;
+    if (p.where != state::resident) missing.push_back(va);
   }
-  if (!used.empty()) {
-    // See Note [A launch that may touch anything] in residency/swap_engine.h: such
-    // streams used every page.
-    for (page* p : used) {
-      for (CUstream u : touch_all_users_) {
-        if (std::find(p->users.begin(), p->users.end(), u) == p->users.end()) {
-          p->users.push_back(u);
+  if (missing.empty()) return true;
+  // In the order asked for (a schedule asks for the page needed soonest first), so
+  // that the first room, or the first lender's, goes to it (Note [Lending an evicting
+  // page's memory] in residency/swap_engine.h).
+  if (missing.size() > 1) {
+    const auto asked = [&](std::uintptr_t va) {
+      for (std::size_t i = 0; i < ranges.size(); ++i) {
+        if (ranges[i].bytes != 0 && va + cfg_.page_bytes > ranges[i].addr &&
+            va < ranges[i].addr + ranges[i].bytes) {
+          return i;
         }
       }
-    }
-    touch_all_users_.clear();
-    if (CUresult r = order_after_locked(used, to_device_); r != CUDA_SUCCESS) return r;
-    if (CUresult r = d.cuStreamSynchronize(to_device_); r != CUDA_SUCCESS) return r;
-    for (page* p : used) p->users.clear();
+      return ranges.size();
+    };
+    std::vector<std::pair<std::size_t, std::uintptr_t>> order;
+    order.reserve(missing.size());
+    for (std::uintptr_t va : missing) order.emplace_back(asked(va), va);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = 0; i < order.size(); ++i) missing[i] = order[i].second;
   }
-  // Device memory mapped at each address; access granted per run.
-  CUresult first_error = CUDA_SUCCESS;
-  std::size_t mapped = 0;
-  for (; mapped < vas.size(); ++mapped) {
-    page& p = *ps[mapped];
-    const bool borrow = mapped < lenders.size();
-    if (borrow) {
-      p.device = pages_[lenders[mapped]].device;
-    } else if (CUresult r = take_device_locked(p.device); r != CUDA_SUCCESS) {
-      p.device = 0;
-      first_error = r;
-      break;
-    }
-    if (CUresult r = unmap_locked(vas[mapped]); r != CUDA_SUCCESS) {
-      if (!borrow) give_device_locked(p.device);
-      p.device = 0;
-      first_error = r;
-      break;
-    }
-    if (CUresult r = map_only_locked(vas[mapped], p.device); r != CUDA_SUCCESS) {
-      map_locked(vas[mapped], p.host);
-      if (!borrow) give_device_locked(p.device);
-      p.device = 0;
-      first_error = r;
-      break;
-    }
-  }
-  vas.resize(mapped);
-  ps.resize(mapped);
-  // The lent memory is the borrower's from here: it leaves the lender's count.
-  const std::size_t borrowed = std::min(mapped, lenders.size());
-  for (std::size_t k = 0; k < borrowed; ++k) {
-    pages_[lenders[k]].lent_to = vas[k];
-    ps[k]->lender = lenders[k];
-    ++lent_pages_;
-    ++stats_.lends;
-    stats_.resident_bytes -= cfg_.page_bytes;
-  }
-  std::vector<char> ok(vas.size(), 1);
-  for_runs(vas, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
-    if (CUresult r = set_access_locked(vas[first], count); r != CUDA_SUCCESS) {
-      for (std::size_t k = first; k < first + count; ++k) {
-        back_to_host_locked(vas[k], *ps[k]);
-        ok[k] = 0;
-      }
-      if (first_error == CUDA_SUCCESS) first_error = r;
-    }
-  });
-  // Copies in, one per run adjacent at both ends; dead content needs none.
-  const std::size_t n = vas.size();
-  std::vector<char> copy(n);
-  for (std::size_t i = 0; i < n; ++i) copy[i] = ok[i] && !content_dead(*ps[i], fetch_epoch_);
-  std::vector<int> ev(n, -1);
-  // Borrowed memory is written only after its lender's copy out (each event once).
-  // Each copy waits only for the lenders of its own pages, so that a page whose lender
-  // is out already is copied in while the next lender is still going out: a run of
-  // copies in ends at each page with a new lender (whether or not its copy is known
-  // done, so that the copies do not depend on when the host looked).
-  std::vector<int> lender_copies;  // of the pages so far
-  std::vector<int> waited;
-  const auto new_lender = [&](std::size_t k) {
-    if (k >= borrowed || !ok[k]) return -1;
-    const int c = pages_[lenders[k]].copy;
-    return c >= 0 && std::find(lender_copies.begin(), lender_copies.end(), c) ==
-                         lender_copies.end()
-               ? c
-               : -1;
-  };
-  std::size_t done = 0;
-  while (done < n) {
-    if (const int c = new_lender(done); c >= 0) {
-      lender_copies.push_back(c);
-      if (!copies_[c].done) {
-        if (CUresult r = d.cuStreamWaitEvent(to_device_, copies_[c].event, 0);
-            r != CUDA_SUCCESS) {
-          if (first_error == CUDA_SUCCESS) first_error = r;
-          break;
-        }
-        waited.push_back(c);
-      }
-    }
-    std::size_t end = done + 1;
-    while (end < n && new_lender(end) < 0) ++end;
-    const std::size_t m = end - done;
-    const std::size_t copied =
-        copy_runs_locked(std::span(vas).subspan(done, m), std::span(ps).subspan(done, m),
-                         std::span(copy).subspan(done, m), to_device_,
-                         std::span(ev).subspan(done, m), first_error);
-    done += copied;
-    if (copied < m) break;
-  }
-  // A borrowed page with no copy in (dead content) is still not written before then.
-  if (done == n && !waited.empty()) {
-    int after = -1;
-    for (std::size_t k = 0; k < borrowed; ++k) {
-      if (!ok[k] || copy[k]) continue;
-      if (after < 0) {
-        if (CUresult r = record_copy_locked(to_device_, after); r != CUDA_SUCCESS) {
-          if (first_error == CUDA_SUCCESS) first_error = r;
-          done = k;
-          break;
-        }
-      }
-      ev[k] = after;
-    }
-  }
-  if (done < n) {
-    // The copies of pages from done on never started (or cannot be waited for): put
-    // the host memory back at their addresses, so their bytes stay where their state
-    // says they are.
-    d.cuStreamSynchronize(to_device_);
-    for (std::size_t k = done; k < n; ++k) {
-      if (!ok[k]) continue;
-      back_to_host_locked(vas[k], *ps[k]);
-      ok[k] = 0;
-    }
-  }
-  std::vector<int> recorded;
-  for (std::size_t k = 0; k < n; ++k) {
-    if (ev[k] >= 0 && (recorded.empty() || recorded.back() != ev[k])) recorded.push_back(ev[k]);
-    if (!ok[k]) continue;
-    page& p = *ps[k];
-    stats_.resident_bytes += cfg_.page_bytes;
-    if (ev[k] >= 0) hold_copy_locked(p, ev[k]);
-    p.where = state::resident;
-    p.host_current = true;
-    p.clean_epoch = write_epoch_;
-    ++stats_.fetches;
-    if (copy[k]) {
-      stats_.bytes_to_device += cfg_.page_bytes;
-    } else {
-      ++stats_.dead_fetches;
-    }
-  }
-  for (int c : recorded) recycle_copy_locked(c);
-  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
-  return first_error;
+  std::vector<std::uintptr_t> deferred;
+  const CUresult r =
+      fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr,
+                   rank);
+  for (std::uintptr_t va : deferred) later->push_back(byte_range{va, cfg_.page_bytes});
+  // See Note [No moves while a user captures] in residency/swap_engine.h: not now, and
+  // nothing failed.
+  return r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+void residency_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
+                                      double h2d_bytes_per_s, double d2h_bytes_per_s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  clock_ = now_ns;
+  h2d_rate_ = h2d_bytes_per_s;
+  d2h_rate_ = d2h_bytes_per_s;
+}
+
+// ---- The report ----
+
+void write_report(int device, std::uint64_t capacity_bytes, const residency_stats& e,
+                  std::string& json, std::string& text) {
+  json += fmt::format(R"(,"swap":{{"capacity_bytes":{},"pages":{},"resident_bytes":{},)"
+                      R"("peak_resident_bytes":{},"host_bytes":{},"peak_host_bytes":{},)"
+                      R"("evictions":{},"clean_evictions":{},"dead_evictions":{},)"
+                      R"("fetches":{},"dead_fetches":{},)"
+                      R"("bytes_to_host":{},"bytes_to_device":{},"waits":{},"failures":{},)"
+                      R"("copies":{},"mapping_calls":{},"spare_reuses":{},"spare_bytes":{},"lends":{},)"
+                      R"("born_on_host":{}}})",
+                      capacity_bytes, e.pages, e.resident_bytes,
+                      e.peak_resident_bytes, e.host_bytes, e.peak_host_bytes, e.evictions,
+                      e.clean_evictions, e.dead_evictions, e.fetches, e.dead_fetches,
+                      e.bytes_to_host, e.bytes_to_device, e.waits, e.failures, e.copies,
+                      e.mapping_calls, e.spare_reuses, e.spare_bytes, e.lends, e.born_on_host);
+  text += fmt::format(
+      "oversub:   swap device {}: capacity {}  resident {} (peak {})  on host {} (peak {})  "
+      "evictions {} ({} clean, {} dead)  fetches {} ({} dead)  to host {}  to device {}  "
+      "waits {}  failures {}  copies {}  mapping calls {}  spares reused {}  lent {}  "
+      "born on host {}\n",
+      device, format_bytes(capacity_bytes), format_bytes(e.resident_bytes),
+      format_bytes(e.peak_resident_bytes), format_bytes(e.host_bytes),
+      format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.dead_evictions,
+      e.fetches, e.dead_fetches,
+      format_bytes(e.bytes_to_host), format_bytes(e.bytes_to_device), e.waits, e.failures,
+      e.copies, e.mapping_calls, e.spare_reuses, e.lends, e.born_on_host);
 }
 
 }  // namespace oversub::pool

@@ -80,10 +80,10 @@
 // with the graph. So a move that must be ordered after a capturing stream is not made
 // now (evict and prefetch do nothing and report no failure; the schedule asks again
 // later), prepare() enqueues nothing for a capturing stream, and a page the arena
-// needs meanwhile starts on the host (Note [Pages born on the host] in
-// residency/swap_engine.cc). simtrain --graphs at 3x (the step captured once, allocating
-// from a private pool during capture, as PyTorch's CUDA graphs do) ran out of memory
-// without this.
+// needs meanwhile starts on the host
+// (Note [Pages born on the host] in residency/swap_page_table.cc). simtrain --graphs
+// at 3x (the step captured once, allocating from a private pool during capture, as
+// PyTorch's CUDA graphs do) ran out of memory without this.
 //
 // Note [Windows into large allocations]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -280,8 +280,8 @@ struct residency_stats {
   // See Note [Lending an evicting page's memory]: fetches that took the device memory of
   // an eviction still under way instead of waiting for it on the host.
   std::uint64_t lends = 0;
-  // See Note [Pages born on the host] in residency/swap_engine.cc: new pages that started
-  // on the host (no room).
+  // See Note [Pages born on the host] in residency/swap_page_table.cc: new pages
+  // that started on the host (no room).
   std::uint64_t born_on_host = 0;
 };
 
@@ -430,7 +430,8 @@ class residency_engine final : public backend_with_stats<residency_stats>, publi
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later,
                       const victim_rank& rank);
   CUresult ensure_host_handle_locked(page& p);
-  bool create_on_host_locked(std::uintptr_t va);  // Note [Pages born on the host] in residency/swap_engine.cc
+  // See Note [Pages born on the host] in residency/swap_page_table.cc.
+  bool create_on_host_locked(std::uintptr_t va);
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
   CUevent stream_event_locked(CUstream s);
   // See Note [Moves after all work]: per (copy stream, stream), the work epoch of that

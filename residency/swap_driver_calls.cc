@@ -1,15 +1,17 @@
-// The residency engine's driver calls: the counted mapping calls, device memory
-// taken from and given back to the spares (Note [Spare device memory] in
-// residency/swap_engine.h), and the copy events that pages hold while their copies are
-// under way, and the batched copies themselves (Note [Batched moves] in
-// residency/swap_engine.h). Split from residency.cc, which moves the pages.
+// The swap engine's driver calls: the counted mapping calls, device memory taken from
+// and given back to the spares (Note [Spare device memory] in residency/swap_engine.h),
+// the copy events that pages hold while their copies are under way, and the batched
+// copies themselves (Note [Batched moves] in residency/swap_engine.h).
+#include "residency/swap_engine.h"
+
 #include <algorithm>
 
 #include "pool/driver_api.h"
-#include "residency/swap_engine.h"
 
 namespace oversub::pool {
-// ---- Driver calls (counted: residency_stats::mapping_calls) ----
+
+// ---- Mapping calls (counted: mapping_calls) and spare device memory ----
+
 
 CUresult residency_engine::map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
   ++stats_.mapping_calls;
@@ -84,7 +86,8 @@ void residency_engine::back_to_host_locked(std::uintptr_t va, page& p) {
   p.device = 0;
 }
 
-// ---- Copy events (Note [Batched moves] in residency/swap_engine.h) ----
+// ---- Copy events ----
+
 
 int residency_engine::new_copy_locked() {
   int c = -1;
@@ -179,6 +182,8 @@ CUresult residency_engine::wait_copy_locked(page& p) {
   release_copy_locked(p);
   return CUDA_SUCCESS;
 }
+
+// ---- Copies ----
 
 // See Note [Batched moves] in residency/swap_engine.h: one copy on s (to_host_ or
 // to_device_) per run of the pages ps[i] with copy[i] set that are adjacent both at their

@@ -1,6 +1,6 @@
-// The residency engine's lending of an evicting page's memory to a fetch (Note [Lending
-// an evicting page's memory] in residency/swap_engine.h): the switch, which pages may
-// lend, and finishing a lender's eviction.
+// The swap engine's lending of an evicting page's memory to a fetch: the switch, which
+// pages may lend, and finishing a lender's eviction (see Note [Lending an evicting
+// page's memory] in residency/swap_engine.h).
 #include "residency/swap_engine.h"
 
 #include <algorithm>
@@ -11,14 +11,6 @@ namespace oversub::pool {
 void residency_engine::set_lending(bool on) {
   std::lock_guard<std::mutex> lock(mutex_);
   lending_ = on;
-}
-
-void residency_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
-                                      double h2d_bytes_per_s, double d2h_bytes_per_s) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  clock_ = now_ns;
-  h2d_rate_ = h2d_bytes_per_s;
-  d2h_rate_ = d2h_bytes_per_s;
 }
 
 // Up to n evicting pages whose copies out are under way and whose memory is not lent
