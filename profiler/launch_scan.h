@@ -34,7 +34,10 @@ struct param_slot {
 struct function_info {
   std::uint32_t id = 0;              // recorder function id
   std::vector<param_slot> params;    // in parameter order
-  bool unreadable = false;           // the layout could not be read (params empty)
+  // The layout could not be read (params empty), or not yet (a runtime error was
+  // pending): the launch's buffers are unknown (Note [A launch whose buffers are not
+  // known] in profiler/profile_format.h).
+  bool unreadable = false;
 };
 
 // Most words one launch is scanned for: CUDA 12.1+ allows 32764 bytes of kernel
@@ -115,7 +118,8 @@ class function_cache {
 
 // What one launch costs the profiler once its function is known: the argument
 // words (per-parameter pointers args, else the packed buffer of size bytes), the
-// live allocations they point into (one tracker lock), one record.
+// live allocations they point into (one tracker lock), one record, marked when the
+// function's layout is unreadable.
 // The words and bases live per thread (64 KiB together: too much for the stack of a
 // callback on an application thread).
 inline void record_launch(const function_info& f, void* const* args, const void* packed,
@@ -130,7 +134,7 @@ inline void record_launch(const function_info& f, void* const* args, const void*
     n = gather_packed(f.params, packed, packed_bytes, words);
   }
   const std::size_t found = live.scan(words, n, bases);
-  rec.on_launch(f.id, bases, found, correlation_id);
+  rec.on_launch(f.id, bases, found, correlation_id, f.unreadable);
 }
 
 }  // namespace oversub::profiler

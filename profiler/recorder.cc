@@ -43,14 +43,14 @@ void recorder::on_free(std::uint64_t base) {
 }
 
 void recorder::on_launch(std::uint32_t function, const std::uint64_t* bases, std::size_t count,
-                         std::uint32_t correlation_id) {
+                         std::uint32_t correlation_id, bool unreadable) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (function < is_marker_.size() && is_marker_[function]) marker_marks_.push_back(launch_count_);
   ++launch_count_;
   if (launches_.size() >= max_launches_kept) return;
   launches_.push_back(launch_event{function, correlation_id,
                                    static_cast<std::uint32_t>(bases_.size()),
-                                   static_cast<std::uint32_t>(count)});
+                                   static_cast<std::uint32_t>(count), unreadable ? 1u : 0u});
   bases_.insert(bases_.end(), bases, bases + count);
 }
 
@@ -286,6 +286,12 @@ std::optional<profile> recorder::build(const device_figures& device, bool cupti,
     apply_until(i);
     if (i < w->begin) continue;
     const launch_event& l = launches_[i];
+    // See Note [A launch whose buffers are not known] in profiler/profile_format.h:
+    // every allocation live at it may be used, so each is kept in the profile (its
+    // buffer set stays empty: unknown).
+    if (l.unreadable != 0) {
+      for (const auto& [base, k] : live) touch(k);
+    }
     for (std::uint32_t b = 0; b < l.base_count; ++b) {
       auto it = live.find(bases_[l.first_base + b]);
       if (it == live.end()) continue;
@@ -351,6 +357,7 @@ std::optional<profile> recorder::build(const device_figures& device, bool cupti,
     launch_record r;
     r.name = p.intern(functions_[l.function]);
     r.correlation_id = l.correlation_id;
+    r.flags = l.unreadable != 0 ? launch_unreadable : 0;
     auto ns = kernel_ns_.find(l.correlation_id);
     r.duration_ns = l.correlation_id != 0 && ns != kernel_ns_.end() ? ns->second : 0;
     p.device.iteration_kernel_ns += r.duration_ns;

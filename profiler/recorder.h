@@ -58,8 +58,11 @@ class recorder {
                 std::size_t frame_count);
   void on_free(std::uint64_t base);
   // bases: the allocations the arguments point into (any order, no duplicates).
+  // unreadable: the function's parameter layout could not be read, so bases is not
+  // the launch's buffer set (Note [A launch whose buffers are not known] in
+  // profiler/profile_format.h); the profile marks the launch.
   void on_launch(std::uint32_t function, const std::uint64_t* bases, std::size_t count,
-                 std::uint32_t correlation_id);
+                 std::uint32_t correlation_id, bool unreadable = false);
   void on_iteration_begin();
   void on_copy(copy_kind kind, std::uint64_t bytes, std::uint64_t device_base,
                std::uint32_t correlation_id);
@@ -101,7 +104,8 @@ class recorder {
     std::uint32_t function = 0;
     std::uint32_t correlation_id = 0;
     std::uint32_t first_base = 0;
-    std::uint32_t base_count = 0;
+    std::uint32_t base_count : 31 = 0;  // at most max_scan_words
+    std::uint32_t unreadable : 1 = 0;
   };
   struct window {
     std::uint64_t begin = 0, end = 0;

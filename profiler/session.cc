@@ -192,7 +192,8 @@ class session final : public cupti::sink {
   }
 
   // See Note [Probing leaves no error behind] (session.h): with an error pending, the
-  // launch is recorded without a buffer set and the function probed at a later one.
+  // launch is recorded without a buffer set, marked unreadable, and the function
+  // probed at a later one.
   const function_info* runtime_function(const void* func) {
     const function_info* f = runtime_cache_.lookup(func);
     if (f != nullptr) return f;
@@ -201,7 +202,8 @@ class session final : public cupti::sink {
     const char* name = nullptr;
     if (q_.runtime_name != nullptr && can_probe) q_.runtime_name(&name, func);
     info.id = rec_.add_function(demangle(name));
-    if (!probe_runtime_params(q_, func, info.params)) {
+    if (!probe_runtime_params(q_, func, info.params, &info.unreadable)) {
+      info.unreadable = true;  // not probed: its buffers are not known at this launch
       unprobed_ = info;
       return &unprobed_;
     }

@@ -166,6 +166,26 @@ def buffer_label(p: Profile, b: int) -> str:
     return f"long-lived @{a.address:#x}" if a.long_lived else f"#{a.ordinal}"
 
 
+def unreadable_lines(p: Profile) -> list[str]:
+    """One line per kernel name with launches marked unreadable (Note [A launch whose
+    buffers are not known] in profiler/profile_format.h), most first; none when no
+    launch is marked."""
+    counts: dict[str, int] = {}
+    for launch in p.launches:
+        if launch.unreadable:
+            name = p.strings[launch.name]
+            counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return []
+    lines = [f"launches with an unreadable parameter layout: {sum(counts.values())} of "
+             f"{len(p.launches)} (their buffers are not known)"]
+    for name, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"  unreadable: {name}: {count} launch{'es' if count != 1 else ''} in the "
+                     f"iteration, taken to touch any page in swap mode (and to use every "
+                     f"buffer live at them by oversub simulate)")
+    return lines
+
+
 def summary(p: Profile) -> list[str]:
     n = len(p.launches)
     live = live_bytes(p)
@@ -180,6 +200,7 @@ def summary(p: Profile) -> list[str]:
              f"(seen through {'CUPTI' if p.cupti else 'oversub hooks, no durations'})",
              f"kernels per iteration: {n} ({len({l.name for l in p.launches})} distinct), "
              f"kernel time {kernel_ns / 1e3:.1f} us"]
+    lines += unreadable_lines(p)
     peak = max(live) if live else 0
     cap = f" of {fmt_bytes(p.capacity_bytes)} device capacity" if p.capacity_bytes else ""
     lines.append(f"peak live bytes: {fmt_bytes(peak)}{cap} "
@@ -239,7 +260,8 @@ def trace_events(p: Profile) -> dict:
         ev.append({"ph": "X", "pid": pid, "tid": 1, "name": p.strings[launch.name],
                    "ts": starts[i], "dur": dur, "cat": "kernel",
                    "args": {"launch": i, "buffers": [buffer_label(p, b) for b in launch.buffers],
-                            "measured": bool(launch.duration_ns)}})
+                            "measured": bool(launch.duration_ns),
+                            "unreadable": launch.unreadable}})
     for i, v in enumerate(live):
         ev.append({"ph": "C", "pid": pid, "name": "live bytes", "ts": starts[i],
                    "args": {"bytes": v}})

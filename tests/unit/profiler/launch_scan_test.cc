@@ -81,6 +81,32 @@ TEST(LaunchScan, WordsToBufferSet) {
   EXPECT_EQ(empty.scan(words, 8, bases), 0u);
 }
 
+// A function whose layout is unreadable: its launches are recorded with no buffers
+// and marked (Note [A launch whose buffers are not known] in profiler/profile_format.h).
+TEST(LaunchScan, AnUnreadableLayoutMarksTheLaunch) {
+  tracker live{device_limit{}};
+  live.record(allocation{0x1000, 0x100});
+  recorder rec;
+  rec.on_alloc(0x1000, 0x100, nullptr, 0);
+  const function_info known{rec.add_function("known"), {{0, 8}}, false};
+  const function_info opaque{rec.add_function("opaque"), {}, true};
+  const std::uint64_t word = 0x1010;
+  void* args[] = {const_cast<std::uint64_t*>(&word)};
+  for (int i = 0; i < 5; ++i) {
+    record_launch(known, args, nullptr, 0, live, rec, 0);
+    record_launch(opaque, args, nullptr, 0, live, rec, 0);
+  }
+  std::string why;
+  const auto p = rec.build({}, false, "prog", {}, &why);
+  ASSERT_TRUE(p) << why;
+  ASSERT_EQ(p->launches.size(), 2u);
+  for (const launch_record& l : p->launches) {
+    const bool is_opaque = p->strings[l.name] == "opaque";
+    EXPECT_EQ(l.unreadable(), is_opaque);
+    EXPECT_EQ(l.buffers.size(), is_opaque ? 0u : 1u);
+  }
+}
+
 TEST(LaunchScan, CacheKeepsOneEntryPerHandle) {
   function_cache cache;
   int k1 = 0, k2 = 0;

@@ -76,6 +76,39 @@ TEST(Recorder, AutomaticIterationAndBufferIdentity) {
   EXPECT_EQ(p->device.iteration_kernel_ns, 700u);
 }
 
+// See Note [A launch whose buffers are not known] in profiler/profile_format.h: a
+// launch recorded as unreadable is marked in the profile, the others are not.
+TEST(Recorder, UnreadableLaunchesAreMarked) {
+  recorder r;
+  r.on_alloc(weights, 4096, nullptr, 0);
+  r.on_alloc(0x50000, 64, nullptr, 0);  // named by no readable launch
+  const std::uint32_t f = r.add_function("f(float*)");
+  const std::uint32_t u = r.add_function("opaque");
+  for (int i = 0; i < 4; ++i) {
+    const std::uint64_t fa[] = {weights};
+    r.on_launch(f, fa, 1, 0);
+    r.on_launch(u, nullptr, 0, 0, true);
+    r.on_launch(u, nullptr, 0, 0, true);
+  }
+  std::string why;
+  const auto p = r.build({}, false, "prog", no_frames(), &why);
+  ASSERT_TRUE(p) << why;
+  ASSERT_EQ(p->launches.size(), 3u);
+  int marked = 0;
+  for (const launch_record& l : p->launches) {
+    const bool opaque = p->strings[l.name] == "opaque";
+    EXPECT_EQ(l.unreadable(), opaque);
+    EXPECT_EQ(l.flags, opaque ? launch_unreadable : 0);
+    EXPECT_EQ(l.buffers.empty(), opaque);
+    marked += l.unreadable() ? 1 : 0;
+  }
+  EXPECT_EQ(marked, 2);
+  // Every allocation live at a marked launch is in the profile: it may be used.
+  ASSERT_EQ(p->allocations.size(), 2u);
+  EXPECT_EQ(p->allocations[0].address, weights);
+  EXPECT_EQ(p->allocations[1].address, 0x50000u);
+}
+
 TEST(Recorder, MarkerAndApiMarks) {
   recorder by_marker("g(");
   recorder by_api;
