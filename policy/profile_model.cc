@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace oversub::policy {
 
@@ -47,18 +48,37 @@ profile_model model_from_profile(const profiler::profile& p, const device_model&
     }
     m.buffers.push_back(b);
   }
+  // A buffer holding memory at launch i (for a launch whose buffers are not known).
+  auto live_at = [&](std::uint32_t b, std::uint32_t i) {
+    const profiler::allocation_record& a = p.allocations[b];
+    if (a.long_lived) return a.free_at == profiler::no_index || i < a.free_at;
+    if (a.free_at == profiler::no_index) return true;  // taken as long-lived
+    return a.alloc_at <= i && i < a.free_at;
+  };
   m.launches.reserve(n);
+  std::vector<std::uint32_t> every_live;
   for (std::uint32_t i = 0; i < n; ++i) {
     const profiler::launch_record& l = p.launches[i];
     model_launch ml;
     std::uint64_t bytes_used = 0;
-    for (std::uint32_t b : l.buffers) {
+    // See Note [A launch whose buffers are not known] in profiler/profile_format.h.
+    const bool unknown = l.unreadable();
+    if (unknown) {
+      ++r.unreadable_launches;
+      every_live = l.buffers;
+      for (std::uint32_t b = 0; b < m.buffers.size(); ++b) {
+        if (live_at(b, i)) every_live.push_back(b);
+      }
+      std::sort(every_live.begin(), every_live.end());
+      every_live.erase(std::unique(every_live.begin(), every_live.end()), every_live.end());
+    }
+    for (std::uint32_t b : unknown ? every_live : l.buffers) {
       if (b >= m.buffers.size()) {
         r.error = "launch " + std::to_string(i) + " uses allocation " + std::to_string(b) +
                   " of " + std::to_string(m.buffers.size());
         return r;
       }
-      if (std::find(ml.uses.begin(), ml.uses.end(), b) != ml.uses.end()) continue;
+      if (!unknown && std::find(ml.uses.begin(), ml.uses.end(), b) != ml.uses.end()) continue;
       if (m.buffers[b].bytes == 0 && p.allocations[b].bytes != 0) {
         m.buffers[b].bytes = p.allocations[b].bytes;  // used after all: it holds memory
         --r.live_at_no_launch;

@@ -18,6 +18,10 @@
 // - A launch uses the allocations its arguments point into; which of them it
 //   writes is not in the profile, so every use counts as a write (the policy's safe
 //   reading: an eviction copies out).
+// - A launch marked unreadable (its parameter layout could not be read: Note [A
+//   launch whose buffers are not known] in profiler/profile_format.h) uses every
+//   buffer holding memory at it: every long-lived one not yet freed and every
+//   per-iteration one over [alloc_at, free_at).
 // - The profile's copies and memsets (the application's own, e.g. the input batch)
 //   are not replayed: they are the same with or without oversub.
 //
@@ -58,6 +62,7 @@ struct profile_model {
   std::uint32_t long_lived = 0;          // long-lived buffers, the unfreed included
   std::uint32_t unfreed = 0;             // per-iteration allocations taken as long-lived
   std::uint32_t live_at_no_launch = 0;   // allocations taken as 0 bytes
+  std::uint32_t unreadable_launches = 0; // launches taken to use every live buffer
 };
 
 // The modeled duration of a launch using `bytes_used` bytes (Note [Duration model]).

@@ -171,6 +171,41 @@ TEST(ProfileModel, AllocationsLiveAtNoLaunchTakeNoMemory) {
   EXPECT_EQ(used.model.buffers[4].bytes, 8u);
 }
 
+// See Note [A launch whose buffers are not known] in profiler/profile_format.h: a
+// launch marked unreadable uses every buffer holding memory at it, never none.
+TEST(ProfileModel, AnUnreadableLaunchUsesEveryLiveBuffer) {
+  profiler::profile p = toy_profile(0, 0);
+  profiler::allocation_record later;  // allocated after launch 0
+  later.ordinal = 1;
+  later.bytes = 16;
+  later.alloc_at = 1;
+  later.free_at = 2;
+  profiler::allocation_record gone = p.allocations[1];  // long-lived, freed after launch 0
+  gone.address = 0x4000000;
+  gone.free_at = 1;
+  p.allocations.push_back(later);  // 3
+  p.allocations.push_back(gone);   // 4
+  p.launches.push_back({p.intern("opaque"), 0, 0, {}, profiler::launch_unreadable});
+  p.launches[0].flags = profiler::launch_unreadable;
+  p.launches[0].buffers.clear();
+  const profile_model r = model_from_profile(p, toy_device(), duration_source::automatic);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.unreadable_launches, 2u);
+  // Launch 0: Y, A, B and the long-lived one freed after it; not the later one.
+  EXPECT_EQ(r.model.launches[0].uses, (std::vector<buffer_id>{0, 1, 2, 4}));
+  // Launch 1 as recorded (Y and B).
+  EXPECT_EQ(r.model.launches[1].uses, (std::vector<buffer_id>{0, 2}));
+  // Launch 2: Y and the later one are freed after 2 launches; A and B remain.
+  EXPECT_EQ(r.model.launches[2].uses, (std::vector<buffer_id>{1, 2}));
+  // Its modeled duration streams every byte it is taken to use.
+  EXPECT_EQ(r.model.launches[2].duration_ns, modeled_duration_ns(2 * X, toy_device()));
+  // Unmarked, the same empty launch uses nothing.
+  p.launches[2].flags = 0;
+  const profile_model plain = model_from_profile(p, toy_device(), duration_source::automatic);
+  EXPECT_TRUE(plain.model.launches[2].uses.empty());
+  EXPECT_EQ(plain.unreadable_launches, 1u);
+}
+
 TEST(ProfileModel, NoLaunchesIsAnError) {
   profiler::profile p;
   EXPECT_EQ(model_from_profile(p, toy_device(), duration_source::automatic).error,
