@@ -38,6 +38,16 @@
             durations; under swap mode on a device smaller than the buffers no kernel
             reaches a swapped-out page; with a library load and a kernel query failing,
             the program gets the same codes and results with liboversub as without
+  unreadable
+            no parameter layout can be read (SIMGPU_FAIL=param_info:1+: cudaFuncGetParamInfo,
+            cuFuncGetParamInfo and cuKernelGetParamInfo all fail): driver_launch_probe's
+            cuLaunchKernel (kernelParams and packed) and cudaLaunchKernel launches and
+            library_launch_probe's __cudaLaunchKernel and CUkernel launches are each
+            marked unreadable in the profile, with no buffers (the buffers live at them
+            kept in the profile), and `oversub report`
+            names every kernel with its count; with only the first query failing
+            (param_info:1) simtrain's profile marks the launches of that one kernel and
+            no other, whose buffer sets still equal simgpu's footprints
   fallback  another tool holds CUPTI (cupti_holder preloaded first): the library
             says who and what it then does not see, and the hooks still give every
             launch its right buffer set (no durations)
@@ -385,17 +395,89 @@ def case_library(c: Ctx) -> None:
     print("failed library loads and kernel queries: the same codes and results under oversub")
 
 
+UNREADABLE_RE = re.compile(r"^  unreadable: (.*): (\d+) launch(?:es)? in the iteration, taken "
+                           r"to touch any page in swap mode", re.MULTILINE)
+
+
+def report_unreadable(c: Ctx, path: Path) -> dict[str, int]:
+    """`oversub report`'s unreadable lines: kernel name -> count."""
+    rep = subprocess.run([sys.executable, c.a.oversub, "report", str(path)],
+                         capture_output=True, text=True)
+    check(rep.returncode == 0, f"report of {path.name}: exit {rep.returncode}: {rep.stderr}")
+    return {m.group(1): int(m.group(2)) for m in UNREADABLE_RE.finditer(rep.stdout)}
+
+
+def unreadable_counts(p) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for launch in p.launches:
+        if launch.unreadable:
+            counts[p.strings[launch.name]] = counts.get(p.strings[launch.name], 0) + 1
+    return counts
+
+
+def case_unreadable(c: Ctx) -> None:
+    from oprof import read_profile
+    every = {"SIMGPU_FAIL": "param_info:1+"}
+    # Runtime and driver launches (kernelParams, packed), then CUkernel launches.
+    for probe, want in ((c.a.probe, {"axpy": 2, "pair_sum": 1}),
+                        (c.a.library_probe, {"tensor_sum": 2, "lib_sum": 1})):
+        out = c.tmp / f"{Path(probe).name}.oprof"
+        r = c.run([probe, "5"], {"OVERSUB_PROFILE_OUT": str(out), **every}, [c.a.lib])
+        check(r.returncode == 0 and "ok" in r.stdout, f"{probe} failed:\n{r.stdout}{r.stderr}")
+        p = read_profile(out)
+        check(p.cupti and p.source == "api", f"{probe}: cupti {p.cupti}, source {p.source}")
+        names = [p.strings[l.name].split("(")[0] for l in p.launches]
+        check(sorted(set(names)) == sorted(want), f"{probe}: launches {names}")
+        for launch, name in zip(p.launches, names):
+            check(launch.unreadable and launch.buffers == [],
+                  f"{probe}: {name}: flags {launch.flags}, buffers {launch.buffers}: want "
+                  "marked unreadable with no buffers")
+        check(any(a.long_lived for a in p.allocations),
+              f"{probe}: the long-lived buffers live at the marked launches are not in the "
+              "profile")
+        got = {k.split("(")[0]: v for k, v in report_unreadable(c, out).items()}
+        check(got == want, f"{probe}: report says {got}, want {want}")
+        check(got == {k.split("(")[0]: v for k, v in unreadable_counts(p).items()},
+              f"{probe}: report {got} and profile disagree")
+        print(f"{Path(probe).name}: every launch marked unreadable; report: {got}")
+
+    # Only the first layout query of the run fails: one kernel marked, the rest read.
+    _, out, log = c.profiled("first", env={"SIMGPU_FAIL": "param_info:1"})
+    p = read_profile(out)
+    counts = unreadable_counts(p)
+    check(len(counts) == 1, f"param_info:1: kernels marked {counts}, want exactly one")
+    (name, count), = counts.items() if len(counts) == 1 else ((None, 0),)
+    total = sum(p.strings[l.name] == name for l in p.launches)
+    check(count == total, f"{name}: {count} of its {total} launches marked")
+    check(report_unreadable(c, out) == counts,
+          f"report says {report_unreadable(c, out)}, profile {counts}")
+    rows = read_log(log)
+    readable = 0
+    for i, launch in enumerate(p.launches):
+        if launch.unreadable:
+            check(launch.buffers == [], f"launch {i} ({name}): marked but has buffers")
+            continue
+        readable += 1
+        truth = rows[p.first_launch + i][2]
+        got = {p.allocations[b].address for b in launch.buffers}
+        check(got == truth, f"launch {i} ({p.strings[launch.name]}): buffer set differs "
+                            "from simgpu's footprint")
+    check(readable > 0, "no launch left readable")
+    print(f"param_info:1: only {name} marked ({count} launches), {readable} launches read")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True,
                     choices=["buffers", "marker", "corrupt", "foreign", "scripts", "stop", "fallback",
-                             "driver", "library"])
+                             "driver", "library", "unreadable"])
     ap.add_argument("--lib", required=True)
     ap.add_argument("--simtrain", required=True)
     ap.add_argument("--oversub", required=True)
     ap.add_argument("--holder")
     ap.add_argument("--probe")
+    ap.add_argument("--library-probe")
     ap.add_argument("--mode-args", default="")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="oversub-profile-") as tmp:
