@@ -42,7 +42,8 @@
             no parameter layout can be read (SIMGPU_FAIL=param_info:1+: cudaFuncGetParamInfo,
             cuFuncGetParamInfo and cuKernelGetParamInfo all fail): driver_launch_probe's
             cuLaunchKernel (kernelParams and packed) and cudaLaunchKernel launches and
-            library_launch_probe's __cudaLaunchKernel and CUkernel launches are each
+            library_launch_probe's __cudaLaunchKernel and CUkernel launches and
+            simtrain's cuLaunchKernelEx launches (--launch ex) are each
             marked unreadable in the profile, with no buffers (the buffers live at them
             kept in the profile), and `oversub report`
             names every kernel with its count; with only the first query failing
@@ -440,6 +441,16 @@ def case_unreadable(c: Ctx) -> None:
         check(got == {k.split("(")[0]: v for k, v in unreadable_counts(p).items()},
               f"{probe}: report {got} and profile disagree")
         print(f"{Path(probe).name}: every launch marked unreadable; report: {got}")
+
+    # simtrain launching through cuLaunchKernelEx: every launch marked, counted per kernel.
+    _, out, _ = c.profiled("ex", "--launch ex", env=every)
+    p = read_profile(out)
+    check(all(l.unreadable and not l.buffers for l in p.launches),
+          "--launch ex: a launch not marked unreadable")
+    counts = unreadable_counts(p)
+    check(sum(counts.values()) == len(p.launches) and report_unreadable(c, out) == counts,
+          f"--launch ex: report {report_unreadable(c, out)}, profile {counts}")
+    print(f"simtrain --launch ex: {len(p.launches)} launches of {len(counts)} kernels marked")
 
     # Only the first layout query of the run fails: one kernel marked, the rest read.
     _, out, log = c.profiled("first", env={"SIMGPU_FAIL": "param_info:1"})
