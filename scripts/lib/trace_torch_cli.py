@@ -205,7 +205,7 @@ def network_wide(p: Profile) -> int:
 
 def saved_activations(p: Profile) -> int:
     """The activations the forward pass keeps for the backward pass: the per-iteration
-    bytes live just after the loss's forward launch (Note [Comparing like with like])."""
+    bytes live just after the loss's forward launch (Note [Comparing like with like] in docs/traces.md)."""
     loss = loss_launch(p)
     return sum(a.bytes for a in p.allocations
                if not a.long_lived and a.alloc_at <= loss
@@ -235,7 +235,7 @@ def caching_reserved(bench: Path, traces: list[Path]) -> dict[str, int]:
 
 
 def check(build: Path | None = None) -> int:
-    """The peak table of docs/traces.md, recomputed (Note [Comparing like with like])."""
+    """The peak table of docs/traces.md, recomputed (Note [Comparing like with like] in docs/traces.md)."""
     import tempfile
     bench = find_fragmentation_bench(build)
     if bench is None:

@@ -1,6 +1,6 @@
 // oversub-simulate: the what-if simulator on a profile. Reads a profile (.oprof),
 // turns it into the policy's iteration model (Note [Profile to iteration model] in
-// profile_model.h), and for each capacity and policy asked plans, checks and
+// policy/profile_model.h), and for each capacity and policy asked plans, checks and
 // replays the schedule in virtual time on a device model. docs/simulate.md.
 //
 //   oversub-simulate model.oprof [--device NAME|FILE] [--device-dir DIR]
