@@ -106,7 +106,7 @@ class residency_backend {
   // Before work on stream that uses ranges: what they touch is on the device before
   // the work runs, and the work is ordered after the moves (writes: the work may
   // write; Note [What counts as a write] in residency/swap_engine.h). Memory that is
-  // not the backend's is ignored. Never throws.
+  // not the backend's is ignored.
   virtual prepare_result prepare(std::span<const byte_range> ranges, CUstream stream,
                                  bool writes = true) = 0;
   // Work on stream whose ranges are unknown (Note [A launch that may touch anything]
