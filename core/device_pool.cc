@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "common/stats.h"
-#include "common/units.h"
 #include "pool/driver_api.h"
 #include "pool/host_memory.h"
 #include "pool/planned_region.h"
@@ -121,7 +120,7 @@ pool_settings g_settings;
 std::atomic<device_state*> g_devices[max_devices];
 std::mutex g_create_mutex;
 
-bool report_section(std::string& json, std::string& text);
+bool report_section(stats::section& out);
 
 // The device's state if it was made, else null (never makes one).
 device_state* existing(int device) {
@@ -147,7 +146,7 @@ device_state* state(int device) {
 // The exit report runs in liboversub's destructor;
 // an arena lock held by a thread that exit() cut short would hang it, so the
 // section reads only the counters each arena publishes under try_lock.
-bool report_section(std::string& json, std::string& text) {
+bool report_section(stats::section& out) {
   bool any = false;
   for (int d = 0; d < max_devices; ++d) {
     device_state* s = g_devices[d].load(std::memory_order_acquire);
@@ -155,38 +154,32 @@ bool report_section(std::string& json, std::string& text) {
     std::optional<resource_stats> maybe = s->online.try_stats();
     if (!maybe) continue;
     const resource_stats& r = *maybe;
-    json += fmt::format(R"({}"device{}":{{"reserved_bytes":{},"mapped_bytes":{},)"
-                        R"("peak_mapped_bytes":{},"used_bytes":{},"peak_used_bytes":{},)"
-                        R"("largest_free_bytes":{},"live_blocks":{},"allocations":{},)"
-                        R"("failed_allocations":{},"grows":{},"trims":{},"syncs":{})",
-                        any ? "," : "", d, r.reserved_bytes, r.mapped_bytes,
-                        r.peak_mapped_bytes, r.used_bytes, r.peak_used_bytes,
-                        r.largest_free_bytes, r.live_blocks, r.allocations,
-                        r.failed_allocations, r.grows, r.trims, r.syncs);
-    text += fmt::format(
-        "oversub:   pool device {}: reserved {}  mapped {} (peak {})  used {} (peak {})  "
-        "largest free {}  blocks {}  grows {}  trims {}  syncs {}\n",
-        d, format_bytes(r.reserved_bytes), format_bytes(r.mapped_bytes),
-        format_bytes(r.peak_mapped_bytes), format_bytes(r.used_bytes),
-        format_bytes(r.peak_used_bytes), format_bytes(r.largest_free_bytes), r.live_blocks,
-        r.grows, r.trims, r.syncs);
-    if (s->backend) s->backend->try_report(d, json, text);
+    const std::string device = fmt::format("device{}", d);
+    out.begin(fmt::format("pool device {}", d), {device})
+        .bytes("reserved_bytes", r.reserved_bytes)
+        .bytes("mapped_bytes", r.mapped_bytes)
+        .bytes("peak_mapped_bytes", r.peak_mapped_bytes)
+        .bytes("used_bytes", r.used_bytes)
+        .bytes("peak_used_bytes", r.peak_used_bytes)
+        .bytes("largest_free_bytes", r.largest_free_bytes)
+        .count("live_blocks", r.live_blocks)
+        .count("allocations", r.allocations)
+        .count("failed_allocations", r.failed_allocations)
+        .count("grows", r.grows)
+        .count("trims", r.trims)
+        .count("syncs", r.syncs);
+    if (s->backend) s->backend->try_report(d, out);
     if (s->planned) {
       const planned_stats p = s->planned->plan_stats();
-      json += fmt::format(R"(,"planned":{{"learned":{},"iteration_allocations":{},)"
-                          R"("region_bytes":{},"lower_bound_bytes":{},"served":{},)"
-                          R"("deviations":{},"online":{}}})",
-                          p.planned ? "true" : "false", p.iteration_allocations,
-                          p.region_bytes, p.lower_bound_bytes, p.served, p.deviations,
-                          p.online);
-      text += fmt::format(
-          "oversub:   pool planned: {}  iteration {} allocations  region {} (lower bound {})  "
-          "served {}  deviations {}  online {}\n",
-          p.planned ? "learned" : "not learned", p.iteration_allocations,
-          format_bytes(p.region_bytes), format_bytes(p.lower_bound_bytes), p.served,
-          p.deviations, p.online);
+      out.begin("pool planned", {device, "planned"})
+          .flag("learned", p.planned)
+          .count("iteration_allocations", p.iteration_allocations)
+          .bytes("region_bytes", p.region_bytes)
+          .bytes("lower_bound_bytes", p.lower_bound_bytes)
+          .count("served", p.served)
+          .count("deviations", p.deviations)
+          .count("online", p.online);
     }
-    json += '}';
     any = true;
   }
   return any;

@@ -16,7 +16,6 @@
 #include "common/log.h"
 #include "common/options.h"
 #include "common/stats.h"
-#include "common/units.h"
 #include "core/device_pool.h"
 #include "policy/schedule.h"
 #include "policy/simulate.h"
@@ -371,7 +370,7 @@ swap_schedule_stats snapshot(const learner& l) {
 
 // The stats' "schedule" section: what the current schedule was planned from. At exit;
 // gives up when the learner is busy.
-bool report_section(std::string& json, std::string& text) {
+bool report_section(stats::section& out) {
   learner& l = state();
   std::unique_lock<std::mutex> lock(l.mutex, std::try_to_lock);
   if (!lock.owns_lock()) return false;
@@ -379,55 +378,48 @@ bool report_section(std::string& json, std::string& text) {
   const profiler::timing::source src = profiler::timing::current();
   const char* durations = st.learned == 0 ? "none" : l.durations_measured ? "cupti" : "constant";
   const char* link = st.learned == 0 ? "none" : l.link_measured ? "cupti" : "constant";
-  json += fmt::format(R"("learned":{},"period":{},"pages":{},"followed":{},"deviations":{},)"
-                      R"("plan_failures":{},"cupti":"{}","durations_source":"{}",)"
-                      R"("measured_launches":{},"link_source":"{}","h2d_gbps":{:.3f},)"
-                      R"("d2h_gbps":{:.3f},"copy_setup_ns":{},"period_first_launch":{},)"
-                      R"("predicted_ns":{},"predicted_unlimited_ns":{},"predicted_h2d_bytes":{},)"
-                      R"("predicted_d2h_bytes":{},"tune":{},"tuned":{},"tune_trials":{},)"
-                      R"("rotation":{},"free_pages":{},"lend":{},"tune_status":"{}","first_measured_ns":{},)"
-                      R"("chosen_measured_ns":{},"tune_record_waits":{},"durations_ns":[)",
-                      st.learned, st.period, st.pages, st.followed,
-                      st.deviations, st.plan_failures, profiler::timing::to_string(src),
-                      durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
-                      l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns, l.period_first,
-                      st.predicted_ns, st.predicted_unlimited_ns,
-                      st.predicted_h2d_bytes, st.predicted_d2h_bytes,
-                      current_config().tune ? "true" : "false", st.tuned,
-                      st.tune_trials, st.rotation, st.free_pages, l.current.lend, status_name(l.status),
-                      st.first_measured_ns, st.chosen_measured_ns, st.tune_record_waits);
   const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
-  for (std::size_t i = 0; i < n; ++i) json += fmt::format("{}{}", i == 0 ? "" : ",", l.durations_ns[i]);
-  json += R"(],"trials":[)";
-  for (std::size_t i = 0; i < l.trials.size(); ++i) {
-    json += fmt::format(R"({}{{"rotation":{},"free_pages":{},"lend":{},"measured_ns":{}}})",
-                        i == 0 ? "" : ",", l.trials[i].v.rotation, l.trials[i].v.free_pages,
-                        l.trials[i].v.lend, l.trials[i].ns);
+  std::string durations_ns;
+  for (std::size_t i = 0; i < n; ++i) {
+    durations_ns += fmt::format("{}{}", i == 0 ? "" : ",", l.durations_ns[i]);
   }
-  json += ']';
-  text += fmt::format(
-      "oversub:   schedule: learned {}  period {} launches over {} pages  followed {}  "
-      "deviations {}  durations {} ({} measured)  link {} ({:.1f} GB/s h2d, {:.1f} GB/s d2h, "
-      "setup {} ns)  predicted iteration {:.3f} ms ({:.3f} ms with enough memory), {} to the "
-      "device, {} to the host{}\n",
-      st.learned, st.period, st.pages, st.followed, st.deviations,
-      durations, l.measured_launches, link, l.costs.h2d_bytes_per_s / 1e9,
-      l.costs.d2h_bytes_per_s / 1e9, l.costs.copy_setup_ns,
-      static_cast<double>(st.predicted_ns) / 1e6,
-      static_cast<double>(st.predicted_unlimited_ns) / 1e6,
-      format_bytes(st.predicted_h2d_bytes), format_bytes(st.predicted_d2h_bytes),
-      l.status == tune_status::timing
-          ? fmt::format("; timing variants of the schedule ({} so far)", st.tune_trials)
-      : l.status == tune_status::no_kernel_times
-          ? std::string("; no kernel times from CUPTI to choose among variants by")
-      : l.status == tune_status::off || st.tuned == 0
-          ? std::string()
-          : fmt::format("; timed {} variants, kept the loop body from launch {} with {} {} "
-                        "free{} ({:.3f} ms per iteration, the first {:.3f} ms)",
-                        st.tune_trials, st.rotation, st.free_pages,
-                        st.free_pages == 1 ? "page" : "pages", l.current.lend ? ", lending" : "",
-                        static_cast<double>(st.chosen_measured_ns) / 1e6,
-                        static_cast<double>(st.first_measured_ns) / 1e6));
+  std::string trials;
+  for (std::size_t i = 0; i < l.trials.size(); ++i) {
+    trials += fmt::format(R"({}{{"rotation":{},"free_pages":{},"lend":{},"measured_ns":{}}})",
+                          i == 0 ? "" : ",", l.trials[i].v.rotation, l.trials[i].v.free_pages,
+                          l.trials[i].v.lend, l.trials[i].ns);
+  }
+  out.begin("schedule")
+      .count("learned", st.learned)
+      .count("period", st.period)
+      .count("pages", st.pages)
+      .count("followed", st.followed)
+      .count("deviations", st.deviations)
+      .count("plan_failures", st.plan_failures)
+      .word("cupti", profiler::timing::to_string(src))
+      .word("durations_source", durations)
+      .count("measured_launches", l.measured_launches)
+      .word("link_source", link)
+      .gbps("h2d_gbps", l.costs.h2d_bytes_per_s)
+      .gbps("d2h_gbps", l.costs.d2h_bytes_per_s)
+      .nanoseconds("copy_setup_ns", l.costs.copy_setup_ns)
+      .count("period_first_launch", l.period_first)
+      .nanoseconds("predicted_ns", st.predicted_ns)
+      .nanoseconds("predicted_unlimited_ns", st.predicted_unlimited_ns)
+      .bytes("predicted_h2d_bytes", st.predicted_h2d_bytes)
+      .bytes("predicted_d2h_bytes", st.predicted_d2h_bytes)
+      .flag("tune", current_config().tune)
+      .count("tuned", st.tuned)
+      .count("tune_trials", st.tune_trials)
+      .count("rotation", st.rotation)
+      .count("free_pages", st.free_pages)
+      .flag("lend", l.current.lend)
+      .word("tune_status", status_name(l.status))
+      .nanoseconds("first_measured_ns", st.first_measured_ns)
+      .nanoseconds("chosen_measured_ns", st.chosen_measured_ns)
+      .count("tune_record_waits", st.tune_record_waits)
+      .list("durations_ns", n, std::move(durations_ns))
+      .list("trials", l.trials.size(), std::move(trials));
   return true;
 }
 

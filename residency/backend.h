@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "common/stats.h"
 #include "pool/memory_resource.h"
 #include "pool/vmm_arena.h"
 
@@ -145,10 +146,11 @@ class residency_backend {
   bool reserve_foreign(std::int64_t bytes);
 
   // ---- Stats ----
-  // The backend's section of the exit report for device: JSON members (each after a
-  // comma) appended to json and one line to text. False, nothing written, while the
-  // backend is locked (Note [Report without blocking] in core/device_pool.cc).
-  virtual bool try_report(int device, std::string& json, std::string& text) const = 0;
+  // The backend's line of the exit report for device, added to out (the pool's
+  // section: "swap device N" / "um device N", JSON pool.deviceN.swap / .um). False,
+  // nothing added, while the backend is locked (Note [Report without blocking] in
+  // core/device_pool.cc).
+  virtual bool try_report(int device, stats::section& out) const = 0;
 
  private:
   const std::uint64_t configured_bytes_;
@@ -157,7 +159,7 @@ class residency_backend {
 
 // A backend's figures (Stats), kept under its one lock: stats() waits for the lock,
 // try_stats() does not, and the report is written from try_stats() by
-// write_report(device, capacity, stats, json, text), one for each Stats.
+// write_report(device, capacity, stats, out), one for each Stats.
 template <typename Stats>
 class backend_with_stats : public residency_backend {
  public:
@@ -172,10 +174,10 @@ class backend_with_stats : public residency_backend {
     if (!lock.owns_lock()) return std::nullopt;
     return stats_;
   }
-  bool try_report(int device, std::string& json, std::string& text) const final {
+  bool try_report(int device, stats::section& out) const final {
     const std::optional<Stats> s = try_stats();
     if (!s) return false;
-    write_report(device, capacity_bytes(), *s, json, text);
+    write_report(device, capacity_bytes(), *s, out);
     return true;
   }
 

@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
-#include "common/units.h"
 #include "pool/driver_api.h"
 #include "pool/stream_fences.h"
 
@@ -264,30 +263,29 @@ void residency_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
 // ---- The report ----
 
 void write_report(int device, std::uint64_t capacity_bytes, const residency_stats& e,
-                  std::string& json, std::string& text) {
-  json += fmt::format(R"(,"swap":{{"capacity_bytes":{},"pages":{},"resident_bytes":{},)"
-                      R"("peak_resident_bytes":{},"host_bytes":{},"peak_host_bytes":{},)"
-                      R"("evictions":{},"clean_evictions":{},"dead_evictions":{},)"
-                      R"("fetches":{},"dead_fetches":{},)"
-                      R"("bytes_to_host":{},"bytes_to_device":{},"waits":{},"failures":{},)"
-                      R"("copies":{},"mapping_calls":{},"spare_reuses":{},"spare_bytes":{},"lends":{},)"
-                      R"("born_on_host":{}}})",
-                      capacity_bytes, e.pages, e.resident_bytes,
-                      e.peak_resident_bytes, e.host_bytes, e.peak_host_bytes, e.evictions,
-                      e.clean_evictions, e.dead_evictions, e.fetches, e.dead_fetches,
-                      e.bytes_to_host, e.bytes_to_device, e.waits, e.failures, e.copies,
-                      e.mapping_calls, e.spare_reuses, e.spare_bytes, e.lends, e.born_on_host);
-  text += fmt::format(
-      "oversub:   swap device {}: capacity {}  resident {} (peak {})  on host {} (peak {})  "
-      "evictions {} ({} clean, {} dead)  fetches {} ({} dead)  to host {}  to device {}  "
-      "waits {}  failures {}  copies {}  mapping calls {}  spares reused {}  lent {}  "
-      "born on host {}\n",
-      device, format_bytes(capacity_bytes), format_bytes(e.resident_bytes),
-      format_bytes(e.peak_resident_bytes), format_bytes(e.host_bytes),
-      format_bytes(e.peak_host_bytes), e.evictions, e.clean_evictions, e.dead_evictions,
-      e.fetches, e.dead_fetches,
-      format_bytes(e.bytes_to_host), format_bytes(e.bytes_to_device), e.waits, e.failures,
-      e.copies, e.mapping_calls, e.spare_reuses, e.lends, e.born_on_host);
+                  stats::section& out) {
+  out.begin(fmt::format("swap device {}", device), {fmt::format("device{}", device), "swap"})
+      .bytes("capacity_bytes", capacity_bytes)
+      .count("pages", e.pages)
+      .bytes("resident_bytes", e.resident_bytes)
+      .bytes("peak_resident_bytes", e.peak_resident_bytes)
+      .bytes("host_bytes", e.host_bytes)
+      .bytes("peak_host_bytes", e.peak_host_bytes)
+      .count("evictions", e.evictions)
+      .count("clean_evictions", e.clean_evictions)
+      .count("dead_evictions", e.dead_evictions)
+      .count("fetches", e.fetches)
+      .count("dead_fetches", e.dead_fetches)
+      .bytes("bytes_to_host", e.bytes_to_host)
+      .bytes("bytes_to_device", e.bytes_to_device)
+      .count("waits", e.waits)
+      .count("failures", e.failures)
+      .count("copies", e.copies)
+      .count("mapping_calls", e.mapping_calls)
+      .count("spare_reuses", e.spare_reuses)
+      .bytes("spare_bytes", e.spare_bytes)
+      .count("lends", e.lends)
+      .count("born_on_host", e.born_on_host);
 }
 
 }  // namespace oversub::pool

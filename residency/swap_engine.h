@@ -287,7 +287,7 @@ struct residency_stats {
 
 // The exit report's swap section (residency/swap_engine.cc).
 void write_report(int device, std::uint64_t capacity_bytes, const residency_stats& e,
-                  std::string& json, std::string& text);
+                  stats::section& out);
 
 class residency_engine final : public backend_with_stats<residency_stats>, public page_backing {
  public:

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
-#include "common/units.h"
 #include "pool/driver_api.h"
 
 namespace oversub::pool {
@@ -277,20 +276,19 @@ bool managed_residency::prefetch_now(std::span<const byte_range> ranges,
 }
 
 void write_report(int device, std::uint64_t capacity_bytes, const managed_stats& m,
-                  std::string& json, std::string& text) {
-  json += fmt::format(R"(,"um":{{"capacity_bytes":{},"buffers":{},"resident_bytes":{},)"
-                      R"("peak_resident_bytes":{},"prefetches_in":{},"prefetches_out":{},)"
-                      R"("bytes_in":{},"bytes_out":{},"concurrent_access":{}}})",
-                      capacity_bytes, m.buffers, m.resident_bytes,
-                      m.peak_resident_bytes, m.prefetches_in, m.prefetches_out, m.bytes_in,
-                      m.bytes_out, m.concurrent_access ? "true" : "false");
-  text += fmt::format(
-      "oversub:   um device {}: capacity {}  buffers {}  prefetched resident {} (peak {})  "
-      "prefetches in {} ({})  out {} ({}){}\n",
-      device, format_bytes(capacity_bytes), m.buffers, format_bytes(m.resident_bytes),
-      format_bytes(m.peak_resident_bytes), m.prefetches_in, format_bytes(m.bytes_in),
-      m.prefetches_out, format_bytes(m.bytes_out),
-      m.concurrent_access ? "" : "  (no concurrent managed access: no prefetch)");
+                  stats::section& out) {
+  // concurrent_access no: the device has no concurrent managed access, so nothing is
+  // prefetched.
+  out.begin(fmt::format("um device {}", device), {fmt::format("device{}", device), "um"})
+      .bytes("capacity_bytes", capacity_bytes)
+      .count("buffers", m.buffers)
+      .bytes("resident_bytes", m.resident_bytes)
+      .bytes("peak_resident_bytes", m.peak_resident_bytes)
+      .count("prefetches_in", m.prefetches_in)
+      .count("prefetches_out", m.prefetches_out)
+      .bytes("bytes_in", m.bytes_in)
+      .bytes("bytes_out", m.bytes_out)
+      .flag("concurrent_access", m.concurrent_access);
 }
 
 }  // namespace oversub::pool

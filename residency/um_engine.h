@@ -51,7 +51,7 @@ struct managed_stats {
 
 // The exit report's um section (residency/um_engine.cc).
 void write_report(int device, std::uint64_t capacity_bytes, const managed_stats& m,
-                  std::string& json, std::string& text);
+                  stats::section& out);
 
 class managed_residency final : public backend_with_stats<managed_stats> {
  public:

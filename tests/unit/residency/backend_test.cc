@@ -1,12 +1,15 @@
 // What the two residency backends share through residency_backend (residency/backend.h):
 // the capacity less the memory of other libraries (Note [Memory that is not ours] in
-// residency/backend.h), and the exit report's section, written from each backend's
-// figures with the field names and lines the report has always had.
+// residency/backend.h), and the exit report's line, written from each backend's
+// figures with the JSON members the report has always had and their text twins.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "../common/report_twins.h"
+#include "common/stats.h"
 #include "residency/backend.h"
 #include "residency/swap_engine.h"
 #include "residency/um_engine.h"
@@ -51,29 +54,51 @@ TEST(Backend, OnlyTheSwapEngineBacksTheArena) {
   EXPECT_EQ(um_backend(4 * kPage)->pages(), nullptr);
 }
 
-TEST(Backend, TheSwapSectionOfTheReport) {
+// The backend's line of the pool's section, rendered as the exit report renders it.
+struct rendered {
   std::string json;
   std::string text;
-  ASSERT_TRUE(swap_backend(4 * kPage)->try_report(0, json, text));
-  EXPECT_EQ(json,
-            R"(,"swap":{"capacity_bytes":8388608,"pages":0,"resident_bytes":0,)"
+};
+
+rendered report_of(const residency_backend& b, int device) {
+  std::vector<stats::line> lines;
+  stats::section out(lines, "pool");
+  EXPECT_TRUE(b.try_report(device, out));
+  return {stats::render_json(lines), stats::render_text(lines)};
+}
+
+TEST(Backend, TheSwapSectionOfTheReport) {
+  const rendered r = report_of(*swap_backend(4 * kPage), 0);
+  EXPECT_EQ(r.json,
+            R"({"oversub_stats":1,"pool":{"device0":{)"
+            R"("swap":{"capacity_bytes":8388608,"pages":0,"resident_bytes":0,)"
             R"("peak_resident_bytes":0,"host_bytes":0,"peak_host_bytes":0,"evictions":0,)"
             R"("clean_evictions":0,"dead_evictions":0,"fetches":0,"dead_fetches":0,)"
             R"("bytes_to_host":0,"bytes_to_device":0,"waits":0,"failures":0,"copies":0,)"
-            R"("mapping_calls":0,"spare_reuses":0,"spare_bytes":0,"lends":0,"born_on_host":0})");
-  EXPECT_EQ(text.rfind("oversub:   swap device 0: capacity ", 0), 0u) << text;
-  EXPECT_NE(text.find("  born on host 0\n"), std::string::npos) << text;
+            R"("mapping_calls":0,"spare_reuses":0,"spare_bytes":0,"lends":0,"born_on_host":0}}}})"
+            "\n");
+  EXPECT_EQ(r.text,
+            "oversub:   swap device 0: capacity 8.00 MiB  pages 0  resident 0 B  peak resident 0 B  "
+            "host 0 B  peak host 0 B  evictions 0  clean evictions 0  dead evictions 0  "
+            "fetches 0  dead fetches 0  bytes to host 0 B  bytes to device 0 B  waits 0  "
+            "failures 0  copies 0  mapping calls 0  spare reuses 0  spare 0 B  lends 0  "
+            "born on host 0\n");
+  EXPECT_EQ(stats::testing::twin_problems(r.text, r.json), std::vector<std::string>{});
 }
 
 TEST(Backend, TheUmSectionOfTheReport) {
-  std::string json;
-  std::string text;
-  ASSERT_TRUE(um_backend(4 * kPage)->try_report(1, json, text));
-  EXPECT_EQ(json,
-            R"(,"um":{"capacity_bytes":8388608,"buffers":0,"resident_bytes":0,)"
+  const rendered r = report_of(*um_backend(4 * kPage), 1);
+  EXPECT_EQ(r.json,
+            R"({"oversub_stats":1,"pool":{"device1":{)"
+            R"("um":{"capacity_bytes":8388608,"buffers":0,"resident_bytes":0,)"
             R"("peak_resident_bytes":0,"prefetches_in":0,"prefetches_out":0,"bytes_in":0,)"
-            R"("bytes_out":0,"concurrent_access":true})");
-  EXPECT_EQ(text.rfind("oversub:   um device 1: capacity ", 0), 0u) << text;
+            R"("bytes_out":0,"concurrent_access":true}}}})"
+            "\n");
+  EXPECT_EQ(r.text,
+            "oversub:   um device 1: capacity 8.00 MiB  buffers 0  resident 0 B  "
+            "peak resident 0 B  prefetches in 0  prefetches out 0  bytes in 0 B  bytes out 0 B  "
+            "concurrent access yes\n");
+  EXPECT_EQ(stats::testing::twin_problems(r.text, r.json), std::vector<std::string>{});
 }
 
 }  // namespace
