@@ -100,11 +100,6 @@ bool managed_residency::deallocate(void* ptr) {
   return true;
 }
 
-bool managed_residency::owns(const void* ptr) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return buffers_.count(reinterpret_cast<std::uintptr_t>(ptr)) != 0;
-}
-
 std::vector<std::uintptr_t> managed_residency::buffers_of_locked(
     std::span<const byte_range> ranges) const {
   std::vector<std::uintptr_t> out;

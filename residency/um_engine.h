@@ -64,7 +64,6 @@ class managed_residency final : public backend_with_stats<managed_stats> {
   // False when ptr is not one of ours (the caller forwards it). Synchronising, like
   // cuMemFree of managed memory.
   bool deallocate(void* ptr) override;
-  bool owns(const void* ptr) const;
   // No arena hands out blocks over this backend: nothing to be told.
   void occupy(std::uintptr_t, std::size_t) override {}
   void vacate(std::uintptr_t) override {}
