@@ -18,7 +18,11 @@
 #include "residency/swap_engine.h"
 #include "residency/um_engine.h"
 
-namespace oversub::pool {
+namespace oversub::core {
+
+// The arena and driver table (pool/) and the backends (residency/) this facade drives.
+using namespace oversub::pool;
+using namespace oversub::residency;
 
 std::uint64_t swap_capacity_of(std::uint64_t limit_bytes, std::uint64_t free_bytes,
                                std::uint64_t total_bytes) {
@@ -52,14 +56,14 @@ std::uint64_t swap_capacity(const pool_settings& s) {
 // Swap mode's page mover, or um mode's managed memory (one backend per device), or
 // none.
 std::unique_ptr<residency_backend> make_backend(int device, const pool_settings& s) {
-  if (s.um) return std::make_unique<managed_residency>(device, swap_capacity(s), s.um_naive);
+  if (s.um) return std::make_unique<um_engine>(device, swap_capacity(s), s.um_naive);
   if (!s.swap) return nullptr;
-  residency_config c;
+  swap_config c;
   c.device = device;
   c.capacity_bytes = swap_capacity(s);
   c.host_budget_bytes = s.host_budget_bytes;
   c.clean_evictions = s.all_writes_seen;
-  return std::make_unique<residency_engine>(c);
+  return std::make_unique<swap_engine>(c);
 }
 
 // See Note [One range in swap mode] in pool/vmm_arena.cc: the pages may spill to the host
@@ -337,24 +341,24 @@ residency_backend* backend_of(int device) {
 }
 }  // namespace
 
-prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
+residency::prepare_result device_prepare(int device, std::span<const residency::byte_range> ranges, CUstream stream,
                               bool writes) noexcept {
   residency_backend* b = backend_of(device);
-  return b == nullptr ? prepare_result{} : b->prepare(ranges, stream, writes);
+  return b == nullptr ? residency::prepare_result{} : b->prepare(ranges, stream, writes);
 }
 
 void device_touch_all(int device, CUstream stream) noexcept {
   if (residency_backend* b = backend_of(device)) b->touch_all(stream);
 }
 
-bool device_evict(int device, std::span<const byte_range> ranges) noexcept {
+bool device_evict(int device, std::span<const residency::byte_range> ranges) noexcept {
   residency_backend* b = backend_of(device);
   return b == nullptr || b->evict(ranges);
 }
 
-bool device_prefetch_now(int device, std::span<const byte_range> ranges,
-                         std::vector<byte_range>& later,
-                         const victim_rank& rank) noexcept {
+bool device_prefetch_now(int device, std::span<const residency::byte_range> ranges,
+                         std::vector<residency::byte_range>& later,
+                         const residency::victim_rank& rank) noexcept {
   residency_backend* b = backend_of(device);
   return b == nullptr || b->prefetch_now(ranges, later, rank);
 }
@@ -393,4 +397,4 @@ bool device_reserve_foreign(int device, std::int64_t bytes) noexcept {
   return s == nullptr || s->backend == nullptr || s->backend->reserve_foreign(bytes);
 }
 
-}  // namespace oversub::pool
+}  // namespace oversub::core

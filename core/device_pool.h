@@ -15,7 +15,7 @@
 #include "pool/memory_resource.h"
 #include "residency/backend.h"
 
-namespace oversub::pool {
+namespace oversub::core {
 
 struct pool_settings {
   bool planned = false;                           // OVERSUB_POOL=planned
@@ -28,7 +28,7 @@ struct pool_settings {
   // 0: the device's free memory at first use less a headroom (Note [Swap capacity] in
   // core/device_pool.cc).
   std::uint64_t swap_capacity_bytes = 0;
-  // Swap mode: every write-capable call is seen (residency_config::clean_evictions).
+  // Swap mode: every write-capable call is seen (swap_config::clean_evictions).
   bool all_writes_seen = false;
 };
 
@@ -51,13 +51,13 @@ bool managed_memory_supported(int device);
 bool available();
 
 // A block for device (the current device) served in stream order on stream.
-allocation_result device_allocate(int device, std::size_t bytes, CUstream stream);
+pool::allocation_result device_allocate(int device, std::size_t bytes, CUstream stream);
 // Takes ptr back; false when ptr is not a live pool block (forward it to CUDA).
 bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream);
 // Mapped bytes the pool holds but the application does not (added back to free).
 std::uint64_t device_cached_bytes(int device);
 // The arena's figures for device (tests and the report).
-resource_stats device_stats(int device);
+pool::resource_stats device_stats(int device);
 
 // Work enqueued on stream (launch, copy, memset, graph hooks).
 void note_work(CUstream stream) noexcept;
@@ -65,7 +65,7 @@ void note_work(CUstream stream) noexcept;
 // Swap and um modes: before work on stream that uses ranges of device's memory, make
 // them resident and order the work after their fetches (residency_backend::prepare).
 // In pool mode, or for memory that is not the pool's, ok and nothing moves.
-prepare_result device_prepare(int device, std::span<const byte_range> ranges, CUstream stream,
+residency::prepare_result device_prepare(int device, std::span<const residency::byte_range> ranges, CUstream stream,
                               bool writes) noexcept;
 // Swap mode: work on stream that may use any of device's pages (Note [A launch that
 // may touch anything] in residency/swap_engine.h).
@@ -73,10 +73,10 @@ void device_touch_all(int device, CUstream stream) noexcept;
 // Swap and um modes: schedule-driven moves of ranges of device's memory (no stream
 // waits): evictions begun, and fetches that never wait on the host (what finds no
 // room yet is appended to later; residency_backend::prefetch_now).
-bool device_evict(int device, std::span<const byte_range> ranges) noexcept;
-bool device_prefetch_now(int device, std::span<const byte_range> ranges,
-                         std::vector<byte_range>& later,
-                         const victim_rank& rank = {}) noexcept;
+bool device_evict(int device, std::span<const residency::byte_range> ranges) noexcept;
+bool device_prefetch_now(int device, std::span<const residency::byte_range> ranges,
+                         std::vector<residency::byte_range>& later,
+                         const residency::victim_rank& rank = {}) noexcept;
 // Swap mode: Note [Lending an evicting page's memory] in residency/swap_engine.h on or
 // off (nothing otherwise).
 void device_set_lending(int device, bool on) noexcept;
@@ -112,6 +112,6 @@ struct layout_result {
 // no allocation claimed go back to the arena. Once per device; later calls return {}.
 layout_result device_end_long_lived_layout(int device) noexcept;
 
-}  // namespace oversub::pool
+}  // namespace oversub::core
 
 #endif  // OVERSUB_CORE_DEVICE_POOL_H

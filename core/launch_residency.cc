@@ -26,8 +26,8 @@ std::atomic<bool> g_oversized_logged{false};
 
 // A prepare that failed: a driver error is CUDA's answer, the rest are refusals
 // (see Note [One refusal message] in core/refusal.h).
-cudaError_t refuse(const resident_call& at, const pool::prepare_result& r) {
-  if (r.code == pool::residency_errc::driver_error) {
+cudaError_t refuse(const resident_call& at, const residency::prepare_result& r) {
+  if (r.code == residency::residency_errc::driver_error) {
     const bool first = !g_driver_error_logged.exchange(true, std::memory_order_relaxed);
     log::emit(first ? log::level::error : log::level::info,
               "{}: making its memory resident on device {} failed (CUDA error {}); the call "
@@ -36,8 +36,8 @@ cudaError_t refuse(const resident_call& at, const pool::prepare_result& r) {
     return to_runtime_error(r.driver);
   }
   const refusal_kind kind =
-      r.code == pool::residency_errc::too_large   ? refusal_kind::resident_too_large
-      : r.code == pool::residency_errc::host_budget
+      r.code == residency::residency_errc::too_large   ? refusal_kind::resident_too_large
+      : r.code == residency::residency_errc::host_budget
                                 ? refusal_kind::host_budget
                                 : refusal_kind::resident_no_room;
   return oversub::refuse(refusal{kind, at.name, at.device, r.needed_bytes, !at.runtime});
@@ -52,21 +52,21 @@ cudaError_t refuse(const resident_call& at, const pool::prepare_result& r) {
 // unpredicted access is slow, not a crash] in residency/swap_engine.h): every range becomes
 // optional, and reachable, so that its stream still counts as a user of each page and
 // no page moves under it. Slow, counted (swap_oversized) and said once.
-pool::prepare_result prepare_oversized(const resident_call& at, const pool::byte_range* ranges,
+residency::prepare_result prepare_oversized(const resident_call& at, const residency::byte_range* ranges,
                                        std::size_t n, bool writes,
-                                       const pool::prepare_result& refused) {
+                                       const residency::prepare_result& refused) {
   try {
-    std::vector<pool::byte_range> relaxed;
+    std::vector<residency::byte_range> relaxed;
     relaxed.reserve(2 * n);
     for (std::size_t i = 0; i < n; ++i) {
       if (ranges[i].reach) {
         relaxed.push_back(ranges[i]);
         continue;
       }
-      relaxed.push_back(pool::byte_range{ranges[i].addr, ranges[i].bytes, true, false});
-      relaxed.push_back(pool::byte_range{ranges[i].addr, ranges[i].bytes, false, true});
+      relaxed.push_back(residency::byte_range{ranges[i].addr, ranges[i].bytes, true, false});
+      relaxed.push_back(residency::byte_range{ranges[i].addr, ranges[i].bytes, false, true});
     }
-    const pool::prepare_result r = pool::device_prepare(at.device, relaxed, at.stream, writes);
+    const residency::prepare_result r = core::device_prepare(at.device, relaxed, at.stream, writes);
     if (r) {
       stats::global().swap_oversized.count();
       const bool first = !g_oversized_logged.exchange(true, std::memory_order_relaxed);
@@ -75,7 +75,7 @@ pool::prepare_result prepare_oversized(const resident_call& at, const pool::byte
                 "it runs with part of its memory read from host memory over the link, which "
                 "is slow. Raise OVERSUB_DEVICE_LIMIT or lower the batch size.",
                 at.name, at.device, format_bytes(refused.needed_bytes),
-                format_bytes(pool::device_residency_capacity(at.device)));
+                format_bytes(core::device_residency_capacity(at.device)));
     }
     return r;
   } catch (...) {  // out of memory: refused as before
@@ -89,7 +89,7 @@ pool::prepare_result prepare_oversized(const resident_call& at, const pool::byte
 struct launch_scratch {
   std::uint64_t words[profiler::max_scan_words];
   std::uint64_t bases[profiler::max_scan_words];
-  pool::byte_range ranges[3 * profiler::max_scan_words];
+  residency::byte_range ranges[3 * profiler::max_scan_words];
 };
 launch_scratch* scratch() noexcept {
   thread_local std::unique_ptr<launch_scratch> s;
@@ -99,14 +99,14 @@ launch_scratch* scratch() noexcept {
 
 }  // namespace
 
-cudaError_t make_resident(const resident_call& at, const pool::byte_range* ranges, std::size_t n,
+cudaError_t make_resident(const resident_call& at, const residency::byte_range* ranges, std::size_t n,
                           bool writes) {
-  pool::prepare_result r = pool::device_prepare(at.device, {ranges, n}, at.stream, writes);
-  if (r.code == pool::residency_errc::too_large) {
+  residency::prepare_result r = core::device_prepare(at.device, {ranges, n}, at.stream, writes);
+  if (r.code == residency::residency_errc::too_large) {
     r = prepare_oversized(at, ranges, n, writes, r);
   }
   if (r) return cudaSuccess;
-  if (r.code == pool::residency_errc::driver_error) stats::global().swap_refusals.count();
+  if (r.code == residency::residency_errc::driver_error) stats::global().swap_refusals.count();
   return refuse(at, r);
 }
 
@@ -121,11 +121,11 @@ cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
   const int device = at.device;
   if (unreadable) {
     stats::global().launches_unreadable.count();
-    pool::device_touch_all(device, at.stream);
+    core::device_touch_all(device, at.stream);
   }
   launch_scratch* sc = scratch();
   if (sc == nullptr) {
-    pool::device_touch_all(device, at.stream);
+    core::device_touch_all(device, at.stream);
     return make_resident(at, nullptr, 0, true);
   }
   std::uint64_t* bases = sc->bases;
@@ -134,32 +134,32 @@ cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
   // than a quarter of the capacity is taken for a segment of a caching allocator; each
   // word pointing into it asks for a window of an eighth of the capacity from the
   // word on, best effort.
-  const std::uint64_t capacity = pool::device_residency_capacity(device);
+  const std::uint64_t capacity = core::device_residency_capacity(device);
   const std::uint64_t large = capacity / 4;
   const std::uint64_t window = std::max<std::uint64_t>(capacity / 8, 1);
-  std::span<pool::byte_range> ranges(sc->ranges);
+  std::span<residency::byte_range> ranges(sc->ranges);
   std::size_t k = 0;
   for (std::size_t i = 0; i < found; ++i) {
     const std::optional<allocation> a = t.find(bases[i]);
     if (!a) continue;
     if (a->bytes <= large) {
-      ranges[k++] = pool::byte_range{a->base, a->bytes};
+      ranges[k++] = residency::byte_range{a->base, a->bytes};
       continue;
     }
     for (std::size_t w = 0; w < n_words && k + 1 < ranges.size(); ++w) {
       if (words[w] < a->base || words[w] >= a->base + a->bytes) continue;
       const std::uint64_t end = std::min<std::uint64_t>(a->base + a->bytes, words[w] + window);
-      ranges[k++] = pool::byte_range{words[w], end - words[w], true};
+      ranges[k++] = residency::byte_range{words[w], end - words[w], true};
     }
     // The kernel may reach any byte of it: its stream uses every page of it.
-    if (k < ranges.size()) ranges[k++] = pool::byte_range{a->base, a->bytes, false, true};
+    if (k < ranges.size()) ranges[k++] = residency::byte_range{a->base, a->bytes, false, true};
   }
-  interpose::schedule_before_launch(device, ranges.first(k));
+  core::schedule_before_launch(device, ranges.first(k));
   return make_resident(at, ranges.data(), k, true);
 }
 
 cudaError_t make_all_reachable(const resident_call& at) {
-  pool::device_touch_all(at.device, at.stream);
+  core::device_touch_all(at.device, at.stream);
   return make_resident(at, nullptr, 0, true);
 }
 

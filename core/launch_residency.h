@@ -30,7 +30,7 @@ struct resident_call {
 };
 
 // ranges[0, n) made resident on the call's stream (writes: the work may write them).
-cudaError_t make_resident(const resident_call& at, const pool::byte_range* ranges, std::size_t n,
+cudaError_t make_resident(const resident_call& at, const residency::byte_range* ranges, std::size_t n,
                           bool writes);
 
 // The launch path's per-thread buffer for a launch's argument words

@@ -42,7 +42,7 @@ void lay_out_from_profile(std::uint64_t limit_bytes, memory_query ask) {
   if (expected.empty()) return;
   const device_memory m = limit_bytes == 0 ? ask() : device_memory{};
   const std::uint64_t capacity =
-      pool::swap_capacity_of(limit_bytes, m.free_bytes, m.total_bytes);
+      core::swap_capacity_of(limit_bytes, m.free_bytes, m.total_bytes);
   // The learner's stand-ins where the profile has no figure (Note [Launch durations] in
   // core/schedule.cc), and a device memory rate for kernels it did not time.
   const policy::layout_choice c =
@@ -66,7 +66,7 @@ void lay_out_from_profile(std::uint64_t limit_bytes, memory_query ask) {
   if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
   else log::info("{}", line);
   if (c.kind != policy::layout_kind::allocation) {
-    pool::set_long_lived_layout(std::move(expected), c.order);
+    core::set_long_lived_layout(std::move(expected), c.order);
   }
 }
 
@@ -84,8 +84,8 @@ std::uint64_t resolve_swap_capacity(const device_limit& limit, memory_query ask)
 // that cannot map host memory runs as um, or, without managed memory, as pool.
 void fall_back_without_host_vmm() {
   const config& cfg = current_config();
-  if (cfg.mode != run_mode::swap || !pool::available() || pool::host_vmm_supported(0)) return;
-  if (pool::managed_memory_supported(0)) {
+  if (cfg.mode != run_mode::swap || !core::available() || core::host_vmm_supported(0)) return;
+  if (core::managed_memory_supported(0)) {
     log::write_raw(
         "oversub: OVERSUB_MODE=swap needs host-located VMM memory, and this device or "
         "driver does not support it (CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_"
@@ -102,15 +102,15 @@ void fall_back_without_host_vmm() {
   }
 }
 
-pool::pool_settings pool_settings_for(const config& cfg, memory_query ask) {
-  pool::pool_settings settings{cfg.pool == pool_kind::planned, cfg.pool_large_bytes,
+core::pool_settings pool_settings_for(const config& cfg, memory_query ask) {
+  core::pool_settings settings{cfg.pool == pool_kind::planned, cfg.pool_large_bytes,
                                resolve_host_budget(cfg.host)};
   if (cfg.mode >= run_mode::swap) {
     settings.swap = cfg.mode == run_mode::swap;
     settings.um = cfg.mode == run_mode::um;
     settings.um_naive = cfg.policy == swap_policy::naive;
     settings.swap_capacity_bytes = resolve_swap_capacity(cfg.limit, ask);
-    const std::uint64_t page = pool::residency_config{}.page_bytes;
+    const std::uint64_t page = residency::swap_config{}.page_bytes;
     if (settings.swap && settings.swap_capacity_bytes != 0 && settings.swap_capacity_bytes < page) {
       // The pages get no device memory at all: every call runs from host memory.
       log::warn("OVERSUB_DEVICE_LIMIT gives swap mode {} ({} bytes), less than one page: swap "

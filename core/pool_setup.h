@@ -1,4 +1,4 @@
-// How the pool is set up from the options: the settings pool::configure() takes, the
+// How the pool is set up from the options: the settings core::configure() takes, the
 // long-lived layout a saved profile asks for, and the fallback from swap mode on a
 // device that cannot map host memory. Decided once, at the first call that needs the
 // pool (interpose/pool_hooks.cc); the device's memory comes from the caller, which
@@ -29,7 +29,7 @@ void fall_back_without_host_vmm();
 // profile (OVERSUB_PROFILE_IN) the long-lived buffers' layout is chosen and handed to
 // the pool too (Note [Long-lived layout from a profile] in policy/placement.h). ask is
 // called only where a limit or the layout needs the device's memory.
-pool::pool_settings pool_settings_for(const config& cfg, memory_query ask);
+core::pool_settings pool_settings_for(const config& cfg, memory_query ask);
 
 }  // namespace oversub
 

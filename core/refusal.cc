@@ -109,7 +109,7 @@ cudaError_t refuse(refusal r) noexcept {
   const config& cfg = current_config();
   if (cfg.mode == run_mode::swap) {
     f.swap = true;
-    f.page_bytes = pool::residency_config{}.page_bytes;
+    f.page_bytes = residency::swap_config{}.page_bytes;
     // What OVERSUB_DEVICE_LIMIT gives the pages (a fraction resolves to more than a page
     // on any device; without a limit the device's free memory is the capacity).
     f.limit_bytes = cfg.limit.how == device_limit::kind::bytes ? cfg.limit.bytes : 0;
@@ -125,7 +125,7 @@ cudaError_t refuse(refusal r) noexcept {
       case refusal_kind::device_limit: break;
       case refusal_kind::pool_full:
       case refusal_kind::pool_no_driver: {
-        const pool::resource_stats s = pool::device_stats(r.device);
+        const pool::resource_stats s = core::device_stats(r.device);
         r.held = s.mapped_bytes;
         f.pool_used = s.used_bytes;
         const pool::driver_table& d = pool::driver();
@@ -141,11 +141,11 @@ cudaError_t refuse(refusal r) noexcept {
       case refusal_kind::resident_too_large:
       case refusal_kind::resident_no_room:
       case refusal_kind::host_budget:
-        r.capacity = pool::device_residency_capacity(r.device);
-        r.held = pool::device_stats(r.device).used_bytes;
+        r.capacity = core::device_residency_capacity(r.device);
+        r.held = core::device_stats(r.device).used_bytes;
         break;
       case refusal_kind::foreign_vmm:
-        r.capacity = pool::device_residency_capacity(r.device);
+        r.capacity = core::device_residency_capacity(r.device);
         r.held = c.foreign_vmm_bytes.current();
         break;
     }

@@ -24,7 +24,7 @@
 #include "core/schedule_internal.h"
 #include "profiler/period.h"
 
-namespace oversub::interpose {
+namespace oversub::core {
 
 namespace schedule_internal {
 
@@ -129,7 +129,7 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
         fitted == 0 ? 0 : (link.h2d.setup_ns + link.d2h.setup_ns) / static_cast<std::uint64_t>(fitted);
     // See Note [Not asking too early] (residency/swap_engine.h): CUPTI's clock is the clock the
     // rates were measured on.
-    pool::device_set_copy_clock(l.device, &profiler::cupti::timestamp_ns, h2d, d2h);
+    core::device_set_copy_clock(l.device, &profiler::cupti::timestamp_ns, h2d, d2h);
   }
   if (!l.source_logged) {
     // Once, in the OVERSUB_VERBOSE=1 output (and at OVERSUB_LOG=info).
@@ -161,7 +161,7 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
 // learned every long-lived buffer has been allocated; the blocks laid out for none go
 // back to the arena, and the log says how many were claimed.
 void end_layout(int device) {
-  const pool::layout_result r = pool::device_end_long_lived_layout(device);
+  const core::layout_result r = core::device_end_long_lived_layout(device);
   if (r.expected == 0) return;
   const std::string line = fmt::format(
       "pool: the profile's layout placed {} of its {} long-lived buffers ({} laid out for "
@@ -245,9 +245,9 @@ bool learn(learner& l, int device) {
 
 template <typename Action>
 void add_ranges(const learner& l, const std::vector<Action>& actions,
-                std::vector<pool::byte_range>& out) {
+                std::vector<residency::byte_range>& out) {
   for (const Action& a : actions) {
-    out.push_back(pool::byte_range{l.page_of_id[a.buffer].addr, l.page_of_id[a.buffer].bytes});
+    out.push_back(residency::byte_range{l.page_of_id[a.buffer].addr, l.page_of_id[a.buffer].bytes});
   }
 }
 
@@ -301,8 +301,8 @@ std::optional<std::size_t> next_use(const learner& l, std::size_t i, std::uintpt
 
 // The schedule's moves before launch i of the iteration (launch number now).
 void carry_out(learner& l, std::size_t i, std::uint64_t now) {
-  std::vector<pool::byte_range> evict;
-  std::vector<pool::byte_range> fetch;
+  std::vector<residency::byte_range> evict;
+  std::vector<residency::byte_range> fetch;
   if (i == 0) {
     // Between iterations: the last launch's evictions, the loop's end state, and the
     // start's evictions (Note [Steady state] in policy/schedule.h).
@@ -313,7 +313,7 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
     add_ranges(l, l.plan.launches[i - 1].evict_after, evict);
   }
   add_ranges(l, l.plan.launches[i].fetch_before, fetch);
-  if (!evict.empty()) pool::device_evict(l.device, evict);
+  if (!evict.empty()) core::device_evict(l.device, evict);
   // See Note [Prefetch without waiting] (residency/swap_engine.h): fetches start only where room
   // is free already; the rest is tried again before the next launch, and the
   // on-demand step still waits when a launch's own pages are not there in time.
@@ -332,13 +332,13 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
     struct window {
       const learner& l;
       std::size_t i;
-      std::span<const pool::byte_range> fetch;
+      std::span<const residency::byte_range> fetch;
       bool found = false;
       std::optional<std::size_t> last;  // the latest next use among the fetched pages
       std::uint64_t rank(std::uintptr_t va) {
         if (!found) {
           found = true;
-          for (const pool::byte_range& r : fetch) {
+          for (const residency::byte_range& r : fetch) {
             if (const std::optional<std::size_t> d = next_use(l, i, r.addr)) {
               last = std::max(last.value_or(0), *d);
             }
@@ -350,9 +350,9 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
         return *d;
       }
     } w{l, i, fetch, false, std::nullopt};
-    pool::device_prefetch_now(l.device, fetch, l.later,
+    core::device_prefetch_now(l.device, fetch, l.later,
                               [&w](std::uintptr_t va) { return w.rank(va); });
-    for (const pool::byte_range& r : l.later) {
+    for (const residency::byte_range& r : l.later) {
       l.later_due.push_back(now + next_use(l, i, r.addr).value_or(0));
     }
   }
@@ -454,7 +454,7 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   const config& cfg = current_config();
   // See Note [Headroom] in policy/schedule.h.
   const std::uint64_t capacity =
-      policy::planning_capacity(pool::device_residency_capacity(device), page_bytes);
+      policy::planning_capacity(core::device_residency_capacity(device), page_bytes);
   const std::uint64_t less = v.free_pages * page_bytes;
   if (less >= capacity) return false;
   policy::schedule_result r =
@@ -474,7 +474,7 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   l.uses_of_id = std::move(uses_of_id);
   l.plan = std::move(r.value);
   l.current = v;
-  if (current_config().mode == run_mode::swap) pool::device_set_lending(device, v.lend);
+  if (current_config().mode == run_mode::swap) core::device_set_lending(device, v.lend);
   const policy::simulation predicted = policy::simulate(model, l.plan, l.costs);
   l.stats.predicted_ns = predicted.iteration_ns;
   l.stats.predicted_h2d_bytes = predicted.h2d_bytes;
@@ -507,7 +507,7 @@ void stop_following(learner& l) {
 // repeats in the first two iterations, before the planned pool takes over: without
 // this the learner learned from it at launch 144 and deviated at launch 20 of the
 // next iteration.
-void schedule_before_launch(int device, std::span<const pool::byte_range> ranges) {
+void schedule_before_launch(int device, std::span<const residency::byte_range> ranges) {
   // swap and um follow the learned schedule (Note [um follows the schedule] in
   // residency/um_engine.h); lru and naive are on demand only.
   const swap_policy policy = current_config().policy;
@@ -515,7 +515,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
   // See Note [What the learner moves] in core/schedule_internal.h.
   const bool whole_buffers = current_config().mode == run_mode::um;
   std::vector<unit> pages;
-  for (const pool::byte_range& r : ranges) {
+  for (const residency::byte_range& r : ranges) {
     if (r.bytes == 0) continue;
     if (whole_buffers) {
       if (!r.optional && !r.reach) pages.push_back(unit{r.addr, r.bytes});
@@ -541,7 +541,7 @@ void schedule_before_launch(int device, std::span<const pool::byte_range> ranges
   const std::uint32_t token = intern(l, pages);
   const std::uint64_t number = l.launches++;
   // See Note [The pool's layout changed].
-  if (const std::uint64_t generation = pool::device_layout_generation(device);
+  if (const std::uint64_t generation = core::device_layout_generation(device);
       generation != l.layout_generation) {
     l.layout_generation = generation;
     if (l.following && !l.layout_change_logged) {
@@ -594,4 +594,4 @@ swap_schedule_stats schedule_stats() noexcept {
   return snapshot(l);
 }
 
-}  // namespace oversub::interpose
+}  // namespace oversub::core

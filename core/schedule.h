@@ -32,7 +32,7 @@
 
 #include "residency/swap_engine.h"
 
-namespace oversub::interpose {
+namespace oversub::core {
 
 struct swap_schedule_stats {
   std::uint64_t learned = 0;      // schedules planned
@@ -68,10 +68,10 @@ struct swap_schedule_stats {
 // allocates and sorts), which the hook's guard turns into CUDA's error (Note [Nothing
 // crosses the ABI edge] in interpose/abi_guard.h); does nothing with
 // OVERSUB_POLICY=lru or naive.
-void schedule_before_launch(int device, std::span<const pool::byte_range> ranges);
+void schedule_before_launch(int device, std::span<const residency::byte_range> ranges);
 
 swap_schedule_stats schedule_stats() noexcept;
 
-}  // namespace oversub::interpose
+}  // namespace oversub::core
 
 #endif  // OVERSUB_CORE_SCHEDULE_H

@@ -16,7 +16,7 @@
 #include "policy/schedule.h"
 #include "residency/swap_engine.h"
 
-namespace oversub::interpose::schedule_internal {
+namespace oversub::core::schedule_internal {
 
 constexpr std::uintptr_t page_bytes = std::uintptr_t{2} << 20;  // the arena's granularity
 // See Note [Choosing among schedules by measured time] (core/tuning.cc).
@@ -90,7 +90,7 @@ struct learner {
   std::vector<unit> page_of_id;  // model buffer id -> page (or um buffer)
   policy::schedule plan;
   std::size_t cursor = 0;
-  std::vector<pool::byte_range> later;  // fetches that found no room yet
+  std::vector<residency::byte_range> later;  // fetches that found no room yet
   std::vector<std::uint64_t> later_due;  // the launch number each one's page is used at
   // See Note [Prefetch keeps what is needed sooner] in core/schedule.cc: each page's
   // positions of use in the period (sorted), by model id, and the ids by address.
@@ -140,6 +140,6 @@ bool switch_to(learner& l, int device, variant v);
 // number is the launch about to run.
 void tune_step(learner& l, int device, std::uint64_t number);
 
-}  // namespace oversub::interpose::schedule_internal
+}  // namespace oversub::core::schedule_internal
 
 #endif  // OVERSUB_CORE_SCHEDULE_INTERNAL_H

@@ -12,7 +12,7 @@
 #include "core/device_pool.h"
 #include "profiler/launch_timing.h"
 
-namespace oversub::interpose::schedule_internal {
+namespace oversub::core::schedule_internal {
 
 // Note [Choosing among schedules by measured time]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -118,7 +118,7 @@ bool switch_to(learner& l, int device, variant v) {
 // so a switch waits at most an eighth of an iteration for the new loop start.
 std::optional<variant> next_variant(const learner& l, int device) {
   const std::size_t n = l.learned.size();
-  const std::size_t pages = pool::device_residency_capacity(device) / page_bytes;
+  const std::size_t pages = core::device_residency_capacity(device) / page_bytes;
   const std::size_t step = std::max<std::size_t>(1, pages / 32);
   for (std::size_t f = 0; f < 3; ++f) {
     for (std::size_t q = 0; q < rotations; ++q) {
@@ -246,4 +246,4 @@ void tune_step(learner& l, int device, std::uint64_t number) {
   choose(l, device);
 }
 
-}  // namespace oversub::interpose::schedule_internal
+}  // namespace oversub::core::schedule_internal

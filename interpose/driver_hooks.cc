@@ -400,7 +400,7 @@ std::unordered_map<CUmemGenericAllocationHandle, foreign_allocation>& foreign() 
 
 void give_back(const foreign_allocation& f) {
   if (f.residency) {
-    pool::device_reserve_foreign(f.device, -static_cast<std::int64_t>(f.bytes));
+    core::device_reserve_foreign(f.device, -static_cast<std::int64_t>(f.bytes));
   } else {
     core().release(f.device, f.bytes);
   }
@@ -418,7 +418,7 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemCreate>, driver_hook_id i
   const foreign_allocation f{prop->location.id, size, residency_mode()};
   const call_site at = site(id);
   if (f.residency) {
-    if (!pool::device_reserve_foreign(f.device, static_cast<std::int64_t>(size))) {
+    if (!core::device_reserve_foreign(f.device, static_cast<std::int64_t>(size))) {
       // The application maps device memory itself (PyTorch's expandable segments):
       // oversub counts it against the swap capacity and never moves it.
       return to_driver_error(

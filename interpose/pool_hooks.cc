@@ -61,8 +61,8 @@ bool decide_pool_mode() {
     const config& cfg = current_config();
     bool on = false;
     if (cfg.mode >= run_mode::pool) {
-      pool::configure(pool_settings_for(cfg, &runtime_memory));
-      on = pool::available();
+      core::configure(pool_settings_for(cfg, &runtime_memory));
+      on = core::available();
       if (!on) log::warn("OVERSUB_MODE={}: the CUDA driver could not be loaded; tracking only",
                          to_string(cfg.mode));
     }
@@ -75,7 +75,7 @@ cudaError_t pool_serve(call_site at, int device, void** out, size_t size,
                        cudaStream_t stream) {
   if (at.runtime) ensure_context(device);
   const pool::allocation_result r =
-      pool::device_allocate(device, size, driver_stream(at.per_thread, stream));
+      core::device_allocate(device, size, driver_stream(at.per_thread, stream));
   if (!r) {
     return refuse(refusal{r.error == pool::pool_errc::driver_missing ? refusal_kind::pool_no_driver
                                                                       : refusal_kind::pool_full,
@@ -102,15 +102,15 @@ pool_free_result pool_free(call_site at, void* ptr, cudaStream_t stream, bool as
   // Forget first: another thread may get the same address the moment the pool has it.
   if (!t.forget(base)) return pool_free_result::not_tracked;
   // Ours to track, not the pool's (made by the real allocator): CUDA frees it.
-  if (!pool::device_deallocate(a->device, ptr, a->bytes, s)) return pool_free_result::forgotten;
+  if (!core::device_deallocate(a->device, ptr, a->bytes, s)) return pool_free_result::forgotten;
   return pool_free_result::freed;
 }
 
 std::size_t pool_cached_bytes(int device) {
   if (!pool_mode()) return 0;
-  return pool::device_cached_bytes(device);
+  return core::device_cached_bytes(device);
 }
 
-void pool_note_work(CUstream stream) { pool::note_work(stream); }
+void pool_note_work(CUstream stream) { core::note_work(stream); }
 
 }  // namespace oversub::interpose

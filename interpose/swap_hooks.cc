@@ -140,7 +140,7 @@ cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params,
 
 cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bool writes,
                         cudaStream_t stream) {
-  const pool::byte_range ranges[2] = {{reinterpret_cast<std::uintptr_t>(a.ptr), a.bytes},
+  const residency::byte_range ranges[2] = {{reinterpret_cast<std::uintptr_t>(a.ptr), a.bytes},
                                       {reinterpret_cast<std::uintptr_t>(b.ptr), b.bytes}};
   return make_resident(resident(at, device, stream), ranges, 2, writes);
 }

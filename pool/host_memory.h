@@ -6,7 +6,7 @@
 // (a host-located cuMemCreate handle per page, residency/swap_engine.h), which cannot
 // be paged out: holding too much starves the host, and the OOM killer then ends the
 // training job. So every page's host handle counts against a budget
-// (residency_config::host_budget_bytes, from OVERSUB_HOST_LIMIT: a size, or a
+// (swap_config::host_budget_bytes, from OVERSUB_HOST_LIMIT: a size, or a
 // fraction of the host's physical memory, 0.5 by default), and an eviction that would
 // pass it fails cleanly (residency_errc::host_budget: the work that needed the room
 // gets cudaErrorMemoryAllocation, with the option to change), never a kill. The arena

@@ -2,7 +2,7 @@
 // memory of other libraries (Note [Memory that is not ours] in backend.h).
 #include "residency/backend.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 
 bool residency_backend::reserve_foreign(std::int64_t bytes) {
   if (bytes < 0) {
@@ -17,4 +17,4 @@ bool residency_backend::reserve_foreign(std::int64_t bytes) {
   return true;
 }
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency

@@ -2,10 +2,10 @@
 // where they fit, one per device in the modes that oversubscribe (core/device_pool.cc
 // holds it; no backend in pool mode). Two implement it:
 //
-//   residency_engine   residency/swap_engine.h, OVERSUB_MODE=swap: the pool's arena
+//   swap_engine   residency/swap_engine.h, OVERSUB_MODE=swap: the pool's arena
 //                      maps 2 MiB pages of the engine, and the engine moves them
 //                      between device and host memory at the same addresses;
-//   managed_residency  residency/um_engine.h, OVERSUB_MODE=um: every allocation is
+//   um_engine  residency/um_engine.h, OVERSUB_MODE=um: every allocation is
 //                      managed memory of the backend's own, prefetched to the device
 //                      before the work that uses it; the driver pages the rest.
 //
@@ -44,7 +44,7 @@
 #include "pool/memory_resource.h"
 #include "pool/vmm_arena.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 
 struct byte_range {
   std::uintptr_t addr = 0;
@@ -77,7 +77,7 @@ struct prepare_result {
 };
 
 // Which pages a prefetch's own evictions may take, and in what order
-// (residency_engine::prefetch_now): for a page by address, 0 when it must stay
+// (swap_engine::prefetch_now): for a page by address, 0 when it must stay
 // resident, otherwise its rank: pages of higher rank leave first (Note [Prefetch
 // keeps what is needed sooner] in core/schedule.cc gives the distance to the
 // page's next use).
@@ -93,10 +93,10 @@ class residency_backend {
   // ---- Where blocks come from ----
   // The pages the device's arena maps (swap), or null when the backend serves the
   // allocations itself (um).
-  virtual page_backing* pages() noexcept = 0;
+  virtual pool::page_backing* pages() noexcept = 0;
   // Without pages(): a block of the backend's own, and taking it back (false when ptr
   // is not one of its blocks: the caller forwards it to CUDA).
-  virtual allocation_result allocate(std::size_t bytes) = 0;
+  virtual pool::allocation_result allocate(std::size_t bytes) = 0;
   virtual bool deallocate(void* ptr) = 0;
   // With pages(): the arena handed out [addr, addr + bytes) / took back the block at
   // addr (Note [Dead pages] in residency/swap_engine.h).
@@ -186,6 +186,6 @@ class backend_with_stats : public residency_backend {
   Stats stats_;
 };
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency
 
 #endif  // OVERSUB_RESIDENCY_BACKEND_H

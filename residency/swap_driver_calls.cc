@@ -8,31 +8,31 @@
 
 #include "pool/driver_api.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 
 // ---- Mapping calls (counted: mapping_calls) and spare device memory ----
 
 
-CUresult residency_engine::map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
+CUresult swap_engine::map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
   ++stats_.mapping_calls;
-  return driver().cuMemMap(va, cfg_.page_bytes, 0, h, 0);
+  return pool::driver().cuMemMap(va, cfg_.page_bytes, 0, h, 0);
 }
 
-CUresult residency_engine::unmap_locked(std::uintptr_t va) {
+CUresult swap_engine::unmap_locked(std::uintptr_t va) {
   ++stats_.mapping_calls;
-  return driver().cuMemUnmap(va, cfg_.page_bytes);
+  return pool::driver().cuMemUnmap(va, cfg_.page_bytes);
 }
 
-CUresult residency_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
+CUresult swap_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
   ++stats_.mapping_calls;
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = cfg_.device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  return driver().cuMemSetAccess(va, pages * cfg_.page_bytes, &access, 1);
+  return pool::driver().cuMemSetAccess(va, pages * cfg_.page_bytes, &access, 1);
 }
 
-CUresult residency_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
+CUresult swap_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
   if (CUresult r = map_only_locked(va, h); r != CUDA_SUCCESS) return r;
   if (CUresult r = set_access_locked(va, 1); r != CUDA_SUCCESS) {
     unmap_locked(va);
@@ -43,7 +43,7 @@ CUresult residency_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationH
 
 // A spare if there is one, else new device memory (Note [Spare device memory] in
 // residency/swap_engine.h). The caller has made room (resident + one page <= capacity).
-CUresult residency_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
+CUresult swap_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
   if (!spare_.empty()) {
     h = spare_.back();
     spare_.pop_back();
@@ -52,11 +52,11 @@ CUresult residency_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
     return CUDA_SUCCESS;
   }
   ++stats_.mapping_calls;
-  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
-  return driver().cuMemCreate(&h, cfg_.page_bytes, &prop, 0);
+  const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
+  return pool::driver().cuMemCreate(&h, cfg_.page_bytes, &prop, 0);
 }
 
-void residency_engine::give_device_locked(CUmemGenericAllocationHandle h) {
+void swap_engine::give_device_locked(CUmemGenericAllocationHandle h) {
   spare_.push_back(h);
   stats_.spare_bytes += cfg_.page_bytes;
   trim_spares_locked();
@@ -64,10 +64,10 @@ void residency_engine::give_device_locked(CUmemGenericAllocationHandle h) {
 
 // Spares never take the device past the capacity (which shrinks when other
 // libraries take device memory: Note [Memory that is not ours] in residency/backend.h).
-void residency_engine::trim_spares_locked() {
+void swap_engine::trim_spares_locked() {
   while (!spare_.empty() && stats_.resident_bytes + stats_.spare_bytes > capacity_bytes()) {
     ++stats_.mapping_calls;
-    driver().cuMemRelease(spare_.back());
+    pool::driver().cuMemRelease(spare_.back());
     spare_.pop_back();
     stats_.spare_bytes -= cfg_.page_bytes;
   }
@@ -75,7 +75,7 @@ void residency_engine::trim_spares_locked() {
 
 // A page whose device mapping failed part way goes back to its host handle, its device
 // memory to the spares. Best effort: the failure is reported by the caller.
-void residency_engine::back_to_host_locked(std::uintptr_t va, page& p) {
+void swap_engine::back_to_host_locked(std::uintptr_t va, page& p) {
   unmap_locked(va);
   map_locked(va, p.host);
   // Borrowed memory becomes a spare only once its lender's copy out is done and no
@@ -89,14 +89,14 @@ void residency_engine::back_to_host_locked(std::uintptr_t va, page& p) {
 // ---- Copy events ----
 
 
-int residency_engine::new_copy_locked() {
+int swap_engine::new_copy_locked() {
   int c = -1;
   if (!free_copies_.empty()) {
     c = free_copies_.back();
     free_copies_.pop_back();
   } else {
     CUevent e = nullptr;
-    if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return -1;
+    if (pool::driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return -1;
     copies_.push_back(copy_event{.event = e, .waiters = {}});
     c = static_cast<int>(copies_.size()) - 1;
   }
@@ -109,15 +109,15 @@ int residency_engine::new_copy_locked() {
   return c;
 }
 
-void residency_engine::recycle_copy_locked(int c) {
+void swap_engine::recycle_copy_locked(int c) {
   if (copies_[c].refs == 0) free_copies_.push_back(c);
 }
 
 // A new copy event recorded on s (its refs are 0 until pages hold it).
-CUresult residency_engine::record_copy_locked(CUstream s, int& c) {
+CUresult swap_engine::record_copy_locked(CUstream s, int& c) {
   c = new_copy_locked();
   if (c < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (CUresult r = driver().cuEventRecord(copies_[c].event, s); r != CUDA_SUCCESS) {
+  if (CUresult r = pool::driver().cuEventRecord(copies_[c].event, s); r != CUDA_SUCCESS) {
     recycle_copy_locked(c);
     c = -1;
     return r;
@@ -126,13 +126,13 @@ CUresult residency_engine::record_copy_locked(CUstream s, int& c) {
   return CUDA_SUCCESS;
 }
 
-void residency_engine::hold_copy_locked(page& p, int c) {
+void swap_engine::hold_copy_locked(page& p, int c) {
   release_copy_locked(p);
   p.copy = c;
   ++copies_[c].refs;
 }
 
-void residency_engine::release_copy_locked(page& p) {
+void swap_engine::release_copy_locked(page& p) {
   if (p.copy < 0) return;
   if (--copies_[p.copy].refs == 0) free_copies_.push_back(p.copy);
   p.copy = -1;
@@ -141,20 +141,20 @@ void residency_engine::release_copy_locked(page& p) {
 // See Note [Asking the driver once] in residency/swap_engine.h: stream s ordered after
 // copy c, with no call when c is known done, is on s already (stream order), or s waited
 // for it before.
-CUresult residency_engine::order_after_copy_locked(int c, CUstream s) {
+CUresult swap_engine::order_after_copy_locked(int c, CUstream s) {
   copy_event& e = copies_[c];
   if (e.done || e.stream == s ||
       std::find(e.waiters.begin(), e.waiters.end(), s) != e.waiters.end()) {
     return CUDA_SUCCESS;
   }
-  if (CUresult r = driver().cuStreamWaitEvent(s, e.event, 0); r != CUDA_SUCCESS) return r;
+  if (CUresult r = pool::driver().cuStreamWaitEvent(s, e.event, 0); r != CUDA_SUCCESS) return r;
   e.waiters.push_back(s);
   return CUDA_SUCCESS;
 }
 
 // Work on s uses p: s waits for p's copy if one may be under way (Note [Asking the
 // driver once] in residency/swap_engine.h); a copy known done is let go.
-CUresult residency_engine::use_after_copy_locked(page& p, CUstream s) {
+CUresult swap_engine::use_after_copy_locked(page& p, CUstream s) {
   if (p.copy < 0) return CUDA_SUCCESS;
   if (copies_[p.copy].done) {
     release_copy_locked(p);
@@ -164,7 +164,7 @@ CUresult residency_engine::use_after_copy_locked(page& p, CUstream s) {
 }
 
 // c is complete, and so is every copy recorded before it on its stream.
-void residency_engine::copy_done_locked(int c) {
+void swap_engine::copy_done_locked(int c) {
   const copy_event& done = copies_[c];
   for (copy_event& e : copies_) {
     if (!e.done && e.stream == done.stream && e.seq <= done.seq) e.done = true;
@@ -172,11 +172,11 @@ void residency_engine::copy_done_locked(int c) {
   copies_[c].done = true;
 }
 
-CUresult residency_engine::wait_copy_locked(page& p) {
+CUresult swap_engine::wait_copy_locked(page& p) {
   if (p.copy < 0) return CUDA_SUCCESS;
   copy_event& c = copies_[p.copy];
   if (!c.done) {
-    if (CUresult r = driver().cuEventSynchronize(c.event); r != CUDA_SUCCESS) return r;
+    if (CUresult r = pool::driver().cuEventSynchronize(c.event); r != CUDA_SUCCESS) return r;
     copy_done_locked(p.copy);
   }
   release_copy_locked(p);
@@ -191,7 +191,7 @@ CUresult residency_engine::wait_copy_locked(page& p) {
 // [Evictions copy page by page] in residency/swap_engine.h), each with its own event,
 // written to ev. Returns the index of the first page whose copy did not start (ps.size()
 // when all did), with the driver's error in `error`.
-std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> vas,
+std::size_t swap_engine::copy_runs_locked(std::span<const std::uintptr_t> vas,
                                                std::span<page* const> ps,
                                                std::span<const char> copy, CUstream s,
                                                std::span<int> ev, CUresult& error) {
@@ -211,8 +211,8 @@ std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> v
     const std::size_t bytes = (j - i) * cfg_.page_bytes;
     ++stats_.copies;
     int c = -1;
-    CUresult r = out ? driver().cuMemcpyAsync(ps[i]->shadow, vas[i], bytes, s)
-                     : driver().cuMemcpyAsync(vas[i], ps[i]->shadow, bytes, s);
+    CUresult r = out ? pool::driver().cuMemcpyAsync(ps[i]->shadow, vas[i], bytes, s)
+                     : pool::driver().cuMemcpyAsync(vas[i], ps[i]->shadow, bytes, s);
     if (r == CUDA_SUCCESS) r = record_copy_locked(s, c);
     if (r != CUDA_SUCCESS) {
       error = r;
@@ -234,4 +234,4 @@ std::size_t residency_engine::copy_runs_locked(std::span<const std::uintptr_t> v
   return n;
 }
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency

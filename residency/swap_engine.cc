@@ -1,4 +1,4 @@
-// The swap engine's entry points (residency_engine, residency/swap_engine.h): its
+// The swap engine's entry points (swap_engine, residency/swap_engine.h): its
 // start and end, what a launch's preparation and a schedule's evictions and
 // prefetches ask of it, and its section of the exit report. Each takes the engine's
 // lock and drives the moves of swap_moves.cc over the page table of
@@ -13,14 +13,14 @@
 #include "pool/driver_api.h"
 #include "pool/stream_fences.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 
-residency_engine::residency_engine(residency_config cfg)
+swap_engine::swap_engine(swap_config cfg)
     : backend_with_stats(cfg.capacity_bytes), cfg_(cfg) {}
 
-residency_engine::~residency_engine() {
+swap_engine::~swap_engine() {
   if (!ready_) return;
-  const driver_table& d = driver();
+  const pool::driver_table& d = pool::driver();
   // Unmapping memory queued work still uses would be a use after free: wait for
   // the work of every stream that used a page (errors ignored: a stream the
   // application destroyed has nothing queued).
@@ -51,10 +51,10 @@ residency_engine::~residency_engine() {
   d.cuStreamDestroy(to_device_);
 }
 
-bool residency_engine::ensure_ready_locked() {
+bool swap_engine::ensure_ready_locked() {
   if (ready_) return true;
   if (broken_) return false;
-  const driver_table& d = driver();
+  const pool::driver_table& d = pool::driver();
   if (!d.complete || d.cuStreamCreate(&to_host_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.cuStreamCreate(&to_device_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
     log::error("pool: the residency engine could not create its copy streams");
@@ -79,7 +79,7 @@ struct unpin_at_exit {
 
 }  // namespace
 
-prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUstream stream,
+prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream stream,
                                          bool writes) {
   std::lock_guard<std::mutex> lock(mutex_);
   prepare_result result;
@@ -107,7 +107,7 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
   const bool reaches = std::any_of(ranges.begin(), ranges.end(),
                                    [](const byte_range& r) { return r.reach && r.bytes != 0; });
   if (wanted.empty() && !reaches) return result;
-  if (stream_is_capturing(stream)) return result;  // nothing may be enqueued for us now
+  if (pool::stream_is_capturing(stream)) return result;  // nothing may be enqueued for us now
   // See Note [Lending an evicting page's memory] in residency/swap_engine.h: lenders
   // whose copies are done map their host handles again (best effort: a failure leaves
   // them for later).
@@ -172,15 +172,15 @@ prepare_result residency_engine::prepare(std::span<const byte_range> ranges, CUs
   return result;
 }
 
-void residency_engine::touch_all(CUstream stream) {
+void swap_engine::touch_all(CUstream stream) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const CUstream s = canonical_stream(stream);
+  const CUstream s = pool::canonical_stream(stream);
   if (std::find(touch_all_users_.begin(), touch_all_users_.end(), s) == touch_all_users_.end()) {
     touch_all_users_.push_back(s);
   }
 }
 
-bool residency_engine::evict(std::span<const byte_range> ranges) {
+bool swap_engine::evict(std::span<const byte_range> ranges) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ready_) return false;
   std::vector<std::uintptr_t> vas = pages_of(ranges);
@@ -195,11 +195,11 @@ bool residency_engine::evict(std::span<const byte_range> ranges) {
   return ok;
 }
 
-bool residency_engine::prefetch(std::span<const byte_range> ranges) {
+bool swap_engine::prefetch(std::span<const byte_range> ranges) {
   return prefetch_pages(ranges, nullptr, {});
 }
 
-bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
+bool swap_engine::prefetch_now(std::span<const byte_range> ranges,
                                     std::vector<byte_range>& later,
                                     const victim_rank& rank) {
   return prefetch_pages(ranges, &later, rank);
@@ -207,7 +207,7 @@ bool residency_engine::prefetch_now(std::span<const byte_range> ranges,
 
 // later null: fetch, waiting for room as needed; otherwise pages that find no room yet
 // go to later (Note [Prefetch without waiting] in residency/swap_engine.h).
-bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
+bool swap_engine::prefetch_pages(std::span<const byte_range> ranges,
                                       std::vector<byte_range>* later,
                                       const victim_rank& rank) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -252,7 +252,7 @@ bool residency_engine::prefetch_pages(std::span<const byte_range> ranges,
   return r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
-void residency_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
+void swap_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
                                       double h2d_bytes_per_s, double d2h_bytes_per_s) {
   std::lock_guard<std::mutex> lock(mutex_);
   clock_ = now_ns;
@@ -262,7 +262,7 @@ void residency_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
 
 // ---- The report ----
 
-void write_report(int device, std::uint64_t capacity_bytes, const residency_stats& e,
+void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
                   stats::section& out) {
   out.begin(fmt::format("swap device {}", device), {fmt::format("device{}", device), "swap"})
       .bytes("capacity_bytes", capacity_bytes)
@@ -288,4 +288,4 @@ void write_report(int device, std::uint64_t capacity_bytes, const residency_stat
       .count("born_on_host", e.born_on_host);
 }
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency

@@ -38,7 +38,7 @@
 // write is data loss; a needless copy is only time. Work that never reaches
 // prepare() (a library launching through the driver API while only the runtime is
 // hooked) would break that, so clean evictions can be switched off
-// (residency_config::clean_evictions).
+// (swap_config::clean_evictions).
 //
 // Note [Ordering]
 // ~~~~~~~~~~~~~~~
@@ -243,9 +243,9 @@
 #include "pool/vmm_arena.h"
 #include "residency/backend.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 
-struct residency_config {
+struct swap_config {
   int device = 0;
   std::size_t page_bytes = std::size_t{2} << 20;  // the arena's granularity
   std::uint64_t capacity_bytes = 0;               // device bytes the pages may hold
@@ -257,7 +257,7 @@ struct residency_config {
   bool clean_evictions = true;
 };
 
-struct residency_stats {
+struct swap_stats {
   std::uint64_t pages = 0;               // live pages
   std::uint64_t resident_bytes = 0;      // device memory held by pages (evicting included)
   std::uint64_t peak_resident_bytes = 0;
@@ -286,15 +286,15 @@ struct residency_stats {
 };
 
 // The exit report's swap section (residency/swap_engine.cc).
-void write_report(int device, std::uint64_t capacity_bytes, const residency_stats& e,
+void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
                   stats::section& out);
 
-class residency_engine final : public backend_with_stats<residency_stats>, public page_backing {
+class swap_engine final : public backend_with_stats<swap_stats>, public pool::page_backing {
  public:
-  explicit residency_engine(residency_config cfg);
-  ~residency_engine() override;
+  explicit swap_engine(swap_config cfg);
+  ~swap_engine() override;
 
-  // ---- The arena's pages (page_backing) ----
+  // ---- The arena's pages (pool::page_backing) ----
   // The arena maps a new page at va (page-aligned, inside a reservation): device
   // memory, making room first. False when no room can be made.
   bool create_page(std::uintptr_t va) override;
@@ -305,9 +305,9 @@ class residency_engine final : public backend_with_stats<residency_stats>, publi
   bool owns_page(std::uintptr_t va) const;
 
   // ---- residency_backend ----
-  page_backing* pages() noexcept override { return this; }
+  pool::page_backing* pages() noexcept override { return this; }
   // The arena serves swap mode's blocks (pages()): the engine serves none itself.
-  allocation_result allocate(std::size_t) override { return {nullptr, pool_errc::out_of_memory}; }
+  pool::allocation_result allocate(std::size_t) override { return {nullptr, pool::pool_errc::out_of_memory}; }
   bool deallocate(void*) override { return false; }
   // See Note [Dead pages]: the pool handed out [addr, addr + bytes) / took back the block
   // at addr (the bytes occupy() recorded; an address it never saw is ignored).
@@ -440,7 +440,7 @@ class residency_engine final : public backend_with_stats<residency_stats>, publi
   // See Note [A launch that may touch anything]: streams whose work may use any page,
   // until the next fetch has waited for them.
   std::vector<CUstream> touch_all_users_;
-  // Driver calls, counted (residency_stats::mapping_calls).
+  // Driver calls, counted (swap_stats::mapping_calls).
   CUresult map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);  // map + access
   CUresult map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);
   CUresult unmap_locked(std::uintptr_t va);
@@ -460,7 +460,7 @@ class residency_engine final : public backend_with_stats<residency_stats>, publi
   void copy_done_locked(int c);
   CUresult wait_copy_locked(page& p);
 
-  residency_config cfg_;
+  swap_config cfg_;
   bool ready_ = false;
   bool broken_ = false;
   CUstream to_host_ = nullptr;
@@ -493,6 +493,6 @@ class residency_engine final : public backend_with_stats<residency_stats>, publi
   std::uint64_t epoch_ = 1;  // pages start unpinned (pinned == 0)
 };
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency
 
 #endif  // OVERSUB_RESIDENCY_SWAP_ENGINE_H

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <utility>
 
-namespace oversub::pool {
+namespace oversub::residency {
 
-void residency_engine::set_lending(bool on) {
+void swap_engine::set_lending(bool on) {
   std::lock_guard<std::mutex> lock(mutex_);
   lending_ = on;
 }
@@ -16,7 +16,7 @@ void residency_engine::set_lending(bool on) {
 // Up to n evicting pages whose copies out are under way and whose memory is not lent
 // yet, the oldest copy first (Note [Lending an evicting page's memory] in
 // residency/swap_engine.h).
-std::vector<std::uintptr_t> residency_engine::lenders_locked(std::size_t n,
+std::vector<std::uintptr_t> swap_engine::lenders_locked(std::size_t n,
                                                              const victim_rank& rank,
                                                              bool planned_only) {
   std::vector<std::pair<std::uint64_t, std::uintptr_t>> all;
@@ -36,7 +36,7 @@ std::vector<std::uintptr_t> residency_engine::lenders_locked(std::size_t n,
 
 // The lender at va, if it still is one, waits for its copy out and finishes its
 // eviction: its address maps its host handle again.
-CUresult residency_engine::finish_lender_locked(std::uintptr_t va) {
+CUresult swap_engine::finish_lender_locked(std::uintptr_t va) {
   page* l = find_locked(va);
   if (l == nullptr || l->lent_to == 0) return CUDA_SUCCESS;
   if (l->copy >= 0 && !copies_[l->copy].done) ++stats_.waits;
@@ -45,4 +45,4 @@ CUresult residency_engine::finish_lender_locked(std::uintptr_t va) {
   return evict_finish_locked(one);
 }
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency

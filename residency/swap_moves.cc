@@ -11,7 +11,7 @@
 #include "pool/driver_api.h"
 #include "pool/stream_fences.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 
 namespace {
 
@@ -29,11 +29,11 @@ void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f
 
 }  // namespace
 
-CUevent residency_engine::stream_event_locked(CUstream s) {
+CUevent swap_engine::stream_event_locked(CUstream s) {
   auto it = stream_events_.find(s);
   if (it != stream_events_.end()) return it->second;
   CUevent e = nullptr;
-  if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+  if (pool::driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
   stream_events_.emplace(s, e);
   return e;
 }
@@ -42,13 +42,13 @@ CUevent residency_engine::stream_event_locked(CUstream s) {
 // pages' copies under way: each stream and each copy once (Note [Batched moves] in
 // residency/swap_engine.h); and for everything every other stream enqueued so far (Note
 // [Moves after all work] in residency/swap_engine.h).
-CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstream copy_stream) {
-  const driver_table& d = driver();
+CUresult swap_engine::order_after_locked(std::span<page* const> ps, CUstream copy_stream) {
+  const pool::driver_table& d = pool::driver();
   std::vector<CUstream> users;
   std::vector<int> pending;
   for (page* p : ps) {
     for (CUstream u : p->users) {
-      const CUstream c = canonical_stream(u);
+      const CUstream c = pool::canonical_stream(u);
       if (std::find(users.begin(), users.end(), c) == users.end()) users.push_back(c);
     }
     if (p->copy >= 0 && !copies_[p->copy].done &&
@@ -62,7 +62,7 @@ CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstrea
   // The streams that may have work the copy stream is not ordered after yet: the
   // users always, every other stream with work since the copy stream last waited for it.
   std::vector<std::pair<CUstream, std::uint64_t>> others;
-  fences().for_each_stream([&](CUstream s, std::uint64_t work) {
+  pool::fences().for_each_stream([&](CUstream s, std::uint64_t work) {
     if (s == nullptr || s == copy_stream) return;
     if (std::find(users.begin(), users.end(), s) != users.end()) return;
     const auto it = covered_.find({copy_stream, s});
@@ -81,7 +81,7 @@ CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstrea
     // See Note [No moves while a user captures] in residency/swap_engine.h: an event
     // recorded on a capturing stream is a node of its graph, and a copy stream waiting on
     // it would join the capture.
-    if (stream_is_capturing(u)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (pool::stream_is_capturing(u)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (CUresult r = order_after_stream(u, 0); r != CUDA_SUCCESS) return r;
   }
   for (const auto& [s, work] : others) {
@@ -100,12 +100,12 @@ CUresult residency_engine::order_after_locked(std::span<page* const> ps, CUstrea
   return CUDA_SUCCESS;
 }
 
-CUresult residency_engine::ensure_host_handle_locked(page& p) {
+CUresult swap_engine::ensure_host_handle_locked(page& p) {
   if (p.host != 0) return CUDA_SUCCESS;
   if (stats_.host_bytes + cfg_.page_bytes > cfg_.host_budget_bytes) {
     return CUDA_ERROR_OUT_OF_MEMORY;  // reported as host_budget by the caller
   }
-  const driver_table& d = driver();
+  const pool::driver_table& d = pool::driver();
   if (shadow_base_ == 0) {
     shadow_bytes_ = (cfg_.host_budget_bytes / cfg_.page_bytes) * cfg_.page_bytes;
     CUdeviceptr base = 0;
@@ -126,7 +126,7 @@ CUresult residency_engine::ensure_host_handle_locked(page& p) {
   } else {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
+  const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
   CUmemGenericAllocationHandle h = 0;
   if (CUresult r = d.cuMemCreate(&h, cfg_.page_bytes, &prop, 0); r != CUDA_SUCCESS) {
     free_shadow_.push_back(slot);
@@ -150,7 +150,7 @@ CUresult residency_engine::ensure_host_handle_locked(page& p) {
 // Begins evicting vas (sorted resident pages): ordered after their users, copied to
 // their host handles unless their content is dead or clean, one event for all. Stops
 // at the first error; the pages before it are evicting, the rest stay resident.
-CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
+CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
   if (vas.empty()) return CUDA_SUCCESS;
   CUresult first_error = CUDA_SUCCESS;
   std::vector<page*> ps;
@@ -209,7 +209,7 @@ CUresult residency_engine::evict_begin_locked(std::span<const std::uintptr_t> va
 
 // vas: sorted evicting pages whose copies are complete. Maps each one's host handle
 // where its device memory was and keeps the device memory as a spare.
-CUresult residency_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
+CUresult swap_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
   CUresult first_error = CUDA_SUCCESS;
   // See Note [Lending an evicting page's memory] in residency/swap_engine.h: a page's
   // device memory goes to the spares only once no lender's address maps it too. The
@@ -271,7 +271,7 @@ CUresult residency_engine::evict_finish_locked(std::span<const std::uintptr_t> v
 }
 
 // Finishes every eviction whose copy is known complete (each event asked once).
-CUresult residency_engine::finish_completed_locked() {
+CUresult swap_engine::finish_completed_locked() {
   std::vector<std::uintptr_t> done;
   for (auto& [va, p] : pages_) {
     if (p.where == state::evicting && (p.copy < 0 || copies_[p.copy].done)) done.push_back(va);
@@ -294,7 +294,7 @@ CUresult residency_engine::finish_completed_locked() {
     if (std::find(busy.begin(), busy.end(), copies_[c].stream) != busy.end()) continue;
     if (now != 0 && now < copies_[c].not_before_ns) {  // Note [Not asking too early] in residency/swap_engine.h
       busy.push_back(copies_[c].stream);
-    } else if (driver().cuEventQuery(copies_[c].event) == CUDA_SUCCESS) {
+    } else if (pool::driver().cuEventQuery(copies_[c].event) == CUDA_SUCCESS) {
       copy_done_locked(c);
     } else {
       busy.push_back(copies_[c].stream);
@@ -315,7 +315,7 @@ CUresult residency_engine::finish_completed_locked() {
 // Up to n resident pages not pinned, sorted by address: dead ones first (Note [Dead
 // pages] in residency/swap_engine.h; they leave without a copy), then the least recently
 // used.
-std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
+std::vector<std::uintptr_t> swap_engine::victims_locked(std::size_t n,
                                                              const victim_rank& rank) {
   struct candidate {
     bool live;
@@ -348,7 +348,7 @@ std::vector<std::uintptr_t> residency_engine::victims_locked(std::size_t n,
 // See Note [Making room] in residency/swap_engine.h: room for bytes more of resident
 // pages. Without wait: evictions known complete are finished, new ones begun, and
 // CUDA_ERROR_NOT_READY when the room is not there yet.
-CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait,
+CUresult swap_engine::make_room_locked(std::uint64_t bytes, bool wait,
                                             const victim_rank& rank) {
   trim_spares_locked();
   if (stats_.resident_bytes + bytes <= capacity_bytes()) return CUDA_SUCCESS;
@@ -387,7 +387,7 @@ CUresult residency_engine::make_room_locked(std::uint64_t bytes, bool wait,
 
 // Waits for the oldest eviction under way, then finishes every one that is done.
 // CUDA_ERROR_OUT_OF_MEMORY when none is under way.
-CUresult residency_engine::wait_oldest_eviction_locked() {
+CUresult swap_engine::wait_oldest_eviction_locked() {
   // Copies run in the order their events were taken: the smallest seq is the first
   // to complete. An evicting page without a copy under way is done already.
   int oldest = -1;
@@ -404,7 +404,7 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
   if (!any) return CUDA_ERROR_OUT_OF_MEMORY;
   if (oldest >= 0) {
     ++stats_.waits;
-    if (CUresult r = driver().cuEventSynchronize(copies_[oldest].event); r != CUDA_SUCCESS) {
+    if (CUresult r = pool::driver().cuEventSynchronize(copies_[oldest].event); r != CUDA_SUCCESS) {
       return r;
     }
     copy_done_locked(oldest);
@@ -419,7 +419,7 @@ CUresult residency_engine::wait_oldest_eviction_locked() {
 // page still being evicted keeps its device memory. The others are fetched as room
 // appears, so the first copies in overlap the evictions still going out. Without wait,
 // pages that find no room yet go to deferred.
-CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
+CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                                         std::vector<std::uintptr_t>* deferred,
                                         const victim_rank& rank) {
   // See Note [Lending an evicting page's memory] in residency/swap_engine.h: a lender
@@ -477,9 +477,9 @@ CUresult residency_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wa
 // Fetches vas (pages on the host, in fetch_locked's order, room made for all of them).
 // The first lenders.size() of them take the device memory of those evicting pages
 // instead (Note [Lending an evicting page's memory] in residency/swap_engine.h).
-CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
+CUresult swap_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
                                               std::span<const std::uintptr_t> lenders) {
-  const driver_table& d = driver();
+  const pool::driver_table& d = pool::driver();
   std::vector<page*> ps;
   ps.reserve(vas.size());
   for (std::uintptr_t va : vas) ps.push_back(&pages_[va]);
@@ -643,4 +643,4 @@ CUresult residency_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
   return first_error;
 }
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency

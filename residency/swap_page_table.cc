@@ -9,20 +9,20 @@
 
 #include "pool/driver_api.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 
-residency_engine::page* residency_engine::find_locked(std::uintptr_t va) {
+swap_engine::page* swap_engine::find_locked(std::uintptr_t va) {
   auto it = pages_.find(va);
   return it == pages_.end() ? nullptr : &it->second;
 }
 
-bool residency_engine::owns_page(std::uintptr_t va) const {
+bool swap_engine::owns_page(std::uintptr_t va) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return pages_.count(va) != 0;
 }
 
 
-bool residency_engine::create_page(std::uintptr_t va) {
+bool swap_engine::create_page(std::uintptr_t va) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ensure_ready_locked()) return false;
   if (make_room_locked(cfg_.page_bytes) != CUDA_SUCCESS) return create_on_host_locked(va);
@@ -48,12 +48,12 @@ bool residency_engine::create_page(std::uintptr_t va) {
 // host: its host handle is mapped at its address, as for an evicted page, and the first
 // prepare() that needs it fetches it. Its bytes are undefined until written, as for any
 // new allocation.
-bool residency_engine::create_on_host_locked(std::uintptr_t va) {
+bool swap_engine::create_on_host_locked(std::uintptr_t va) {
   page p;
   if (ensure_host_handle_locked(p) != CUDA_SUCCESS) return false;
   if (map_locked(va, p.host) != CUDA_SUCCESS) {
-    driver().cuMemUnmap(p.shadow, cfg_.page_bytes);
-    driver().cuMemRelease(p.host);
+    pool::driver().cuMemUnmap(p.shadow, cfg_.page_bytes);
+    pool::driver().cuMemRelease(p.host);
     free_shadow_.push_back(p.shadow);
     stats_.host_bytes -= cfg_.page_bytes;
     return false;
@@ -66,11 +66,11 @@ bool residency_engine::create_on_host_locked(std::uintptr_t va) {
   return true;
 }
 
-void residency_engine::destroy_page(std::uintptr_t va) {
+void swap_engine::destroy_page(std::uintptr_t va) {
   std::lock_guard<std::mutex> lock(mutex_);
   page* p = find_locked(va);
   if (p == nullptr) return;
-  const driver_table& d = driver();
+  const pool::driver_table& d = pool::driver();
   // See Note [Lending an evicting page's memory] in residency/swap_engine.h: the memory
   // this page borrowed leaves no other address mapping it; a lender's memory is its
   // borrower's, not released here.
@@ -104,7 +104,7 @@ void residency_engine::destroy_page(std::uintptr_t va) {
 
 // The engine's pages under the required (or, with optional, the optional) ranges,
 // sorted, each once.
-std::vector<std::uintptr_t> residency_engine::pages_of(std::span<const byte_range> ranges,
+std::vector<std::uintptr_t> swap_engine::pages_of(std::span<const byte_range> ranges,
                                                        bool optional) const {
   std::vector<std::uintptr_t> out;
   const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
@@ -122,7 +122,7 @@ std::vector<std::uintptr_t> residency_engine::pages_of(std::span<const byte_rang
 // The pages under the optional ranges, each once: every range's first page (sorted),
 // then the others (sorted). When the room runs out part way, the pages the argument
 // words point at are the ones made resident.
-std::vector<std::uintptr_t> residency_engine::optional_pages_of(
+std::vector<std::uintptr_t> swap_engine::optional_pages_of(
     std::span<const byte_range> ranges) const {
   std::vector<std::uintptr_t> all = pages_of(ranges, true);
   std::vector<std::uintptr_t> out;
@@ -145,7 +145,7 @@ std::vector<std::uintptr_t> residency_engine::optional_pages_of(
 // ---- Live blocks (Note [Dead pages] in residency/swap_engine.h) ----
 
 template <typename F>
-void residency_engine::for_pages_locked(std::uintptr_t addr, std::size_t bytes, F&& f) {
+void swap_engine::for_pages_locked(std::uintptr_t addr, std::size_t bytes, F&& f) {
   if (bytes == 0) return;
   const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
   for (std::uintptr_t a = addr & mask; a < addr + bytes; a += cfg_.page_bytes) {
@@ -153,7 +153,7 @@ void residency_engine::for_pages_locked(std::uintptr_t addr, std::size_t bytes, 
   }
 }
 
-void residency_engine::occupy(std::uintptr_t addr, std::size_t bytes) {
+void swap_engine::occupy(std::uintptr_t addr, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (bytes == 0 || !occupied_.emplace(addr, bytes).second) return;
   for_pages_locked(addr, bytes, [&](page& p) {
@@ -161,7 +161,7 @@ void residency_engine::occupy(std::uintptr_t addr, std::size_t bytes) {
   });
 }
 
-void residency_engine::vacate(std::uintptr_t addr) {
+void swap_engine::vacate(std::uintptr_t addr) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = occupied_.find(addr);
   if (it == occupied_.end()) return;
@@ -172,4 +172,4 @@ void residency_engine::vacate(std::uintptr_t addr) {
   });
 }
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency

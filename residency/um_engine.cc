@@ -9,7 +9,7 @@
 #include "common/log.h"
 #include "pool/driver_api.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 
 namespace {
 
@@ -29,15 +29,15 @@ CUmemLocation host_location() {
 
 }  // namespace
 
-managed_residency::managed_residency(int device, std::uint64_t capacity_bytes, bool naive)
+um_engine::um_engine(int device, std::uint64_t capacity_bytes, bool naive)
     : backend_with_stats(capacity_bytes), device_(device), naive_(naive) {}
 
-void managed_residency::detect_locked() {
+void um_engine::detect_locked() {
   if (detected_) return;
   detected_ = true;
   int concurrent = 0;
   CUdevice dev = 0;
-  const driver_table& d = driver();
+  const pool::driver_table& d = pool::driver();
   if (d.cuDeviceGet(&dev, device_) == CUDA_SUCCESS &&
       d.cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, dev) ==
           CUDA_SUCCESS &&
@@ -51,10 +51,10 @@ void managed_residency::detect_locked() {
   }
 }
 
-allocation_result managed_residency::allocate(std::size_t bytes) {
+pool::allocation_result um_engine::allocate(std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const driver_table& d = driver();
-  if (!d.complete) return {nullptr, pool_errc::driver_missing};
+  const pool::driver_table& d = pool::driver();
+  if (!d.complete) return {nullptr, pool::pool_errc::driver_missing};
   detect_locked();
   CUdeviceptr p = 0;
   if (auto c = cached_.find(bytes); c != cached_.end() && !c->second.empty()) {
@@ -65,20 +65,20 @@ allocation_result managed_residency::allocate(std::size_t bytes) {
     cached_bytes_ -= bytes;
     buffers_.emplace(p, buffer{bytes, false, ++tick_, 0, nullptr});
     ++stats_.buffers;
-    return {reinterpret_cast<void*>(p), pool_errc::ok};
+    return {reinterpret_cast<void*>(p), pool::pool_errc::ok};
   }
   if (d.cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS) {
-    return {nullptr, pool_errc::out_of_memory};
+    return {nullptr, pool::pool_errc::out_of_memory};
   }
   // The device keeps a mapping of the pages wherever they are, so an access we did
   // not prefetch for needs no new mapping.
   if (!naive_) d.cuMemAdvise(p, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, device_location(device_));
   buffers_.emplace(p, buffer{bytes, false, ++tick_, 0, nullptr});
   ++stats_.buffers;
-  return {reinterpret_cast<void*>(p), pool_errc::ok};
+  return {reinterpret_cast<void*>(p), pool::pool_errc::ok};
 }
 
-bool managed_residency::deallocate(void* ptr) {
+bool um_engine::deallocate(void* ptr) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = buffers_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == buffers_.end()) return false;
@@ -87,7 +87,7 @@ bool managed_residency::deallocate(void* ptr) {
   // it; then keep it for the next allocation of its size (Note [Reused managed
   // buffers] in residency/um_engine.h). Its bytes are dead: where its pages are no longer
   // matters.
-  const driver_table& d = driver();
+  const pool::driver_table& d = pool::driver();
   d.cuCtxSynchronize();
   if (naive_) {
     d.cuMemFree(it->first);
@@ -100,7 +100,7 @@ bool managed_residency::deallocate(void* ptr) {
   return true;
 }
 
-std::vector<std::uintptr_t> managed_residency::buffers_of_locked(
+std::vector<std::uintptr_t> um_engine::buffers_of_locked(
     std::span<const byte_range> ranges) const {
   std::vector<std::uintptr_t> out;
   for (const byte_range& r : ranges) {
@@ -117,11 +117,11 @@ std::vector<std::uintptr_t> managed_residency::buffers_of_locked(
 }
 
 // waiter's later work after everything producer has queued so far.
-CUresult managed_residency::order_after_locked(CUstream waiter, CUstream producer) {
-  const driver_table& d = driver();
+CUresult um_engine::order_after_locked(CUstream waiter, CUstream producer) {
+  const pool::driver_table& d = pool::driver();
   // See Note [No moves while a user captures] in residency/swap_engine.h: waiting on an
   // event recorded in a capture would make the waiter join it.
-  if (stream_is_capturing(producer)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (pool::stream_is_capturing(producer)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   CUevent& e = stream_events_[producer];
   if (e == nullptr && d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -131,9 +131,9 @@ CUresult managed_residency::order_after_locked(CUstream waiter, CUstream produce
 }
 
 // One prefetch of a whole buffer on stream, after the stream that used it last.
-CUresult managed_residency::move_locked(std::uintptr_t base, buffer& b, bool to_device,
+CUresult um_engine::move_locked(std::uintptr_t base, buffer& b, bool to_device,
                                         CUstream stream) {
-  const driver_table& d = driver();
+  const pool::driver_table& d = pool::driver();
   if (b.used && b.last_stream != stream) {
     if (CUresult r = order_after_locked(stream, b.last_stream); r != CUDA_SUCCESS) return r;
   }
@@ -157,7 +157,7 @@ CUresult managed_residency::move_locked(std::uintptr_t base, buffer& b, bool to_
   return CUDA_SUCCESS;
 }
 
-prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CUstream stream,
+prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream stream,
                                           bool) {
   std::lock_guard<std::mutex> lock(mutex_);
   prepare_result result;
@@ -165,7 +165,7 @@ prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CU
   // A capturing stream's work runs at replay: nothing is enqueued for it now (a wait
   // on another stream's work would break the capture's isolation); the driver pages
   // its memory on demand when the graph runs.
-  if (stream_is_capturing(stream)) return result;
+  if (pool::stream_is_capturing(stream)) return result;
   // Note [Large managed buffers]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // The driver pages managed memory on demand, so
@@ -228,10 +228,10 @@ prepare_result managed_residency::prepare(std::span<const byte_range> ranges, CU
   return result;
 }
 
-bool managed_residency::ensure_streams_locked() {
+bool um_engine::ensure_streams_locked() {
   if (to_host_ != nullptr) return true;
   if (streams_broken_) return false;
-  const driver_table& d = driver();
+  const pool::driver_table& d = pool::driver();
   if (!d.complete || d.cuStreamCreate(&to_host_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
       d.cuStreamCreate(&to_device_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
     streams_broken_ = true;
@@ -241,7 +241,7 @@ bool managed_residency::ensure_streams_locked() {
   return true;
 }
 
-bool managed_residency::evict(std::span<const byte_range> ranges) {
+bool um_engine::evict(std::span<const byte_range> ranges) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (naive_ || buffers_.empty() || !stats_.concurrent_access) return true;
   if (!ensure_streams_locked()) return false;
@@ -253,7 +253,7 @@ bool managed_residency::evict(std::span<const byte_range> ranges) {
   return true;
 }
 
-bool managed_residency::prefetch_now(std::span<const byte_range> ranges,
+bool um_engine::prefetch_now(std::span<const byte_range> ranges,
                                      std::vector<byte_range>& later, const victim_rank&) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (naive_ || buffers_.empty() || !stats_.concurrent_access) return true;
@@ -270,7 +270,7 @@ bool managed_residency::prefetch_now(std::span<const byte_range> ranges,
   return true;
 }
 
-void write_report(int device, std::uint64_t capacity_bytes, const managed_stats& m,
+void write_report(int device, std::uint64_t capacity_bytes, const um_stats& m,
                   stats::section& out) {
   // concurrent_access no: the device has no concurrent managed access, so nothing is
   // prefetched.
@@ -286,4 +286,4 @@ void write_report(int device, std::uint64_t capacity_bytes, const managed_stats&
       .flag("concurrent_access", m.concurrent_access);
 }
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency

@@ -1,4 +1,4 @@
-// managed_residency: OVERSUB_MODE=um, the managed-memory backend. Device allocations
+// um_engine: OVERSUB_MODE=um, the managed-memory backend. Device allocations
 // are managed memory (cuMemAllocManaged); before each launch, copy or memset its
 // buffers are prefetched to the device on the work's own stream, and the least
 // recently used ones are prefetched back to the host to keep what is resident under
@@ -36,9 +36,9 @@
 #include "pool/memory_resource.h"
 #include "residency/backend.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 
-struct managed_stats {
+struct um_stats {
   std::uint64_t buffers = 0;
   std::uint64_t resident_bytes = 0;  // what the backend has prefetched to the device
   std::uint64_t peak_resident_bytes = 0;
@@ -50,17 +50,17 @@ struct managed_stats {
 };
 
 // The exit report's um section (residency/um_engine.cc).
-void write_report(int device, std::uint64_t capacity_bytes, const managed_stats& m,
+void write_report(int device, std::uint64_t capacity_bytes, const um_stats& m,
                   stats::section& out);
 
-class managed_residency final : public backend_with_stats<managed_stats> {
+class um_engine final : public backend_with_stats<um_stats> {
  public:
   // naive: no prefetches and no hints, managed memory as the driver pages it.
-  managed_residency(int device, std::uint64_t capacity_bytes, bool naive = false);
+  um_engine(int device, std::uint64_t capacity_bytes, bool naive = false);
 
   // ---- Where blocks come from: the backend's own managed memory ----
-  page_backing* pages() noexcept override { return nullptr; }
-  allocation_result allocate(std::size_t bytes) override;
+  pool::page_backing* pages() noexcept override { return nullptr; }
+  pool::allocation_result allocate(std::size_t bytes) override;
   // False when ptr is not one of ours (the caller forwards it). Synchronising, like
   // cuMemFree of managed memory.
   bool deallocate(void* ptr) override;
@@ -68,7 +68,7 @@ class managed_residency final : public backend_with_stats<managed_stats> {
   void occupy(std::uintptr_t, std::size_t) override {}
   void vacate(std::uintptr_t) override {}
 
-  // As residency_engine::prepare: the buffers the ranges touch, on the device before
+  // As swap_engine::prepare: the buffers the ranges touch, on the device before
   // the work on stream (never refused: Note [Large managed buffers] in residency/um_engine.cc).
   // writes is not asked: the driver keeps managed memory coherent.
   prepare_result prepare(std::span<const byte_range> ranges, CUstream stream,
@@ -134,6 +134,6 @@ class managed_residency final : public backend_with_stats<managed_stats> {
   std::uint64_t epoch_ = 1;
 };
 
-}  // namespace oversub::pool
+}  // namespace oversub::residency
 
 #endif  // OVERSUB_RESIDENCY_UM_ENGINE_H

@@ -14,20 +14,22 @@
 #include "residency/swap_engine.h"
 #include "residency/um_engine.h"
 
-namespace oversub::pool {
+namespace oversub::residency {
 namespace {
+
+using namespace oversub::pool;
 
 constexpr std::uint64_t kPage = std::uint64_t{2} << 20;
 
 std::unique_ptr<residency_backend> swap_backend(std::uint64_t capacity) {
-  residency_config c;
+  swap_config c;
   c.capacity_bytes = capacity;
   c.host_budget_bytes = 16 * kPage;
-  return std::make_unique<residency_engine>(c);
+  return std::make_unique<swap_engine>(c);
 }
 
 std::unique_ptr<residency_backend> um_backend(std::uint64_t capacity) {
-  return std::make_unique<managed_residency>(0, capacity);
+  return std::make_unique<um_engine>(0, capacity);
 }
 
 void expect_foreign_memory_shrinks_the_capacity(residency_backend& b) {
@@ -102,4 +104,4 @@ TEST(Backend, TheUmSectionOfTheReport) {
 }
 
 }  // namespace
-}  // namespace oversub::pool
+}  // namespace oversub::residency

@@ -38,8 +38,10 @@ SIMGPU_KERNEL_FOOTPRINT(chase_read_kernel, [](simgpu::footprint& fp, const int* 
   fp.write(out, 1);
 });
 
-namespace oversub::pool {
+namespace oversub::residency {
 namespace {
+
+using namespace oversub::pool;
 
 constexpr std::size_t kPage = std::size_t{2} << 20;
 
@@ -59,7 +61,7 @@ class Residency : public ::testing::Test {
   std::uintptr_t va(std::size_t i) const { return base_ + i * kPage; }
   void* ptr(std::size_t i) const { return reinterpret_cast<void*>(va(i)); }
   CUstream cu() const { return reinterpret_cast<CUstream>(s_); }
-  prepare_result use(residency_engine& e, std::size_t i, bool writes = true) {
+  prepare_result use(swap_engine& e, std::size_t i, bool writes = true) {
     const byte_range r{va(i), kPage};
     return e.prepare({&r, 1}, cu(), writes);
   }
@@ -73,15 +75,15 @@ class Residency : public ::testing::Test {
     }
     ASSERT_EQ(host[kPage - 1], value);
   }
-  void five_pages(residency_engine& e, int fill);
-  void expect_only_page_3_left(residency_engine& e, int fill);
+  void five_pages(swap_engine& e, int fill);
+  void expect_only_page_3_left(swap_engine& e, int fill);
   static constexpr std::size_t kPages = 16;
   cudaStream_t s_ = nullptr;
   std::uintptr_t base_ = 0;
 };
 
-residency_config config(std::size_t capacity_pages, std::size_t host_pages) {
-  residency_config c;
+swap_config config(std::size_t capacity_pages, std::size_t host_pages) {
+  swap_config c;
   c.page_bytes = kPage;
   c.capacity_bytes = capacity_pages * kPage;
   c.host_budget_bytes = host_pages * kPage;
@@ -89,7 +91,7 @@ residency_config config(std::size_t capacity_pages, std::size_t host_pages) {
 }
 
 TEST_F(Residency, PagesSwappedOutAndBackKeepTheirBytes) {
-  residency_engine e(config(4, 16));
+  swap_engine e(config(4, 16));
   for (std::size_t i = 0; i < kPages; ++i) {
     ASSERT_TRUE(e.create_page(va(i))) << i;
     ASSERT_TRUE(use(e, i));
@@ -101,7 +103,7 @@ TEST_F(Residency, PagesSwappedOutAndBackKeepTheirBytes) {
       expect_bytes(i, static_cast<unsigned char>(i + 1));
     }
   }
-  const residency_stats st = e.stats();
+  const swap_stats st = e.stats();
   EXPECT_LE(st.peak_resident_bytes, 4 * kPage);
   EXPECT_GE(st.evictions, kPages - 4);
   EXPECT_GE(st.fetches, kPages);
@@ -117,7 +119,7 @@ TEST_F(Residency, PagesSwappedOutAndBackKeepTheirBytes) {
 // it overwrites), the device never holds more than the capacity, and the pages lent
 // from are reached through their host copies when used again.
 TEST_F(Residency, LendingAnEvictingPagesMemoryKeepsEveryByte) {
-  residency_engine e(config(4, 16));
+  swap_engine e(config(4, 16));
   e.set_lending(true);
   for (std::size_t i = 0; i < kPages; ++i) {
     ASSERT_TRUE(e.create_page(va(i))) << i;
@@ -132,7 +134,7 @@ TEST_F(Residency, LendingAnEvictingPagesMemoryKeepsEveryByte) {
       expect_bytes(i, static_cast<unsigned char>(0x40 + i));
     }
   }
-  const residency_stats st = e.stats();
+  const swap_stats st = e.stats();
   EXPECT_GT(st.lends, 0u);
   EXPECT_LE(st.peak_resident_bytes, 4 * kPage);
   EXPECT_EQ(st.failures, 0u);
@@ -148,7 +150,7 @@ TEST_F(Residency, LendingAnEvictingPagesMemoryKeepsEveryByte) {
 TEST_F(Residency, DeviceMemoryHeldStaysUnderTheCapacity) {
   std::size_t free0 = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
-  residency_engine e(config(3, 16));
+  swap_engine e(config(3, 16));
   for (std::size_t i = 0; i < 10; ++i) {
     ASSERT_TRUE(e.create_page(va(i)));
     ASSERT_TRUE(use(e, i));
@@ -160,7 +162,7 @@ TEST_F(Residency, DeviceMemoryHeldStaysUnderTheCapacity) {
 }
 
 TEST_F(Residency, AnAccessWeDidNotPrepareReachesTheHostCopy) {
-  residency_engine e(config(2, 16));
+  swap_engine e(config(2, 16));
   for (std::size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(e.create_page(va(i)));
     ASSERT_TRUE(use(e, i));
@@ -176,7 +178,7 @@ TEST_F(Residency, AnAccessWeDidNotPrepareReachesTheHostCopy) {
 }
 
 TEST_F(Residency, ACleanPageIsEvictedWithoutACopy) {
-  residency_engine e(config(1, 16));
+  swap_engine e(config(1, 16));
   ASSERT_TRUE(e.create_page(va(0)));
   ASSERT_TRUE(use(e, 0));
   ASSERT_EQ(cudaMemsetAsync(ptr(0), 3, kPage, s_), cudaSuccess);
@@ -184,7 +186,7 @@ TEST_F(Residency, ACleanPageIsEvictedWithoutACopy) {
   ASSERT_TRUE(use(e, 0, false));      // fetched back, only read
   const std::uint64_t copied = e.stats().bytes_to_host;
   ASSERT_TRUE(use(e, 1, false));      // evicts page 0 again: nothing wrote since
-  residency_stats st = e.stats();
+  swap_stats st = e.stats();
   EXPECT_EQ(st.bytes_to_host, copied);
   EXPECT_EQ(st.clean_evictions, 1u);
   expect_bytes(0, 3);
@@ -203,10 +205,10 @@ TEST_F(Residency, ACleanPageIsEvictedWithoutACopy) {
 // without a copy and comes back without one; a block handed out on it is fresh only until
 // write-capable work is prepared; a page another live block shares keeps its bytes.
 TEST_F(Residency, DeadPagesMoveWithoutCopies) {
-  residency_engine e(config(1, 16));
+  swap_engine e(config(1, 16));
   ASSERT_TRUE(e.create_page(va(0)));
   ASSERT_TRUE(e.create_page(va(1)));  // page 0 out: never vacated, so copied
-  residency_stats st = e.stats();
+  swap_stats st = e.stats();
   EXPECT_EQ(st.bytes_to_host, kPage);
   EXPECT_EQ(st.dead_evictions, 0u);
   // Page 1 held a block that was freed: dead from now on (it moves for nothing).
@@ -264,7 +266,7 @@ TEST_F(Residency, DeadPagesMoveWithoutCopies) {
 }
 
 TEST_F(Residency, ALaunchLargerThanTheCapacityIsRefusedAndMovesNothing) {
-  residency_engine e(config(2, 16));
+  swap_engine e(config(2, 16));
   for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(e.create_page(va(i)));
   const byte_range all{va(0), 3 * kPage};
   const std::uint64_t fetches = e.stats().fetches;
@@ -275,7 +277,7 @@ TEST_F(Residency, ALaunchLargerThanTheCapacityIsRefusedAndMovesNothing) {
 }
 
 TEST_F(Residency, TheHostBudgetIsACleanRefusal) {
-  residency_engine e(config(1, 1));
+  swap_engine e(config(1, 1));
   ASSERT_TRUE(e.create_page(va(0)));
   ASSERT_TRUE(e.create_page(va(1)));   // page 0 to the host: the whole budget
   EXPECT_FALSE(e.create_page(va(2)));  // page 1 would need a second host page
@@ -283,7 +285,7 @@ TEST_F(Residency, TheHostBudgetIsACleanRefusal) {
 }
 
 TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
-  residency_engine e(config(4, 16));
+  swap_engine e(config(4, 16));
   for (std::size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(e.create_page(va(i)));
     ASSERT_TRUE(use(e, i));
@@ -302,7 +304,7 @@ TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
 
 // The prefetch tests' device: four pages of room, five pages filled with fill + i;
 // page 0 left to make room for page 4, page 1 the least recently used.
-void Residency::five_pages(residency_engine& e, int fill) {
+void Residency::five_pages(swap_engine& e, int fill) {
   for (std::size_t i = 0; i < 5; ++i) {
     ASSERT_TRUE(e.create_page(va(i)));
     ASSERT_TRUE(use(e, i));
@@ -314,7 +316,7 @@ void Residency::five_pages(residency_engine& e, int fill) {
 // After a prefetch of page 0 that evicted page 3 alone: page 0 comes back (waiting for
 // page 3's copy), pages 1, 2 and 4 are still resident, page 3 is fetched at its next
 // use, and every byte is intact.
-void Residency::expect_only_page_3_left(residency_engine& e, int fill) {
+void Residency::expect_only_page_3_left(swap_engine& e, int fill) {
   const byte_range zero{va(0), kPage};
   ASSERT_TRUE(e.prefetch({&zero, 1}));
   const std::uint64_t fetches = e.stats().fetches;
@@ -331,7 +333,7 @@ void Residency::expect_only_page_3_left(residency_engine& e, int fill) {
 // keeps a page), whatever their last use; with every resident page kept it evicts
 // nothing and defers.
 TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
-  residency_engine e(config(4, 16));
+  swap_engine e(config(4, 16));
   ASSERT_NO_FATAL_FAILURE(five_pages(e, 0x20));
   const std::uint64_t evictions = e.stats().evictions;
   const byte_range zero{va(0), kPage};
@@ -359,7 +361,7 @@ TEST_F(Residency, PrefetchNowEvictsNoPageItMustKeep) {
 // pages fetches them in the order asked for (the schedule's: soonest use first), not
 // in address order.
 TEST_F(Residency, EvictionsCopyPageByPageAndPrefetchesKeepTheOrderAsked) {
-  residency_engine e(config(4, 16));
+  swap_engine e(config(4, 16));
   ASSERT_NO_FATAL_FAILURE(five_pages(e, 0x50));  // page 0 on the host
   const std::uint64_t copies = e.stats().copies;
   const byte_range two{va(1), 2 * kPage};
@@ -400,7 +402,7 @@ std::uint64_t host_ns() {
 // simgpu every driver question costs host time, so ten prepares of that page cost the
 // host no more than one question; before, each asked (cuEventQuery) and waited.
 TEST_F(Residency, WorkWaitsForAFetchOnceWithoutAsking) {
-  residency_engine e(config(2, 16));
+  swap_engine e(config(2, 16));
   for (std::size_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(e.create_page(va(i)));
     ASSERT_TRUE(use(e, i));
@@ -430,7 +432,7 @@ std::uint64_t fake_clock() noexcept { return g_fake_now; }
 // even when it is (here the device has finished it): a fetch waiting for its room is
 // deferred until the clock has passed the copy's earliest end, then goes ahead.
 TEST_F(Residency, NoQuestionBeforeACopyCouldBeDone) {
-  residency_engine e(config(1, 16));
+  swap_engine e(config(1, 16));
   ASSERT_TRUE(e.create_page(va(0)));
   ASSERT_TRUE(use(e, 0));
   ASSERT_EQ(cudaMemsetAsync(ptr(0), 0x51, kPage, s_), cudaSuccess);
@@ -461,7 +463,7 @@ TEST_F(Residency, NoQuestionBeforeACopyCouldBeDone) {
 // Of the pages a prefetch may take, those of highest rank (used furthest off) leave
 // first, not the least recently used; dead pages before any.
 TEST_F(Residency, PrefetchNowEvictsTheHighestRankFirst) {
-  residency_engine e(config(4, 16));
+  swap_engine e(config(4, 16));
   ASSERT_NO_FATAL_FAILURE(five_pages(e, 0x30));
   const std::uint64_t evictions = e.stats().evictions;
   const byte_range zero{va(0), kPage};
@@ -481,7 +483,7 @@ TEST_F(Residency, PrefetchNowEvictsTheHighestRankFirst) {
 // another). Run a second time with SIMGPU_FAIL=reserve:2 (tests/unit/pool/meson.build):
 // the driver refuses the first reservation and the arena takes half of it.
 TEST_F(Residency, TheArenaOverTheEngineIsOneRange) {
-  residency_engine e(config(4, 32));
+  swap_engine e(config(4, 32));
   vmm_arena_config ac;
   ac.range_bytes = 8 << 20;
   ac.swap_range_bytes = 64 << 20;
@@ -504,7 +506,7 @@ TEST_F(Residency, TheArenaOverTheEngineIsOneRange) {
 }
 
 TEST_F(Residency, TheArenaOverTheEngineHoldsMoreThanTheCapacity) {
-  residency_engine e(config(4, 32));
+  swap_engine e(config(4, 32));
   vmm_arena_config ac;
   ac.range_bytes = 64 << 20;
   ac.pages = &e;
@@ -539,9 +541,9 @@ TEST_F(Residency, TheArenaOverTheEngineHoldsMoreThanTheCapacity) {
 }
 
 }  // namespace
-}  // namespace oversub::pool
+}  // namespace oversub::residency
 
-namespace oversub::pool {
+namespace oversub::residency {
 namespace {
 
 // See Note [Moves after all work] in residency/swap_engine.h: page 0 is used on stream A
@@ -551,7 +553,7 @@ namespace {
 // records the page the kernel really reached, and with SIMGPU_RACE=abort an unmap ordered
 // after A alone aborts the test.
 TEST_F(Residency, AnEvictionWaitsForWorkThatReachesThePageUnannounced) {
-  residency_engine e(config(2, 16));
+  swap_engine e(config(2, 16));
   cudaStream_t b = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
   const CUstream cb = reinterpret_cast<CUstream>(b);
@@ -595,4 +597,4 @@ TEST_F(Residency, AnEvictionWaitsForWorkThatReachesThePageUnannounced) {
 }
 
 }  // namespace
-}  // namespace oversub::pool
+}  // namespace oversub::residency
