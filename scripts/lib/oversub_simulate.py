@@ -120,13 +120,23 @@ def sweep_rows(result: dict) -> list[dict]:
     return rows
 
 
+def unreadable_line(result: dict) -> str:
+    """What the simulator assumed for the launches whose parameter layout the profiler
+    could not read (Note [Profile to iteration model] in policy/profile_model.h)."""
+    return (f"{result['profile']}: {result['unreadable_launches']} of {result['launches']} "
+            "launches unreadable (parameter layout not read): each taken to use every buffer "
+            "live at it")
+
+
 def sweep_markdown(result: dict) -> str:
     head = (f"{result['profile']} on {result['device']['name']}: peak live "
             f"{fmt_bytes(result['peak_live_bytes'])}, largest launch "
             f"{fmt_bytes(result['largest_launch']['bytes'])}, unlimited "
             f"{fmt_ms(result['unlimited_iteration_ns'])} ms per iteration" +
             (f"; planned over {result['pages']} pages of {fmt_bytes(result['page_bytes'])}"
-             if result.get("granularity") == "page" else "") + "\n\n")
+             if result.get("granularity") == "page" else "") + "\n" +
+            (unreadable_line(result) + "\n" if result.get("unreadable_launches") else "") +
+            "\n")
     lines = ["| capacity | policy | iteration ms | overhead | transfer bound ms | window bound ms | "
              "to device | to host | peak device | note |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sweep_rows(result):
@@ -267,7 +277,8 @@ def tune_rows(results: list[tuple[int, dict]]) -> list[dict]:
         p = res["points"][0]
         row = {"batch": batch, "profile": res["profile"], "peak_live_bytes": res["peak_live_bytes"],
                "largest_launch_bytes": res["largest_launch"]["bytes"], "ok": p["ok"],
-               "fits": p["fits"], "unlimited_iteration_ns": p["unlimited_iteration_ns"]}
+               "fits": p["fits"], "unlimited_iteration_ns": p["unlimited_iteration_ns"],
+               "unreadable_launches": res.get("unreadable_launches", 0)}
         if p["ok"]:
             row.update(iteration_ns=p["iteration_ns"], overhead=p["overhead"],
                        h2d_bytes=p["h2d_bytes"], d2h_bytes=p["d2h_bytes"],
@@ -347,6 +358,9 @@ def command_tune_batch(args: argparse.Namespace, repo: Path) -> int:
         rate = f"{r['samples_per_s']:.1f}" if ok else "0"
         print(f"| {r['batch']} | {fmt_bytes(r['peak_live_bytes'])} | {iteration} | "
               f"{fmt_ms(r['unlimited_iteration_ns'])} | {overhead} | {rate} | {fits_text(r)} |")
+    unreadable = [unreadable_line(res) for _, res in results if res.get("unreadable_launches")]
+    if unreadable:
+        print("\n" + "\n".join(unreadable))
     if best is None:
         print("\nno batch size runs in this budget (each has a launch larger than it)")
         return 1

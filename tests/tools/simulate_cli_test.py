@@ -13,6 +13,10 @@ Cases (--case):
   simtrain a real profile (simtrain profiled on simgpu): the simulator's peak live
            bytes and unlimited time against the profile read in Python, the duration
            model on it, and every policy's schedule within the capacity
+  unreadable  a profile with a launch marked unreadable (its parameter layout not read):
+           simulate, its sweep and tune-batch say how many, text and JSON, and the
+           launch is taken to use every buffer live at it; a profile without one says
+           nothing
   shipped  every shipped trace (traces/*.oprof): peak live bytes as oversub report
            computes them, and a cost schedule within half of them (or the largest
            launch) that is no faster than the transfer bound
@@ -184,6 +188,46 @@ def case_sweep(c: Ctx) -> None:
     pts = json.loads(r.stdout)["points"]
     check([q["capacity_bytes"] for q in pts] == [2_500_000, 1_499_999], f"{pts}")
     check(pts[0]["ok"] and not pts[1]["ok"] and "alone needs" in pts[1]["error"], f"{pts}")
+
+
+def case_unreadable(c: Ctx) -> None:
+    # The toy, its launch 1 marked unreadable and recorded with no buffers (as the
+    # profiler records a kernel whose parameter layout it cannot read): taken to use
+    # every buffer live at it, A, B and Y, so it is the largest launch, 2.5 MB.
+    prof = c.profile("toy-b8", f"long {X}\nlong {X}\niter {X // 2} 0 2\n"
+                     "launch 300000 fwd 0 2\nunreadable 500000 bwd\n")
+    plain = c.profile("toy-b4", toy_spec(300_000, 500_000))
+    dev = c.device("toy", 1e9)
+    line = "launches  1 of 2 unreadable (parameter layout not read): each taken to use " \
+           "every buffer live at it"
+    r = c.oversub("simulate", str(prof), "--device", str(dev), "--capacity", "3000000")
+    check(r.returncode == 0 and line in r.stdout.splitlines(), f"text:\n{r.stdout}{r.stderr}")
+    r = c.oversub("simulate", str(prof), "--device", str(dev), "--capacity", "3000000", "--json")
+    out = json.loads(r.stdout)
+    check(out["unreadable_launches"] == 1, f"unreadable_launches {out.get('unreadable_launches')}")
+    check(out["largest_launch"] == {"launch": 1, "bytes": 2 * X + X // 2, "buffers": 3},
+          f"largest {out['largest_launch']}")
+    # A profile whose launches were all read: no such line, 0 in the JSON.
+    r = c.oversub("simulate", str(plain), "--device", str(dev), "--capacity", "3000000")
+    check(r.returncode == 0 and "unreadable" not in r.stdout, f"plain text:\n{r.stdout}")
+    r = c.oversub("simulate", str(plain), "--device", str(dev), "--capacity", "3000000", "--json")
+    check(json.loads(r.stdout)["unreadable_launches"] == 0, f"plain JSON:\n{r.stdout}")
+    # The sweep's table (printed and PREFIX.md) and tune-batch name the profile.
+    said = f"{prof}: 1 of 2 launches unreadable (parameter layout not read): each taken to " \
+           "use every buffer live at it"
+    r = c.oversub("simulate", str(prof), "--device", str(dev), "--capacities",
+                  "3000000,2500000", "--out", str(c.tmp / "sweep"))
+    check(r.returncode == 0 and said in r.stdout.splitlines(), f"sweep:\n{r.stdout}{r.stderr}")
+    check(said in (c.tmp / "sweep.md").read_text().splitlines(), "sweep.md lacks the line")
+    r = c.oversub("tune-batch", str(plain), str(prof), "--device", str(dev), "--budget",
+                  "3000000")
+    check(r.returncode == 0 and said in r.stdout.splitlines() and
+          f"{plain}:" not in r.stdout, f"tune-batch:\n{r.stdout}{r.stderr}")
+    r = c.oversub("tune-batch", str(plain), str(prof), "--device", str(dev), "--budget",
+                  "3000000", "--json")
+    rows = json.loads(r.stdout)["rows"]
+    check([(row["batch"], row["unreadable_launches"]) for row in rows] == [(4, 0), (8, 1)],
+          f"tune-batch rows: {rows}")
 
 
 def case_errors(c: Ctx) -> None:
@@ -384,7 +428,7 @@ def case_shipped(c: Ctx) -> None:
 
 
 CASES = {"shipped": case_shipped, "simtrain": case_simtrain, "toy": case_toy, "modeled": case_modeled, "sweep": case_sweep, "errors": case_errors,
-         "tune": case_tune}
+         "tune": case_tune, "unreadable": case_unreadable}
 
 
 def main() -> int:

@@ -5,6 +5,8 @@
 //   long BYTES                       a long-lived allocation
 //   iter BYTES ALLOC_AT FREE_AT|-    a per-iteration one; '-': not freed in the iteration
 //   launch DURATION_NS NAME [BUFFER ...]
+//   unreadable DURATION_NS NAME [BUFFER ...]   a launch marked unreadable (its parameter
+//                                    layout could not be read; the buffers are those seen)
 // The profile stores per-iteration allocations first (docs/profile-format.md); the
 // buffer numbers of the launches are mapped accordingly.
 #include <algorithm>
@@ -49,8 +51,9 @@ int main(int argc, char** argv) {
       }
       a.address = 0x7f0000000000ull + (static_cast<std::uint64_t>(spec_buffers.size()) << 24);
       spec_buffers.push_back(a);
-    } else if (kind == "launch") {
+    } else if (kind == "launch" || kind == "unreadable") {
       launch_record l;
+      if (kind == "unreadable") l.flags = launch_unreadable;
       std::string name;
       ok = static_cast<bool>(words >> l.duration_ns >> name);
       std::uint32_t b = 0;

@@ -210,8 +210,10 @@ void print_json(const options& opts, const device_model& device, const profile_m
               opts.durations == duration_source::model ? "model" : "auto",
               pm.durations_measured, pm.durations_modeled);
   std::printf("  \"launches\": %zu, \"buffers\": %zu, \"long_lived_buffers\": %u, "
-              "\"unfreed_taken_as_long_lived\": %u, \"live_at_no_launch\": %u,\n",
-              s.launches, s.buffers, pm.long_lived, pm.unfreed, pm.live_at_no_launch);
+              "\"unfreed_taken_as_long_lived\": %u, \"live_at_no_launch\": %u, "
+              "\"unreadable_launches\": %u,\n",
+              s.launches, s.buffers, pm.long_lived, pm.unfreed, pm.live_at_no_launch,
+              pm.unreadable_launches);
   std::printf("  \"peak_live_bytes\": %zu,\n", s.peak_live_bytes);
   if (pages != nullptr) {
     std::printf("  \"granularity\": \"page\", \"pages\": %zu, \"page_bytes\": %zu, "
@@ -253,6 +255,12 @@ void print_text(const options& opts, const device_model& device, const profile_m
               "%u modeled\n",
               opts.profile.c_str(), s.launches, s.buffers, pm.long_lived, pm.durations_measured,
               pm.durations_modeled);
+  if (pm.unreadable_launches != 0) {
+    // See Note [Profile to iteration model] in policy/profile_model.h.
+    std::printf("launches  %u of %zu unreadable (parameter layout not read): each taken to use "
+                "every buffer live at it\n",
+                pm.unreadable_launches, s.launches);
+  }
   std::printf("device    %s (%s): %s, link %.1f GB/s to the device, %.1f GB/s back\n",
               device.name.c_str(), device.path.c_str(), format_bytes(device.memory_bytes).c_str(),
               device.costs.h2d_bytes_per_s / 1e9, device.costs.d2h_bytes_per_s / 1e9);
