@@ -25,7 +25,7 @@ CUresult stream_query(CUstream h, bool ptds) {
   stream_obj* s = S(h, ptds);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  clock_host_advance(dev().model.api_overhead_ns);  // polling takes host time
+  clock_host_advance(dev().model.api_overhead_ns, host_family::stream_query);  // polling takes host time
   return stream_done(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -34,7 +34,7 @@ CUresult wait_event(CUstream h, CUevent ev, unsigned flags, bool ptds) {
   event_obj* e = E(ev);
   if (s == nullptr || e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (flags & ~unsigned{CU_EVENT_WAIT_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
-  clock_host_advance(dev().model.stream_wait_event_ns);
+  clock_host_advance(dev().model.stream_wait_event_ns, host_family::stream_wait);
   bool handled = false;
   CUresult r = capture_event_wait(s, e, &handled);
   if (handled) return r;
@@ -244,7 +244,7 @@ SIMGPU_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
   if (e == nullptr) SIMGPU_RETURN(CUDA_ERROR_INVALID_HANDLE);
   if (event_in_live_capture(e)) SIMGPU_RETURN(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   host_wait_event(e);
-  clock_host_advance(dev().model.event_sync_ns);
+  clock_host_advance(dev().model.event_sync_ns, host_family::event_sync);
   SIMGPU_RETURN(CUDA_SUCCESS);
 }
 
@@ -253,7 +253,7 @@ SIMGPU_EXPORT CUresult cuEventQuery(CUevent hEvent) {
   event_obj* e = E(hEvent);
   if (e == nullptr) SIMGPU_RETURN(CUDA_ERROR_INVALID_HANDLE);
   if (event_in_live_capture(e)) SIMGPU_RETURN(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-  clock_host_advance(dev().model.event_query_ns);  // polling takes host time
+  clock_host_advance(dev().model.event_query_ns, host_family::event_query);  // polling takes host time
   SIMGPU_RETURN(event_done(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY);
 }
 

@@ -186,7 +186,7 @@ CUresult graph_launch(CUgraphExec g, stream_obj* s) {
   if (s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (CUresult f = inject_failure(fail_kind::graph_launch); f != CUDA_SUCCESS) return f;
   // One enqueue: the replayed nodes cost no further host time (op_begin).
-  clock_host_advance(dev().model.launch_enqueue_ns);
+  clock_host_advance(dev().model.launch_enqueue_ns, host_family::launch);
   ++t_replaying;
   CUresult r = CUDA_SUCCESS;
   for (const graph_node& n : reinterpret_cast<graph_exec_obj*>(g)->nodes) {

@@ -16,7 +16,37 @@ namespace simgpu {
 
 namespace {
 
-double g_host_ns = 0;
+// See Note [A clock per host thread] in clock.h: each thread's clock lives in its
+// host_thread_stats (never freed: the exit report reads them); g_host_max_ns is the
+// latest any thread has reached, where a new thread starts.
+double g_host_max_ns = 0;
+std::vector<host_thread_stats*> g_threads;
+thread_local host_thread_stats* t_host = nullptr;
+
+host_thread_stats& me() {
+  if (t_host == nullptr) {
+    t_host = new host_thread_stats();
+    t_host->ordinal = static_cast<int>(g_threads.size()) + 1;
+    t_host->clock_ns = g_host_max_ns;
+    g_threads.push_back(t_host);
+  }
+  return *t_host;
+}
+
+// The calling thread's clock moves to at least t (a wait: counted as waited).
+void host_reach(double t, host_thread_stats& h = me()) {
+  if (t > h.clock_ns) {
+    h.waited_ns += t - h.clock_ns;
+    h.clock_ns = t;
+    g_host_max_ns = std::max(g_host_max_ns, t);
+  }
+}
+
+// See Note [A clock per host thread]: a record another thread issued is seen no
+// earlier than it was issued.
+void observe(const event_obj* e) {
+  if (e->recorded) host_reach(e->issued_ns);
+}
 double g_engine_free_ns[3] = {0, 0, 0};
 uint64_t g_next_stream_id = 1;
 std::set<stream_obj*> g_streams;   // every live stream incl. legacy and per-thread
@@ -35,7 +65,7 @@ stream_obj* new_stream(unsigned flags, int priority) {
   s->flags = flags;
   s->priority = priority;
   s->timeline = det().add_timeline();
-  s->tail_ns = g_host_ns;
+  s->tail_ns = me().clock_ns;
   g_streams.insert(s);
   return s;
 }
@@ -92,11 +122,41 @@ void destroy_event(event_obj* e) {
   delete e;
 }
 
-double clock_host_ns() { return g_host_ns; }
-void charge_host_call() { g_host_ns += dev().model.api_overhead_ns; }
-void clock_host_advance(double ns) { g_host_ns += ns; }
+double clock_host_ns() { return me().clock_ns; }
+
+const char* host_family_name(host_family f) {
+  static const char* const names[] = {
+      "launch", "copy", "event_record", "event_query", "event_sync", "stream_wait",
+      "stream_query", "vmm_create", "vmm_map", "vmm_unmap", "vmm_set_access", "vmm_release",
+      "managed", "other"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<int>(host_family::count_));
+  return names[static_cast<int>(f)];
+}
+
+void clock_host_advance(double ns, host_family f) {
+  host_thread_stats& h = me();
+  h.clock_ns += ns;
+  ++h.calls[static_cast<int>(f)];
+  h.call_ns[static_cast<int>(f)] += ns;
+  g_host_max_ns = std::max(g_host_max_ns, h.clock_ns);
+}
+void charge_host_call() { clock_host_advance(dev().model.api_overhead_ns); }
+
+std::vector<const host_thread_stats*> host_threads() {
+  return {g_threads.begin(), g_threads.end()};
+}
 
 namespace {
+host_family family_of(call_cost c) {
+  switch (c) {
+    case call_cost::launch: return host_family::launch;
+    case call_cost::copy: return host_family::copy;
+    case call_cost::event_record: return host_family::event_record;
+    case call_cost::api: break;
+  }
+  return host_family::other;
+}
+
 double cost_ns(call_cost c) {
   const device_model& m = dev().model;
   switch (c) {
@@ -111,8 +171,8 @@ double cost_ns(call_cost c) {
 
 double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost) {
   race_detector& d = det();
-  double issue_ns = g_host_ns;  // see Note [Issue time] in tests/simgpu/driver/clock.h
-  if (!in_graph_replay()) g_host_ns += cost_ns(cost);
+  double issue_ns = me().clock_ns;  // see Note [Issue time] in tests/simgpu/driver/clock.h
+  if (!in_graph_replay()) clock_host_advance(cost_ns(cost), family_of(cost));
   double ready = std::max(s->tail_ns, issue_ns + delay_ns);
   if (e != engine::none) ready = std::max(ready, g_engine_free_ns[static_cast<int>(e)]);
   if (s->legacy) {
@@ -140,16 +200,16 @@ void op_end(stream_obj* s, engine e, double end_ns) {
 }
 
 void host_wait_stream(stream_obj* s) {
-  timeline_host_wait("stream synchronize", g_host_ns, s->tail_ns);
-  g_host_ns = std::max(g_host_ns, s->tail_ns);
+  timeline_host_wait("stream synchronize", me().clock_ns, s->tail_ns);
+  host_reach(s->tail_ns);
   det().join(race_detector::kHost, s->timeline);
 }
 
 void host_wait_all() {
   for (stream_obj* s : g_streams) host_wait_stream(s);
   for (double f : g_engine_free_ns) {
-    timeline_host_wait("device synchronize", g_host_ns, f);
-    g_host_ns = std::max(g_host_ns, f);
+    timeline_host_wait("device synchronize", me().clock_ns, f);
+    host_reach(f);
   }
   for (auto it = g_streams.begin(); it != g_streams.end();) {
     if ((*it)->destroyed) {
@@ -165,8 +225,8 @@ void host_wait_device_time(const char* why) {
   double idle = 0;
   for (stream_obj* s : g_streams) idle = std::max(idle, s->tail_ns);
   for (double f : g_engine_free_ns) idle = std::max(idle, f);
-  timeline_host_wait(why, g_host_ns, idle);
-  g_host_ns = std::max(g_host_ns, idle);
+  timeline_host_wait(why, me().clock_ns, idle);
+  host_reach(idle);
 }
 
 void host_wait_legacy() {
@@ -176,39 +236,44 @@ void host_wait_legacy() {
 
 void host_wait_event(event_obj* e) {
   if (!e->recorded) return;
-  timeline_host_wait("event synchronize", g_host_ns, e->time_ns);
-  g_host_ns = std::max(g_host_ns, e->time_ns);
+  observe(e);
+  timeline_host_wait("event synchronize", me().clock_ns, e->time_ns);
+  host_reach(e->time_ns);
   det().join_clock(race_detector::kHost, e->vc);
 }
 
 bool stream_done(stream_obj* s) {
-  if (s->tail_ns > g_host_ns) return false;
+  if (s->tail_ns > me().clock_ns) return false;
   det().join(race_detector::kHost, s->timeline);
   return true;
 }
 
 bool event_done(event_obj* e) {
   if (!e->recorded) return true;
-  if (e->time_ns > g_host_ns) return false;
+  observe(e);
+  if (e->time_ns > me().clock_ns) return false;
   det().join_clock(race_detector::kHost, e->vc);
   return true;
 }
 
 void event_record(event_obj* e, stream_obj* s) {
+  const double issued = me().clock_ns;
   double t = op_begin(s, engine::none, 0, call_cost::event_record);
   e->recorded = true;
+  e->issued_ns = issued;
   e->time_ns = t;
   e->vc = det().clock(s->timeline);
 }
 
 void stream_wait_event(stream_obj* s, event_obj* e) {
   if (!e->recorded) return;  // waiting on a never-recorded event is a no-op
+  observe(e);
   s->tail_ns = std::max(s->tail_ns, e->time_ns);
   det().join_clock(s->timeline, e->vc);
 }
 
 double clock_end_ns() {
-  double t = g_host_ns;
+  double t = g_host_max_ns;
   for (stream_obj* s : g_streams) t = std::max(t, s->tail_ns);
   for (double f : g_engine_free_ns) t = std::max(t, f);
   return t;

@@ -23,6 +23,23 @@
 // copy carries the copy's end time. Allocation calls cost host time too
 // (api_overhead_ns; the VMM calls their own per-call and per-page figures).
 //
+// Note [A clock per host thread]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Each host thread has its own host time: a thread's calls cost its own time, and its
+// waits move only its own clock. A second thread (a page mover, a data loader) works
+// in parallel with the first, as on a real machine, and what it costs shows where it
+// is paid. Threads meet in time only where simgpu can see it, and there the later
+// one waits, which is the hostile reading:
+//   - a thread starts (its first call) at the latest host time any thread has
+//     reached, since simgpu cannot see when it was created;
+//   - a thread that observes an event another thread recorded (cuStreamWaitEvent,
+//     cuEventQuery, cuEventSynchronize, cuEventElapsedTime) is first moved to the
+//     host time at which that record was issued: it cannot have seen it earlier.
+// Hand-offs that simgpu cannot see (a mutex, a condition variable) move no clock, so
+// a program whose threads wait for each other that way must also hand over through
+// an event for its time to be right. The race detector keeps one host timeline for all threads
+// (Note [Host threads share one race timeline] in race_detector.h).
+//
 // Note [Legacy default stream]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An operation on the legacy stream (stream 0 / CU_STREAM_LEGACY) waits for all
@@ -38,6 +55,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "race_detector.h"
 
@@ -66,6 +84,7 @@ struct event_obj {
   unsigned flags = 0;
   bool recorded = false;
   double time_ns = 0;
+  double issued_ns = 0;  // the recording thread's host time (Note [A clock per host thread])
   vclock vc;
   capture_seq* capture = nullptr;
 };
@@ -84,10 +103,31 @@ event_obj* create_event(unsigned flags);
 bool valid_event(CUevent e);
 void destroy_event(event_obj* e);
 
+// The calling thread's host time (Note [A clock per host thread]).
 double clock_host_ns();
-void clock_host_advance(double ns);
+
+// The families of host cost, counted per thread for the exit report.
+enum class host_family {
+  launch, copy, event_record, event_query, event_sync, stream_wait, stream_query,
+  vmm_create, vmm_map, vmm_unmap, vmm_set_access, vmm_release, managed, other, count_
+};
+const char* host_family_name(host_family f);
+void clock_host_advance(double ns, host_family f = host_family::other);
 // Host time spent by an allocation-family call (api_overhead_ns).
 void charge_host_call();
+
+// Per host thread, for the exit report: calls and host time by family, and the time
+// spent waiting for the device (synchronising calls, VMM calls that wait, and moves
+// to another thread's record: Note [A clock per host thread]).
+struct host_thread_stats {
+  int ordinal = 0;  // 1: the first thread that called
+  double clock_ns = 0;
+  double waited_ns = 0;
+  uint64_t calls[static_cast<int>(host_family::count_)] = {};
+  double call_ns[static_cast<int>(host_family::count_)] = {};
+};
+// Every thread that has called so far, in order of first call.
+std::vector<const host_thread_stats*> host_threads();
 
 // Which of the model's host costs an enqueue pays (Note [Driver call costs] in
 // device_model.cc): api_overhead_ns, launch_enqueue_ns, copy_enqueue_ns,

@@ -169,7 +169,7 @@ bool managed_make_room(uint64_t bytes) {
     d.st.managed_to_host_bytes += page_bytes();
     cost_ns += page_bytes() / d.model.d2h_pinned_bytes_per_s * 1e9;
   }
-  clock_host_advance(cost_ns);
+  clock_host_advance(cost_ns, host_family::managed);
   return d.used_bytes + bytes <= d.capacity_bytes;
 }
 
@@ -231,7 +231,8 @@ bool managed_host_touch(region* r, uintptr_t p) {
     ++dev().st.managed_faults;
     dev().st.managed_to_host_bytes += page_bytes();
     clock_host_advance(dev().model.managed_fault_ns +
-                       page_bytes() / dev().model.d2h_pinned_bytes_per_s * 1e9);
+                           page_bytes() / dev().model.d2h_pinned_bytes_per_s * 1e9,
+                       host_family::managed);
   }
   if (r->page_on_device[i]) set_page_host(r, i, PROT_READ | PROT_WRITE);
   else protect(page_addr(r, i), page_bytes(), PROT_READ | PROT_WRITE);

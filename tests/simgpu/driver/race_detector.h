@@ -13,6 +13,17 @@
 // legacy stream both ways. Two accesses to overlapping bytes, at least one a write,
 // neither ordered before the other, are a race.
 //
+// Note [Host threads share one race timeline]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// All host threads are one timeline here, although each has its own clock in time
+// (Note [A clock per host thread] in clock.h): threads order their own work with
+// mutexes, which the detector cannot see, and treating them as unordered would
+// report every hand-off. So a host release (an unmap, a free) is checked against all
+// that any host thread has waited for. A thread that frees memory another thread's
+// queued work still uses, ordered after it only by a wait made on the other thread,
+// is not caught, so a program checked here keeps every wait that orders a release on
+// the thread that releases.
+//
 // Note [Compact history]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // Per region, the detector keeps only accesses that may still race: a record that

@@ -2,6 +2,8 @@
 #include "report.h"
 
 #include <cinttypes>
+#include <cstdio>
+#include <string>
 
 #include "clock.h"
 #include "config.h"
@@ -25,6 +27,24 @@ void print_report_if_asked() {
            PRIu64,
            s.memsets, s.managed_to_device_bytes, s.managed_to_host_bytes,
            s.managed_evicted_bytes, d.capacity_bytes, d.used_bytes, s.kernel_host_mapped_bytes);
+  // One line per host thread (Note [A clock per host thread] in clock.h): its clock, the
+  // time it waited, and its calls by family (count and host ms), families it never
+  // called left out.
+  for (const host_thread_stats* h : host_threads()) {
+    std::string calls;
+    double busy = 0;
+    for (int f = 0; f < static_cast<int>(host_family::count_); ++f) {
+      busy += h->call_ns[f];
+      if (h->calls[f] == 0) continue;
+      char one[96];
+      std::snprintf(one, sizeof one, "%s%s %" PRIu64 " %.3f", calls.empty() ? "" : ", ",
+                    host_family_name(static_cast<host_family>(f)), h->calls[f],
+                    h->call_ns[f] / 1e6);
+      calls += one;
+    }
+    log_line("host thread %d: clock %.3f ms, busy %.3f ms, waited %.3f ms; calls (count ms): %s",
+             h->ordinal, h->clock_ns / 1e6, busy / 1e6, h->waited_ns / 1e6, calls.c_str());
+  }
 }
 
 }  // namespace simgpu

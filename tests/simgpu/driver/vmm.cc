@@ -61,10 +61,11 @@ region* reservation_for(uintptr_t p, size_t size) {
 // tomorrow), so an unmap still has to be ordered after the work that uses the
 // range by an event or stream synchronisation, and one that is not is reported
 // whatever this switch says.
-void vmm_call_cost(const device_model::vmm_cost& c, uint64_t bytes, const char* wait_why) {
+void vmm_call_cost(const device_model::vmm_cost& c, uint64_t bytes, const char* wait_why,
+                   host_family f) {
   const device_model& m = dev().model;
   if (wait_why != nullptr && m.vmm_waits_for_device) host_wait_device_time(wait_why);
-  clock_host_advance(c.for_bytes(bytes));
+  clock_host_advance(c.for_bytes(bytes), f);
 }
 
 void unmap_one(region* r, std::map<uintptr_t, vmm_mapping>::iterator it) {
@@ -121,7 +122,7 @@ CUresult vmm_address_free(CUdeviceptr ptr, size_t size) {
 
 CUresult vmm_create(CUmemGenericAllocationHandle* handle, size_t size,
                     const CUmemAllocationProp* prop, unsigned long long flags) {
-  vmm_call_cost(dev().model.vmm_create, size, nullptr);
+  vmm_call_cost(dev().model.vmm_create, size, nullptr, host_family::vmm_create);
   if (handle == nullptr || size == 0 || flags != 0 || !valid_prop(prop) ||
       size % kVmmGranularityBytes != 0)
     return CUDA_ERROR_INVALID_VALUE;
@@ -155,7 +156,7 @@ CUresult vmm_create(CUmemGenericAllocationHandle* handle, size_t size,
 
 CUresult vmm_release(CUmemGenericAllocationHandle handle) {
   phys_handle* h = find_handle(handle);
-  vmm_call_cost(dev().model.vmm_release, h != nullptr ? h->bytes : 0, nullptr);
+  vmm_call_cost(dev().model.vmm_release, h != nullptr ? h->bytes : 0, nullptr, host_family::vmm_release);
   if (h == nullptr || h->refs <= 0) return CUDA_ERROR_INVALID_VALUE;
   --h->refs;
   maybe_destroy(h);
@@ -164,7 +165,7 @@ CUresult vmm_release(CUmemGenericAllocationHandle handle) {
 
 CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle hid,
                  unsigned long long flags) {
-  vmm_call_cost(dev().model.vmm_map, size, "cuMemMap waits for the device");
+  vmm_call_cost(dev().model.vmm_map, size, "cuMemMap waits for the device", host_family::vmm_map);
   phys_handle* h = find_handle(hid);
   if (h == nullptr || flags != 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   if (ptr % kVmmGranularityBytes || size % kVmmGranularityBytes ||
@@ -191,7 +192,7 @@ CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloca
 }
 
 CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
-  vmm_call_cost(dev().model.vmm_unmap, size, "cuMemUnmap waits for the device");
+  vmm_call_cost(dev().model.vmm_unmap, size, "cuMemUnmap waits for the device", host_family::vmm_unmap);
   region* r = reservation_for(ptr, size);
   if (r == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   // The range must consist of whole mappings.
@@ -212,7 +213,7 @@ CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
 
 CUresult vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
                         size_t count) {
-  vmm_call_cost(dev().model.vmm_set_access, size, "cuMemSetAccess waits for the device");
+  vmm_call_cost(dev().model.vmm_set_access, size, "cuMemSetAccess waits for the device", host_family::vmm_set_access);
   if (desc == nullptr || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   region* r = reservation_for(ptr, size);
   if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "simgpu/kernel.h"
@@ -481,6 +482,58 @@ TEST_F(Timing, EventStreamCopyAndLaunchCallsCostTheModelsFigures) {
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
   CUDA_OK(cudaFreeHost(host));
+}
+
+// See Note [A clock per host thread] in tests/simgpu/driver/clock.h: another thread's
+// calls cost its own clock, not this one's; a thread starts at the latest host time any
+// thread reached; and a thread that waits on an event another thread recorded is moved
+// to the host time at which that record was issued.
+TEST_F(Timing, EachHostThreadHasItsOwnClock) {
+  static auto now = simgpu_test::driver<uint64_t (*)()>("simgpuVirtualTimeNs");
+  auto m = simgpu_test::device_model::current();
+  auto create = SIMGPU_DRV(cuMemCreate);
+  auto release = SIMGPU_DRV(cuMemRelease);
+  auto record = SIMGPU_DRV(cuEventRecord);
+  auto wait = SIMGPU_DRV(cuStreamWaitEvent);
+  auto query = SIMGPU_DRV(cuEventQuery);
+  CUDA_OK(cudaDeviceSynchronize());
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  const int calls = 8;
+  const double per_call = 2 * m.number({"vmm_create_ns"}) +
+                          2 * m.number({"vmm_create_per_2mib_ns"}) +
+                          m.number({"vmm_release_ns"}) + m.number({"vmm_release_per_2mib_ns"});
+  const uint64_t main_start = now();
+  uint64_t other_start = 0, other_before_record = 0, other_end = 0;
+  CUevent e = reinterpret_cast<CUevent>(e1_);
+  std::thread other([&] {
+    CUDA_OK(cudaSetDevice(0));  // the runtime makes the primary context current here
+    other_start = now();
+    for (int i = 0; i < calls; ++i) {
+      CUmemGenericAllocationHandle h = 0;
+      ASSERT_EQ(create(&h, 4u << 20, &prop, 0), CUDA_SUCCESS);
+      ASSERT_EQ(release(h), CUDA_SUCCESS);
+    }
+    other_before_record = now();
+    ASSERT_EQ(record(e, reinterpret_cast<CUstream>(s2_)), CUDA_SUCCESS);
+    other_end = now();
+  });
+  other.join();
+  // The other thread started where this one was, and its calls cost only its clock.
+  EXPECT_GE(other_start, main_start);
+  EXPECT_NEAR(static_cast<double>(other_before_record - other_start), calls * per_call, 1.0 * calls);
+  EXPECT_LT(now() - main_start, static_cast<uint64_t>(per_call));
+  // Waiting on its event brings this thread to the record's issue time, then costs the wait.
+  const double waited = host_ns_of([&] {
+    ASSERT_EQ(wait(reinterpret_cast<CUstream>(s_), e, 0), CUDA_SUCCESS);
+  });
+  EXPECT_GE(now(), other_before_record);
+  EXPECT_GT(waited, per_call);
+  // A later observation of the same record costs only its own call.
+  EXPECT_NS(host_ns_of([&] { (void)query(e); }), m.number({"event_query_ns"}));
+  EXPECT_GE(other_end, other_before_record);
+  CUDA_OK(cudaDeviceSynchronize());
 }
 
 // A kernel reads host memory (pinned, or a host-located VMM mapping) at the model's
