@@ -16,7 +16,7 @@ namespace simgpu {
 
 namespace {
 
-// See Note [A clock per host thread] in clock.h: each thread's clock lives in its
+// See Note [A clock per host thread] in tests/simgpu/driver/clock.h: each thread's clock lives in its
 // host_thread_stats (never freed: the exit report reads them); g_host_max_ns is the
 // latest any thread has reached, where a new thread starts.
 double g_host_max_ns = 0;
@@ -42,7 +42,7 @@ void host_reach(double t, host_thread_stats& h = me()) {
   }
 }
 
-// See Note [A clock per host thread]: a record another thread issued is seen no
+// See Note [A clock per host thread] in tests/simgpu/driver/clock.h: a record another thread issued is seen no
 // earlier than it was issued.
 void observe(const event_obj* e) {
   if (e->recorded) host_reach(e->issued_ns);
