@@ -98,7 +98,7 @@ GPT2_SAVED = transformer_activation_bytes(1024, 8, 768, 12, 12, 50257, elem=4)
 PUBLISHED: list[Published] = [
     Published("vgg16", 256, 28 * GB,
               "28 GB (feature maps, weights, workspace; network-wide allocation, no reuse)",
-              "Rhu et al., vDNN, MICRO 2016, abstract (/work/shared/seeds/003)",
+              "Rhu et al., vDNN, MICRO 2016, abstract",
               measures="network-wide"),
     Published("resnet50-256", 96, 10 * GB,
               "\"10-13GB\" (256x256 images, PyTorch; the post does not say how it was measured: "
