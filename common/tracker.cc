@@ -128,10 +128,10 @@ std::size_t tracker::live_count() const {
   return live_.size();
 }
 
-std::size_t tracker::scan(const std::uint64_t* words, std::size_t count,
-                          std::uint64_t* bases) const {
+std::size_t tracker::scan(const std::uint64_t* words, std::size_t count, std::uint64_t* bases,
+                          std::uint64_t* sizes) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return live_.scan(words, count, bases);
+  return live_.scan(words, count, bases, sizes);
 }
 
 }  // namespace oversub

@@ -61,9 +61,11 @@ class tracker {
   // The allocation containing address.
   std::optional<allocation> find(std::uintptr_t address) const;
 
-  // The bases of the live allocations the words point into, under one lock
-  // (allocation_map::scan; the profiler's argument scanning).
-  std::size_t scan(const std::uint64_t* words, std::size_t count, std::uint64_t* bases) const;
+  // The bases of the live allocations the words point into, under one lock, and with
+  // sizes their sizes (allocation_map::scan: Note [Scanning argument words] in
+  // common/allocation_map.h; the argument scanning of profiling and swap modes).
+  std::size_t scan(const std::uint64_t* words, std::size_t count, std::uint64_t* bases,
+                   std::uint64_t* sizes = nullptr) const;
 
   struct memory_info {
     std::uint64_t free_bytes = 0;

@@ -60,6 +60,11 @@ inline std::size_t gather_words(const std::vector<param_slot>& params, void* con
     const param_slot& p = params[i];
     if (args[i] == nullptr) continue;
     const auto* bytes = static_cast<const unsigned char*>(args[i]);
+    if (p.size == 8 && (p.offset & 7u) == 0) {  // a pointer or 64-bit scalar: one word
+      if (n == max_scan_words) return n;
+      std::memcpy(&words[n++], bytes, 8);
+      continue;
+    }
     for (std::uint32_t o = (p.offset + 7) & ~7u; o + 8 <= p.offset + p.size; o += 8) {
       if (n == max_scan_words) return n;
       std::memcpy(&words[n++], bytes + (o - p.offset), 8);

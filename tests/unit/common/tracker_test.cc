@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -137,6 +138,43 @@ TEST_F(TrackerTest, ConcurrentRecordForgetLosesNothing) {
   EXPECT_EQ(t.used(0), 0u);
   EXPECT_EQ(stats::global().allocations.total(), 16000u);
   EXPECT_EQ(stats::global().frees.total(), 16000u);
+}
+
+// Scans on one thread while another allocates and frees around the scanned
+// allocations: every scan finds exactly the allocations that stay live, whatever
+// the other thread did to the cache and the flat index in between.
+TEST_F(TrackerTest, ScanWhileAnotherThreadAllocates) {
+  tracker t(device_limit{});
+  constexpr int kept = 64;
+  std::vector<std::uint64_t> words;
+  for (int k = 0; k < kept; ++k) {
+    const std::uintptr_t base = 0x7f0000000000 + std::uintptr_t(k) * 0x200000;
+    t.record({base, 0x100000, alloc_kind::device, nullptr, 0});
+    words.push_back(base + 0x800 * std::uintptr_t(k));
+    words.push_back(base + 0x100000);  // the gap after it, below the other thread's
+  }
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    for (std::uintptr_t i = 0; !stop.load(); ++i) {
+      const std::uintptr_t k = i % kept;
+      const std::uintptr_t base = 0x7f0000000000 + k * 0x200000 + 0x180000 + (i % 7) * 0x1000;
+      t.record({base, 0x1000, alloc_kind::device, nullptr, 0});
+      ASSERT_TRUE(t.forget(base).has_value());
+    }
+  });
+  std::vector<std::uint64_t> bases(words.size());
+  std::vector<std::uint64_t> sizes(words.size());
+  for (int scan = 0; scan < 20000; ++scan) {
+    ASSERT_EQ(t.scan(words.data(), words.size(), bases.data(), sizes.data()),
+              static_cast<std::size_t>(kept));
+    for (int k = 0; k < kept; ++k) {
+      ASSERT_EQ(bases[k], 0x7f0000000000 + std::uint64_t(k) * 0x200000);
+      ASSERT_EQ(sizes[k], 0x100000u);
+    }
+  }
+  stop = true;
+  churn.join();
+  EXPECT_EQ(t.live_count(), static_cast<std::size_t>(kept));
 }
 
 }  // namespace
