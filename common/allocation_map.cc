@@ -139,7 +139,8 @@ std::int64_t allocation_map::lookup(std::uint64_t w) const {
   return w - e.base < e.bytes ? std::int64_t{index} : -1;
 }
 
-// See Note [Scanning argument words] and Note [The scan cache] in common/allocation_map.h.
+// See Note [Scanning argument words] in common/allocation_map.h and Note [The scan cache]
+// in common/allocation_map.h.
 std::size_t allocation_map::scan(const std::uint64_t* words, std::size_t count,
                                  std::uint64_t* bases, std::uint64_t* sizes) const {
   if (by_base_.empty()) return 0;
