@@ -84,11 +84,12 @@ residency::prepare_result prepare_oversized(const resident_call& at, const resid
 }
 
 // The launch path's per-thread scratch: a 32 KB parameter block scans to 4096 words,
-// and these arrays (about 360 KB) must not live on the application's stack. Null when
+// and these arrays (about 390 KB) must not live on the application's stack. Null when
 // it cannot be allocated: the launch is then taken to touch any page.
 struct launch_scratch {
   std::uint64_t words[profiler::max_scan_words];
   std::uint64_t bases[profiler::max_scan_words];
+  std::uint64_t sizes[profiler::max_scan_words];
   residency::byte_range ranges[3 * profiler::max_scan_words];
 };
 launch_scratch* scratch() noexcept {
@@ -129,7 +130,9 @@ cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
     return make_resident(at, nullptr, 0, true);
   }
   std::uint64_t* bases = sc->bases;
-  const std::size_t found = n_words == 0 ? 0 : t.scan(words, n_words, bases);
+  std::uint64_t* sizes = sc->sizes;
+  // The scan gives each buffer's size under its one lock: no second lookup per buffer.
+  const std::size_t found = n_words == 0 ? 0 : t.scan(words, n_words, bases, sizes);
   // See Note [Windows into large allocations] (residency/swap_engine.h): an allocation larger
   // than a quarter of the capacity is taken for a segment of a caching allocator; each
   // word pointing into it asks for a window of an eighth of the capacity from the
@@ -140,19 +143,19 @@ cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
   std::span<residency::byte_range> ranges(sc->ranges);
   std::size_t k = 0;
   for (std::size_t i = 0; i < found; ++i) {
-    const std::optional<allocation> a = t.find(bases[i]);
-    if (!a) continue;
-    if (a->bytes <= large) {
-      ranges[k++] = residency::byte_range{a->base, a->bytes};
+    const std::uint64_t base = bases[i];
+    const std::uint64_t bytes = sizes[i];
+    if (bytes <= large) {
+      ranges[k++] = residency::byte_range{base, bytes};
       continue;
     }
     for (std::size_t w = 0; w < n_words && k + 1 < ranges.size(); ++w) {
-      if (words[w] < a->base || words[w] >= a->base + a->bytes) continue;
-      const std::uint64_t end = std::min<std::uint64_t>(a->base + a->bytes, words[w] + window);
+      if (words[w] < base || words[w] >= base + bytes) continue;
+      const std::uint64_t end = std::min<std::uint64_t>(base + bytes, words[w] + window);
       ranges[k++] = residency::byte_range{words[w], end - words[w], true};
     }
     // The kernel may reach any byte of it: its stream uses every page of it.
-    if (k < ranges.size()) ranges[k++] = residency::byte_range{a->base, a->bytes, false, true};
+    if (k < ranges.size()) ranges[k++] = residency::byte_range{base, bytes, false, true};
   }
   core::schedule_before_launch(device, ranges.first(k));
   return make_resident(at, ranges.data(), k, true);
