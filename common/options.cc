@@ -288,6 +288,13 @@ bool parse_bool(std::string_view text, bool& out) {
   return false;
 }
 
+bool parse_mover(std::string_view text, bool& out) {
+  std::string_view s = trim(text);
+  if (iequals(s, "thread")) return out = true, true;
+  if (iequals(s, "inline")) return out = false, true;
+  return false;
+}
+
 bool parse_stats(std::string_view text, stats_format& out) {
   std::string_view s = trim(text);
   if (iequals(s, "json")) return out = stats_format::json, true;

@@ -63,6 +63,7 @@ std::unique_ptr<residency_backend> make_backend(int device, const pool_settings&
   c.capacity_bytes = swap_capacity(s);
   c.host_budget_bytes = s.host_budget_bytes;
   c.clean_evictions = s.all_writes_seen;
+  c.mover_thread = s.mover_thread;
   return std::make_unique<swap_engine>(c);
 }
 

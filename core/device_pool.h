@@ -30,6 +30,8 @@ struct pool_settings {
   std::uint64_t swap_capacity_bytes = 0;
   // Swap mode: every write-capable call is seen (swap_config::clean_evictions).
   bool all_writes_seen = false;
+  // Swap mode: evictions finished by the engine's own thread (OVERSUB_MOVER=thread).
+  bool mover_thread = true;
 };
 
 // See Note [Swap capacity] (device_pool.cc): the bytes swap mode's pages may hold, from

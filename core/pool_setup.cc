@@ -110,6 +110,7 @@ core::pool_settings pool_settings_for(const config& cfg, memory_query ask) {
     settings.um = cfg.mode == run_mode::um;
     settings.um_naive = cfg.policy == swap_policy::naive;
     settings.swap_capacity_bytes = resolve_swap_capacity(cfg.limit, ask);
+    settings.mover_thread = cfg.mover_thread;
     const std::uint64_t page = residency::swap_config{}.page_bytes;
     if (settings.swap && settings.swap_capacity_bytes != 0 && settings.swap_capacity_bytes < page) {
       // The pages get no device memory at all: every call runs from host memory.

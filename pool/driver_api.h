@@ -19,6 +19,7 @@ namespace oversub::pool {
 #define OVERSUB_DRIVER_FUNCTIONS(X) \
   X(cuInit)                         \
   X(cuCtxGetCurrent)                \
+  X(cuCtxSetCurrent)                \
   X(cuCtxSynchronize)               \
   X(cuDeviceGet)                    \
   X(cuMemGetInfo)                   \

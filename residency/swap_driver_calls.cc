@@ -45,19 +45,31 @@ CUresult swap_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle
 // residency/swap_engine.h). The caller has made room (resident + one page <= capacity).
 CUresult swap_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
   if (!spare_.empty()) {
-    h = spare_.back();
+    // The oldest mover batch's spare first, after its hand-off (Note [The mover] in
+    // residency/swap_engine.h).
+    const std::size_t i = static_cast<std::size_t>(
+        std::min_element(spare_batch_.begin(), spare_batch_.end()) - spare_batch_.begin());
+    observe_locked(spare_batch_[i]);
+    h = spare_[i];
+    spare_[i] = spare_.back();
+    spare_batch_[i] = spare_batch_.back();
     spare_.pop_back();
+    spare_batch_.pop_back();
     stats_.spare_bytes -= cfg_.page_bytes;
     ++stats_.spare_reuses;
     return CUDA_SUCCESS;
   }
+  // New memory may take room a mover batch made (Note [The mover] in
+  // residency/swap_engine.h).
+  observe_locked(batches_);
   ++stats_.mapping_calls;
   const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
   return pool::driver().cuMemCreate(&h, cfg_.page_bytes, &prop, 0);
 }
 
-void swap_engine::give_device_locked(CUmemGenericAllocationHandle h) {
+void swap_engine::give_device_locked(CUmemGenericAllocationHandle h, std::uint64_t batch) {
   spare_.push_back(h);
+  spare_batch_.push_back(batch);
   stats_.spare_bytes += cfg_.page_bytes;
   trim_spares_locked();
 }
@@ -69,6 +81,7 @@ void swap_engine::trim_spares_locked() {
     ++stats_.mapping_calls;
     pool::driver().cuMemRelease(spare_.back());
     spare_.pop_back();
+    spare_batch_.pop_back();
     stats_.spare_bytes -= cfg_.page_bytes;
   }
 }

@@ -19,6 +19,7 @@ swap_engine::swap_engine(swap_config cfg)
     : backend_with_stats(cfg.capacity_bytes), cfg_(cfg) {}
 
 swap_engine::~swap_engine() {
+  stop_mover();  // Note [The mover] in residency/swap_engine.h
   if (!ready_) return;
   const pool::driver_table& d = pool::driver();
   // Unmapping memory queued work still uses would be a use after free: wait for
@@ -62,6 +63,7 @@ bool swap_engine::ensure_ready_locked() {
     return false;
   }
   ready_ = true;
+  start_mover_locked();  // Note [The mover] in residency/swap_engine.h
   return true;
 }
 
@@ -108,6 +110,13 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
                                    [](const byte_range& r) { return r.reach && r.bytes != 0; });
   if (wanted.empty() && !reaches) return result;
   if (pool::stream_is_capturing(stream)) return result;  // nothing may be enqueued for us now
+  // See Note [The mover] in residency/swap_engine.h: its driver error, heard once here.
+  if (mover_error_ != CUDA_SUCCESS) {
+    result.driver = mover_error_;
+    result.code = residency_errc::driver_error;
+    mover_error_ = CUDA_SUCCESS;
+    return result;
+  }
   // See Note [Lending an evicting page's memory] in residency/swap_engine.h: lenders
   // whose copies are done map their host handles again (best effort: a failure leaves
   // them for later).
@@ -154,6 +163,7 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
     for (std::uintptr_t a = r.addr & mask; a < r.addr + r.bytes; a += cfg_.page_bytes) {
       auto it = pages_.find(a);
       if (it == pages_.end()) continue;
+      await_page_locked(a);  // Note [The mover] in residency/swap_engine.h
       page& p = it->second;
       CUresult rc = CUDA_SUCCESS;
       if (p.lent_to != 0) {
@@ -285,7 +295,10 @@ void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
       .count("spare_reuses", e.spare_reuses)
       .bytes("spare_bytes", e.spare_bytes)
       .count("lends", e.lends)
-      .count("born_on_host", e.born_on_host);
+      .count("born_on_host", e.born_on_host)
+      .count("mover_batches", e.mover_batches)
+      .count("mover_pages", e.mover_pages)
+      .count("mover_waits", e.mover_waits);
 }
 
 }  // namespace oversub::residency

@@ -204,6 +204,7 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
     }
   }
   for (int c : recorded) recycle_copy_locked(c);
+  if (mover_on_) moved_.notify_all();  // Note [The mover] in residency/swap_engine.h
   return first_error;
 }
 
@@ -272,16 +273,21 @@ CUresult swap_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
 
 // Finishes every eviction whose copy is known complete (each event asked once).
 CUresult swap_engine::finish_completed_locked() {
+  // See Note [The mover] in residency/swap_engine.h: the evictions it may take are its
+  // own to finish.
+  const auto mine = [&](const page& p) { return !(mover_on_ && claimable(p)); };
   std::vector<std::uintptr_t> done;
   for (auto& [va, p] : pages_) {
-    if (p.where == state::evicting && (p.copy < 0 || copies_[p.copy].done)) done.push_back(va);
+    if (p.where == state::evicting && mine(p) && (p.copy < 0 || copies_[p.copy].done)) {
+      done.push_back(va);
+    }
   }
   // See Note [Asking the driver once] in residency/swap_engine.h: copies complete in
   // their stream's order, so the driver is asked about the oldest on each stream first,
   // and about no later one on a stream once one there is not done.
   std::vector<int> asked;
   for (auto& [va, p] : pages_) {
-    if (p.where != state::evicting || p.copy < 0 || copies_[p.copy].done) continue;
+    if (p.where != state::evicting || !mine(p) || p.copy < 0 || copies_[p.copy].done) continue;
     if (std::find(asked.begin(), asked.end(), p.copy) != asked.end()) continue;
     asked.push_back(p.copy);
   }
@@ -301,7 +307,7 @@ CUresult swap_engine::finish_completed_locked() {
     }
   }
   for (auto& [va, p] : pages_) {
-    if (p.where == state::evicting && p.copy >= 0 && copies_[p.copy].done &&
+    if (p.where == state::evicting && mine(p) && p.copy >= 0 && copies_[p.copy].done &&
         std::find(asked.begin(), asked.end(), p.copy) != asked.end()) {
       done.push_back(va);
     }
@@ -352,6 +358,16 @@ CUresult swap_engine::make_room_locked(std::uint64_t bytes, bool wait,
                                             const victim_rank& rank) {
   trim_spares_locked();
   if (stats_.resident_bytes + bytes <= capacity_bytes()) return CUDA_SUCCESS;
+  if (mover_on_) {
+    // See Note [The mover] in residency/swap_engine.h: the room asked for, beyond what
+    // it is finishing already.
+    const std::size_t short_pages = static_cast<std::size_t>(
+        (stats_.resident_bytes + bytes - capacity_bytes() + cfg_.page_bytes - 1) / cfg_.page_bytes);
+    if (short_pages > finishing_) {
+      room_wanted_ = std::max(room_wanted_, short_pages - finishing_);
+      moved_.notify_all();
+    }
+  }
   if (CUresult r = finish_completed_locked(); r != CUDA_SUCCESS) return r;
   const auto pages_short = [&](std::uint64_t leaving) -> std::size_t {
     const std::uint64_t cap = capacity_bytes();
@@ -361,7 +377,9 @@ CUresult swap_engine::make_room_locked(std::uint64_t bytes, bool wait,
   const auto leaving_bytes = [&] {
     std::uint64_t leaving = 0;
     for (auto& [va, p] : pages_) {
-      if (p.where == state::evicting && p.lent_to == 0) leaving += cfg_.page_bytes;
+      if ((p.where == state::evicting && p.lent_to == 0) || p.where == state::finishing) {
+        leaving += cfg_.page_bytes;
+      }
     }
     return leaving;
   };
@@ -388,6 +406,25 @@ CUresult swap_engine::make_room_locked(std::uint64_t bytes, bool wait,
 // Waits for the oldest eviction under way, then finishes every one that is done.
 // CUDA_ERROR_OUT_OF_MEMORY when none is under way.
 CUresult swap_engine::wait_oldest_eviction_locked() {
+  // See Note [The mover] in residency/swap_engine.h: while it has evictions to finish,
+  // wait for its next batch, and use the room after its hand-off.
+  if (mover_on_) {
+    const bool coming = std::any_of(pages_.begin(), pages_.end(), [&](const auto& e) {
+      return e.second.where == state::finishing || claimable(e.second);
+    });
+    if (coming) {
+      ++stats_.waits;
+      ++stats_.mover_waits;
+      if (finishing_ == 0) {
+        room_wanted_ = std::max<std::size_t>(room_wanted_, 1);
+        moved_.notify_all();
+      }
+      const std::uint64_t before = batches_;
+      while (mover_on_ && batches_ == before) moved_.wait(mutex_);
+      observe_locked(batches_);
+      return CUDA_SUCCESS;
+    }
+  }
   // Copies run in the order their events were taken: the smallest seq is the first
   // to complete. An evicting page without a copy under way is done already.
   int oldest = -1;
@@ -422,6 +459,9 @@ CUresult swap_engine::wait_oldest_eviction_locked() {
 CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                                         std::vector<std::uintptr_t>* deferred,
                                         const victim_rank& rank) {
+  // See Note [The mover] in residency/swap_engine.h: a page it is finishing is fetched
+  // once it is on the host, and a page it put there after its hand-off.
+  for (std::uintptr_t va : vas) await_page_locked(va);
   // See Note [Lending an evicting page's memory] in residency/swap_engine.h: a lender
   // wanted again has no device memory of its own any more: it finishes its eviction and
   // is fetched like any page.
