@@ -1,4 +1,5 @@
-// The guard every exported hook runs its work under (hooks.cc, driver_hooks.cc).
+// The guard every exported hook runs its work under (hooks.cc, driver_hooks.cc,
+// driver_real.cc).
 //
 // Note [Nothing crosses the ABI edge]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -14,16 +14,19 @@
 //    hook when the real answer is libcuda's function of that exact name.
 // 3. A direct link (-lcuda): the hooks are exported under their own names.
 // Every answer keeps the real function it stands for (the first one seen per ABI;
-// See Note [One real function per ABI] in driver_hooks.cc), and a hook called while
-// hooks are inactive (Note [When hooks pass through] in real.h: the runtime's own
-// driver calls inside our runtime hooks, a fork child, OVERSUB_MODE=off) only
-// forwards to it.
+// See Note [One real function per ABI] in interpose/driver_real.cc), and a hook
+// called while hooks are inactive (Note [When hooks pass through] in real.h: the
+// runtime's own driver calls inside our runtime hooks, a fork child,
+// OVERSUB_MODE=off) only forwards to it.
 #ifndef OVERSUB_INTERPOSE_DRIVER_HOOKS_H
 #define OVERSUB_INTERPOSE_DRIVER_HOOKS_H
 
 #include <cstddef>
 
 namespace oversub::interpose {
+
+// Defined in driver_real.cc (the lookups and answers) and driver_hooks.cc (the
+// handlers and exported hooks; the names below).
 
 // dlsym's part (dlsym_hook.cc): for a name that is one of our driver exports and a
 // real answer p from libcuda (or from wherever the handle led), our hook; else p.

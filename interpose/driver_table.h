@@ -3,7 +3,7 @@
 // from.
 //
 // driver_hook_id has one enumerator per exported driver symbol, plus the two ABIs of
-// cuGetProcAddress itself (written by hand in driver_hooks.cc: cuda.h #defines the
+// cuGetProcAddress itself (written by hand in driver_real.cc: cuda.h #defines the
 // plain name to _v2). Plain C++ over CUDA's headers; no CUDA call.
 //
 // Note [Answering by version]

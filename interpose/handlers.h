@@ -50,7 +50,7 @@ cudaError_t handle(hook_tag<hook_id::cudaFreeAsync>, hook_id id, void* devPtr,
 cudaError_t handle(hook_tag<hook_id::cudaMemGetInfo>, hook_id id, size_t* free_bytes,
                    size_t* total_bytes);
 // The runtime's way to the driver: its answer, replaced by our hook where the
-// version table says so (driver_hooks.cc).
+// version table says so (driver_real.cc).
 cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPoint>, hook_id id, const char* symbol,
                    void** funcPtr, unsigned long long flags,
                    cudaDriverEntryPointQueryResult* driverStatus);
