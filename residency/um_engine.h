@@ -24,6 +24,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -82,10 +83,11 @@ class um_engine final : public backend_with_stats<um_stats> {
   // (OVERSUB_POLICY=cost or vdnn-all), its evictions and fetches come here. evict()
   // prefetches the buffers the ranges touch to the host on a stream of its own,
   // ordered after the stream that used each last; prefetch_now() prefetches them to
-  // the device on another, as far as the capacity has room now (the rest is appended
-  // to later; rank is not asked: no buffer is evicted to make room), and the work that
-  // next uses such a buffer waits for that prefetch (prepare). Neither waits on the
-  // host. Large buffers stay with demand paging, as in prepare. False on a driver
+  // the device on another, as far as the capacity has room now or after sending dead
+  // buffers (Note [Reused managed buffers]) to the host, none that rank keeps (the rest
+  // is appended to later; no live buffer is evicted to make room), and the work that
+  // next uses such a buffer waits for that prefetch (prepare). Both also move the
+  // schedule's buffers that are dead now. Neither waits on the host. Large buffers stay with demand paging, as in prepare. False on a driver
   // error.
   bool evict(std::span<const byte_range> ranges) override;
   bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
@@ -105,11 +107,21 @@ class um_engine final : public backend_with_stats<um_stats> {
     std::uint64_t pinned = 0;
     CUstream last_stream = nullptr;  // meaningful once used (null is the legacy stream)
     bool used = false;
+    bool live = true;  // false: freed, kept for reuse (Note [Reused managed buffers])
+    // The schedule's fetch batch that last brought it in (Note [A fetch's own event]
+    // in residency/um_engine.cc); 0: none.
+    std::uint64_t fetch_batch = 0;
   };
+  // Buffers in buffers_ the least recently used first among dead (cached) ones, then
+  // live ones: the next to leave the device to make room, or 0.
+  std::uintptr_t victim_locked(std::uint64_t keep_epoch, bool dead_only,
+                               const victim_rank& rank = {});
   void detect_locked();
   bool ensure_streams_locked();
   CUresult order_after_locked(CUstream waiter, CUstream producer);
-  std::vector<std::uintptr_t> buffers_of_locked(std::span<const byte_range> ranges) const;
+  // The buffers the ranges touch; with dead, cached ones too (the schedule's units).
+  std::vector<std::uintptr_t> buffers_of_locked(std::span<const byte_range> ranges,
+                                                bool dead = false) const;
   CUresult move_locked(std::uintptr_t base, buffer& b, bool to_device, CUstream stream);
 
   int device_;
@@ -120,14 +132,28 @@ class um_engine final : public backend_with_stats<um_stats> {
   CUstream to_host_ = nullptr;    // schedule-driven prefetches to the host
   CUstream to_device_ = nullptr;  // and to the device
   bool streams_broken_ = false;
+  // The schedule has moved buffers: freed ones are kept where they are (Note [Reused
+  // managed buffers]); before it, and with lru, they are forgotten.
+  bool schedule_driven_ = false;
+  std::array<CUevent, 64> fetch_events_{};
+  std::uint64_t fetch_batches_ = 0;
   // Note [Reused managed buffers]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // Freed buffers kept by size for the next
   // allocation of that size, which takes the lowest address of that size: whatever
   // order the frees came in, the same set of free buffers gives the same addresses,
   // so an iteration's buffers get the same addresses every iteration (the schedule
-  // learns pages by address) and no cuMemAllocManaged runs in the steady state. Not
-  // in buffers_ while cached.
+  // learns pages by address) and no cuMemAllocManaged runs in the steady state. A
+  // freed buffer stays in buffers_ (live false). Once the schedule drives the moves it
+  // stays where its pages are: they still hold device memory, so resident_bytes counts
+  // them, and dead buffers are the first to leave when room is needed (a live one sent
+  // out comes back). On demand (lru) a freed buffer counts as on the host, as before:
+  // there, sending dead bytes out on the work's stream cost more than the driver's own
+  // evictions. When the schedule forgot them, the driver evicted pages of its own choosing, live ones among them,
+  // and the kernels faulted them back (20 us a fault on the H100 model). Taking the
+  // lowest address already on the device instead made the addresses alternate
+  // between two iterations, and the schedule learned a period of two. Figures in
+  // Note [Dead buffers in um mode] in residency/um_engine.cc.
   std::map<std::size_t, std::set<std::uintptr_t>> cached_;
   std::uint64_t cached_bytes_ = 0;
   std::uint64_t tick_ = 0;
