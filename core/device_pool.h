@@ -31,7 +31,7 @@ struct pool_settings {
   // Swap mode: every write-capable call is seen (swap_config::clean_evictions).
   bool all_writes_seen = false;
   // Swap mode: evictions finished by the engine's own thread (OVERSUB_MOVER=thread).
-  bool mover_thread = true;
+  bool mover_thread = false;
 };
 
 // See Note [Swap capacity] (device_pool.cc): the bytes swap mode's pages may hold, from

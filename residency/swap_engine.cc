@@ -184,6 +184,13 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
 
 void swap_engine::touch_all(CUstream stream) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // See Note [The mover] in residency/swap_engine.h: work that may use any page is
+  // enqueued only once the mover remaps none.
+  if (finishing_ != 0) {
+    ++stats_.mover_waits;
+    while (finishing_ != 0) moved_.wait(mutex_);
+    observe_locked(batches_);
+  }
   const CUstream s = pool::canonical_stream(stream);
   if (std::find(touch_all_users_.begin(), touch_all_users_.end(), s) == touch_all_users_.end()) {
     touch_all_users_.push_back(s);

@@ -263,8 +263,17 @@
 //   - A driver error in the mover is kept and returned by the next prepare() (the
 //     application sees a CUDA error at its next call); the page goes back to
 //     evicting, still mapping its device memory, never losing bytes.
+//   - Work that may use any page (touch_all) is enqueued only once the mover remaps
+//     no page, so it never runs on an address while its mapping changes.
 //   - The thread is stopped by an exit handler, and a forked child (where it does
 //     not exist) never waits for it.
+// It is off by default (OVERSUB_MOVER=inline): on simgpu's H100 model, ResNet-50 at
+// 1/8 of its bytes and 3x, the launching thread's busy time per iteration fell from
+// 40 to 22 ms, but it waited for the mover's batches instead, and the iteration took
+// 54.7 ms against 53.1 inline. Room comes only as fast as a page's copy out and its
+// remap, one after the other, whichever thread remaps; the gain needs the fetches
+// made ahead on the mover as well (not done). With a thread, virtual times also
+// depend on how the two threads interleave, so repeated runs can differ slightly.
 // Fetches still remap on the launching thread.
 //
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
