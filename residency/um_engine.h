@@ -152,8 +152,8 @@ class um_engine final : public backend_with_stats<um_stats> {
   // evictions. When the schedule forgot them, the driver evicted pages of its own choosing, live ones among them,
   // and the kernels faulted them back (20 us a fault on the H100 model). Taking the
   // lowest address already on the device instead made the addresses alternate
-  // between two iterations, and the schedule learned a period of two. Figures in
-  // Note [Dead buffers in um mode] in residency/um_engine.cc.
+  // between two iterations, and the schedule learned a period of two. See Note [Dead
+  // buffers in um mode] in residency/um_engine.cc for the figures.
   std::map<std::size_t, std::set<std::uintptr_t>> cached_;
   std::uint64_t cached_bytes_ = 0;
   std::uint64_t tick_ = 0;
