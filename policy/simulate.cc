@@ -180,23 +180,21 @@ class replay {
       resident_[b] = true;
     }
     result_.peak_device_bytes = used_;
-    for (const evict_action& e : plan_.evict_at_start) compute_free_ += evict(e, 0, 0);
+    for (const evict_action& e : plan_.evict_at_start) compute_free_ += evict(e, 0);
     for (std::size_t i = 0; i < model_.launches.size(); ++i) {
       std::uint64_t paging_ns = 0;
       for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f);
       const model_launch& launch = model_.launches[i];
-      host(costs_.launch_enqueue_ns);  // the launch is enqueued after its moves
-      std::uint64_t start = std::max(compute_free_ + paging_ns, host_);
+      std::uint64_t start = compute_free_ + paging_ns;
       for (buffer_id b : launch.uses) start = std::max(start, ready_[b]);
       compute_free_ = start + launch.duration_ns;
       result_.launch_end_ns.push_back(compute_free_);
       for (const evict_action& e : plan_.launches[i].evict_after) {
-        compute_free_ += evict(e, compute_free_, i);
+        compute_free_ += evict(e, compute_free_);
       }
     }
     for (const fetch_action& f : plan_.end_fetches) compute_free_ += fetch(f);
-    result_.iteration_ns = std::max({compute_free_, h2d_free_, d2h_free_, host_});
-    result_.host_ns = host_;
+    result_.iteration_ns = std::max({compute_free_, h2d_free_, d2h_free_});
     const std::uint64_t unlimited = unlimited_iteration_ns(model_, costs_);
     result_.stall_ns = result_.iteration_ns > unlimited ? result_.iteration_ns - unlimited : 0;
     for (buffer_id b = 0; b < resident_.size(); ++b) {
@@ -227,18 +225,12 @@ class replay {
       return costs_.fault_in_ns(bytes);
     }
     pending_.prune(std::min(h2d_free_, compute_free_));
-    // The host remaps the buffer's pages (and enqueues its copy) before the copy or
-    // the launch that needs it can start.
-    // A per-iteration buffer's fetch without content is its allocation: no remap.
-    const bool remap = model_.buffers[f.buffer].long_lived || f.copy_in;
-    const std::uint64_t issued = host(costs_.fetch_host_ns(bytes, f.copy_in) -
-                                      (remap ? 0 : costs_.remap_host_ns(bytes)));
     if (!f.copy_in) {
-      ready_[f.buffer] = pending_.when_at_most(std::max(compute_free_, issued), slack);
+      ready_[f.buffer] = pending_.when_at_most(compute_free_, slack);
       taken_at_[f.buffer] = ready_[f.buffer];
       return 0;
     }
-    const std::uint64_t from = std::max({h2d_free_, out_done_[f.buffer], issued});
+    const std::uint64_t from = std::max(h2d_free_, out_done_[f.buffer]);
     const std::uint64_t start = pending_.when_at_most(from, slack);
     taken_at_[f.buffer] = start;
     h2d_free_ = start + costs_.h2d_ns(bytes);
@@ -250,7 +242,7 @@ class replay {
 
   // Evicts after a launch that ends at `after_ns`; returns the time it adds to the
   // compute stream (demand paging).
-  std::uint64_t evict(const evict_action& e, std::uint64_t after_ns, std::size_t launch) {
+  std::uint64_t evict(const evict_action& e, std::uint64_t after_ns) {
     const std::size_t bytes = model_.buffers[e.buffer].bytes;
     used_ -= bytes;
     resident_[e.buffer] = false;
@@ -261,34 +253,18 @@ class replay {
       ++result_.d2h_copies;
       return costs_.fault_out_ns(bytes);
     }
-    // The host enqueues the copy out first, then remaps the pages; the memory is
-    // released when both the device (copy or launch) and the host's remap are done.
-    // A per-iteration buffer leaving without a copy after its last use is its free:
-    // no remap.
-    const model_buffer& buf = model_.buffers[e.buffer];
-    const bool remap = buf.long_lived || e.copy_out || launch < buf.free_launch;
-    const std::uint64_t enqueued =
-        host(costs_.evict_host_ns(bytes, e.copy_out) - costs_.remap_host_ns(bytes));
-    const std::uint64_t remapped = host(remap ? costs_.remap_host_ns(bytes) : 0);
     std::uint64_t release = std::max(after_ns, ready_[e.buffer]);
     if (e.copy_out) {
-      const std::uint64_t start = std::max({d2h_free_, release, enqueued});
+      const std::uint64_t start = std::max(d2h_free_, release);
       d2h_free_ = start + costs_.d2h_ns(bytes);
       out_done_[e.buffer] = d2h_free_;
       release = d2h_free_;
       result_.d2h_bytes += bytes;
       ++result_.d2h_copies;
     }
-    release = std::max(release, remapped);
     pending_.add(release, bytes);
     hold(e.buffer, release);
     return 0;
-  }
-
-  // Spends `ns` of the launching thread's time; returns when it is done.
-  std::uint64_t host(std::uint64_t ns) {
-    host_ += ns;
-    return host_;
   }
 
   // Records that b held its device memory from taken_at_[b] to release_ns.
@@ -316,7 +292,6 @@ class replay {
   std::vector<std::uint64_t> out_done_;  // when its last copy out completes
   pending_releases pending_;
   std::uint64_t compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0;
-  std::uint64_t host_ = 0;  // when the launching thread is done with what it issued
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;
   std::vector<std::pair<std::uint64_t, std::int64_t>> holds_;  // (time, +-bytes)

@@ -3,41 +3,21 @@
 // device-to-host copy stream run the schedule's copies in schedule order; events
 // order a launch after the fetches of its own buffers, a copy out after the launch
 // it follows, and a fetch after the device memory it needs has been released.
-// One host thread issues all of it (Note [Virtual time model]).
 // This is what the residency benchmark and `oversub simulate` / `tune-batch` use.
 //
 // Note [Virtual time model]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
-// - The host is one launching thread with a timeline of its own. In schedule order
-//   it issues each eviction, then launch i's fetches, then enqueues launch i
-//   (cost_model::launch_enqueue_ns). An eviction costs it the copy out's events and
-//   enqueue (if it copies) and then the remap of the buffer's pages; a fetch the remap
-//   and then the copy's enqueue and events (cost_model::evict_host_ns, fetch_host_ns;
-//   pages are ceil(bytes / host_page_bytes) per buffer, one unmap and one map call
-//   per page, one access grant per buffer). A move without a copy (dead content) still
-//   pays its remap, except a per-iteration buffer's fetch without content (its
-//   allocation) and its eviction without a copy after its last use (its free): the
-//   pool hands out and takes back device memory without a remap. Pages (Note [Page
-//   model] in policy/page_model.h) are long-lived, so every move of a page pays. The host never waits for the device: it only
-//   delays the device. A copy starts no earlier than the host issued it, a launch no
-//   earlier than the host enqueued it, and an eviction releases its memory no earlier
-//   than the host finished its remap. simulation::host_ns is the host's busy time.
-//   With every host cost 0 (the default) the host is never the bottleneck and the
-//   times are exactly those of a model without it.
-// - Otherwise the device runs as soon as it can: a fetch may start as soon as its
-//   copy stream is free, the buffer's own copy out (if any) is done, and the memory
-//   is there; the device memory in use at any real time is at most the schedule's
-//   logical usage plus the releases it counted on that are not done yet.
+// - The host runs ahead (it is never the bottleneck): a fetch may start as soon as
+//   its copy stream is free, the buffer's own copy out (if any) is done, and the
+//   memory is there; the device memory in use at any real time is at most the
+//   schedule's logical usage plus the releases it counted on that are not done yet.
 // - A copy takes copy_setup_ns + bytes / bandwidth; one copy at a time per direction.
 // - A launch starts when the previous launch ended and its buffers' fetches are
 //   done; it runs duration_ns. launch_latency_ns is paid once, at the start.
 // - An eviction releases memory when its copy out ends (or, without a copy, when
 //   the launch it follows ends and any fetch of the buffer still in flight ends).
-// - The iteration ends when the compute and both copy streams and the host are idle
-//   (the next iteration starts from the schedule's start state).
-// Not modelled: a mover thread beside the launching one, batching of adjacent pages'
-// unmaps and maps into one call, and remaps that wait for the device
-// (vmm_waits_for_device).
+// - The iteration ends when the compute and both copy streams are idle (the next
+//   iteration starts from the schedule's start state).
 //
 // Note [Demand paging cost]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -69,9 +49,6 @@ struct simulation {
   std::uint64_t d2h_bytes = 0;        // copied (or migrated) device to host
   std::uint64_t h2d_copies = 0;
   std::uint64_t d2h_copies = 0;
-  // The launching thread's busy time: launch enqueues, copy enqueues and events, and
-  // the remaps of every page moved (Note [Virtual time model]).
-  std::uint64_t host_ns = 0;
   std::size_t peak_device_bytes = 0;  // the most device bytes in the schedule's order
   // The most device bytes held at one instant of virtual time (a fetch holds memory
   // from its copy's start, an eviction until its copy out ends); never above the

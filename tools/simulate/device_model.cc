@@ -97,23 +97,6 @@ device_model_result read_device_model(const std::string& spec, const std::string
   d.costs.managed_fault_ns = static_cast<std::uint64_t>(number("managed_fault_ns", false));
   d.costs.managed_page_bytes = static_cast<std::size_t>(number("managed_page_size", true));
   d.costs.demand_paging = number("concurrent_managed_access", false) != 0;
-  // Host costs of driver calls (Note [Virtual time model] in policy/simulate.h):
-  // optional, 0 when absent (the host is then never the bottleneck).
-  auto host_ns = [&](const char* key) -> std::uint64_t {
-    if (!r.error.empty() || kv.find(key) == kv.end()) return 0;
-    return static_cast<std::uint64_t>(number(key, false));
-  };
-  policy::cost_model& c = d.costs;
-  c.vmm_map_ns = host_ns("vmm_map_ns");
-  c.vmm_map_per_page_ns = host_ns("vmm_map_per_2mib_ns");
-  c.vmm_unmap_ns = host_ns("vmm_unmap_ns");
-  c.vmm_unmap_per_page_ns = host_ns("vmm_unmap_per_2mib_ns");
-  c.vmm_set_access_ns = host_ns("vmm_set_access_ns");
-  c.vmm_set_access_per_page_ns = host_ns("vmm_set_access_per_2mib_ns");
-  c.launch_enqueue_ns = host_ns("launch_enqueue_ns");
-  c.copy_enqueue_ns = host_ns("copy_enqueue_ns");
-  c.event_record_ns = host_ns("event_record_ns");
-  c.stream_wait_event_ns = host_ns("stream_wait_event_ns");
   return r;
 }
 

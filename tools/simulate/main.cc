@@ -241,9 +241,9 @@ void print_json(const options& opts, const device_model& device, const profile_m
                 p.sim.stall_ns);
     std::printf("\"peak_device_bytes\": %zu, \"peak_device_bytes_in_time\": %zu, "
                 "\"h2d_bytes\": %" PRIu64 ", \"d2h_bytes\": %" PRIu64 ", \"h2d_copies\": %" PRIu64
-                ", \"d2h_copies\": %" PRIu64 ", \"host_ns\": %" PRIu64 "}",
+                ", \"d2h_copies\": %" PRIu64 "}",
                 p.sim.peak_device_bytes, p.sim.peak_device_bytes_in_time, p.sim.h2d_bytes,
-                p.sim.d2h_bytes, p.sim.h2d_copies, p.sim.d2h_copies, p.sim.host_ns);
+                p.sim.d2h_bytes, p.sim.h2d_copies, p.sim.d2h_copies);
   }
   std::printf("\n  ]\n}\n");
 }
@@ -291,29 +291,24 @@ void print_text(const options& opts, const device_model& device, const profile_m
                 format_bytes(p.sim.peak_device_bytes).c_str(), p.sim.peak_device_bytes,
                 format_bytes(p.sim.h2d_bytes).c_str(), p.sim.h2d_bytes, p.sim.h2d_copies,
                 format_bytes(p.sim.d2h_bytes).c_str(), p.sim.d2h_bytes, p.sim.d2h_copies);
-    std::printf("          host busy %s (launch enqueues, copy enqueues and events, page "
-                "remaps)\n",
-                format_ns(p.sim.host_ns).c_str());
     return;
   }
   std::printf("\n| capacity | policy | iteration | overhead | transfer bound | window bound | "
-              "to device | to host | peak device | host busy |\n"
-              "|---|---|---|---|---|---|---|---|---|---|\n");
+              "to device | to host | peak device |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const what_if_point& p : points) {
     const std::string name(policy::policy_name(p.policy));
     if (!p.error.empty()) {
-      std::printf("| %s | %s | no schedule: %s | | | | | | | |\n",
+      std::printf("| %s | %s | no schedule: %s | | | | | | |\n",
                   format_bytes(p.capacity_bytes).c_str(), name.c_str(), p.error.c_str());
       continue;
     }
-    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 format_bytes(p.capacity_bytes).c_str(), name.c_str(),
                 format_ns(p.sim.iteration_ns).c_str(), format_overhead(p.overhead).c_str(),
                 format_ns(p.transfer_bound_ns).c_str(), format_ns(p.window_bound_ns).c_str(),
                 format_bytes(p.sim.h2d_bytes).c_str(),
                 format_bytes(p.sim.d2h_bytes).c_str(),
-                format_bytes(p.sim.peak_device_bytes).c_str(),
-                format_ns(p.sim.host_ns).c_str());
+                format_bytes(p.sim.peak_device_bytes).c_str());
   }
 }
 

@@ -208,7 +208,7 @@ TEST(CostGoals, ComputeBoundRingStaysNearUnlimited) {
 // The docs/simulate.md case: simtrain at 30.40 MiB of 39.20 MiB, where cost moved
 // 29.18 MiB each way against lru's 12.15 MiB and was slower than lru and vdnn-all.
 TEST(CostGoals, MlpStepMovesNoMoreThanLruAndIsFaster) {
-  const auto device = synthetic::link_only(synthetic::read_device_model("h100-pcie"));
+  const auto device = synthetic::read_device_model("h100-pcie");
   const iteration_model m = mlp_step(8, mib, mib / 2);
   for (double fraction : {0.78, 0.55}) {
     const auto cap = static_cast<std::size_t>(fraction * static_cast<double>(peak_live_bytes(m)));

@@ -256,7 +256,7 @@ TEST(Schedule, CheckerRejectsBrokenSchedules) {
 // A fixed prefetch distance: no fetch is issued more than k launches before its
 // use, and the schedule stays valid; far prefetch (0) hides more than distance 1.
 TEST(Schedule, PrefetchDistanceBoundsHowEarlyFetchesStart) {
-  const auto device = synthetic::link_only(synthetic::read_device_model("titanx-maxwell"));
+  const auto device = synthetic::read_device_model("titanx-maxwell");
   const iteration_model m = synthetic::resnet_like(device, 8);
   const auto cap = static_cast<std::size_t>(static_cast<double>(peak_live_bytes(m)) / 3.0);
   for (std::uint32_t k : {1u, 4u}) {

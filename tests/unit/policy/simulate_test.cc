@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "policy/reuse_bound.h"
 #include "policy/schedule_check.h"
@@ -117,107 +116,6 @@ TEST(Simulate, FetchWaitsForTheMemoryACopyOutReleases) {
   EXPECT_NE(simulate(m, over, byte_per_ns()).error, "");
 }
 
-// The schedule of FetchWaitsForTheMemoryACopyOutReleases (A written at 0, B used at
-// 1, A read at 2; room for one) in the same order of moves.
-schedule one_at_a_time() {
-  schedule s;
-  s.capacity_bytes = 100;
-  s.planned_peak_bytes = 100;
-  s.launches.resize(3);
-  s.launches[0].fetch_before = {{0, false}};
-  s.launches[0].evict_after = {{0, true}};
-  s.launches[1].fetch_before = {{1, true}};
-  s.launches[1].evict_after = {{1, false}};
-  s.launches[2].fetch_before = {{0, true}};
-  s.launches[2].evict_after = {{0, false}};
-  return s;
-}
-
-iteration_model a_b_a() {
-  iteration_model m;
-  m.buffers = {{100, false, 0, 2}, {100, true, 0, 0}};
-  m.launches = {{10, {0}, {0}, true}, {20, {1}, {}, true}, {30, {0}, {}, true}};
-  return m;
-}
-
-// Host costs 0 (the default, and every field set to 0 explicitly): the times of a
-// model without a host, exactly, and no host time.
-TEST(Simulate, ZeroHostCostsKeepTheDeviceTimes) {
-  const iteration_model m = a_b_a();
-  const schedule s = one_at_a_time();
-  ASSERT_EQ(check_schedule(m, s), "");
-  cost_model c = byte_per_ns();
-  c.vmm_map_ns = c.vmm_map_per_page_ns = c.vmm_unmap_ns = c.vmm_unmap_per_page_ns = 0;
-  c.vmm_set_access_ns = c.vmm_set_access_per_page_ns = 0;
-  c.launch_enqueue_ns = c.copy_enqueue_ns = c.event_record_ns = c.stream_wait_event_ns = 0;
-  for (const cost_model& costs : {byte_per_ns(), c}) {
-    const simulation r = simulate(m, s, costs);
-    EXPECT_EQ(r.iteration_ns, 360u);
-    EXPECT_EQ(r.host_ns, 0u);
-    EXPECT_EQ(r.launch_end_ns, (std::vector<std::uint64_t>{10, 230, 360}));
-  }
-  // Every policy on a ResNet-like iteration with the H100's link but no host costs:
-  // the host adds nothing, so its time is 0 and no launch waits for it.
-  auto device = synthetic::read_device_model("h100-pcie");
-  cost_model link = device.costs;
-  link.vmm_map_ns = link.vmm_map_per_page_ns = link.vmm_unmap_ns = link.vmm_unmap_per_page_ns = 0;
-  link.vmm_set_access_ns = link.vmm_set_access_per_page_ns = 0;
-  link.launch_enqueue_ns = link.copy_enqueue_ns = link.event_record_ns = 0;
-  link.stream_wait_event_ns = 0;
-  const iteration_model resnet = synthetic::resnet_like(device, 16);
-  const std::size_t cap = peak_live_bytes(resnet) / 3;
-  for (policy_kind kind : {policy_kind::cost, policy_kind::vdnn_all, policy_kind::lru}) {
-    const schedule_result r = plan_schedule(resnet, cap, link, kind);
-    ASSERT_TRUE(r.ok()) << r.error;
-    const simulation sim = simulate(resnet, r.value, link);
-    EXPECT_EQ(sim.host_ns, 0u) << policy_name(kind);
-    EXPECT_GE(sim.iteration_ns, unlimited_iteration_ns(resnet, link)) << policy_name(kind);
-  }
-}
-
-// Remaps dominate: each move's remap (1000 ns of unmap per page, one page per
-// buffer) is far longer than the copies (100 ns) and the launches (10-30 ns), so the
-// launches wait for the host. B (long-lived) leaves without a copy and still pays
-// its remap; A's first fetch (no content) and its last eviction (after its last use,
-// no copy) are its allocation and free, which pay none.
-TEST(Simulate, HostBoundWhenRemapsDominate) {
-  const iteration_model m = a_b_a();
-  const schedule s = one_at_a_time();
-  cost_model c = byte_per_ns();
-  c.vmm_unmap_per_page_ns = 1000;
-  c.launch_enqueue_ns = 5;
-  const simulation r = simulate(m, s, c);
-  // Host: allocate A (0), enqueue -5; launch 0 5-15. Copy out of A 15-115, its
-  // remap 5-1005 (A's memory free at 1005). Remap B 1005-2005, copy in 2005-2105,
-  // enqueue -2010, launch 1 2105-2125; B's remap 2010-3010. Remap A 3010-4010, copy
-  // in 4010-4110, enqueue -4015, launch 2 4110-4140; free A (no host time).
-  EXPECT_EQ(r.launch_end_ns, (std::vector<std::uint64_t>{15, 2125, 4140}));
-  EXPECT_EQ(r.host_ns, 4u * 1000 + 3 * 5);
-  EXPECT_EQ(r.iteration_ns, 4140u);
-  // Without the host costs: 360 (FetchWaitsForTheMemoryACopyOutReleases).
-  EXPECT_GT(r.iteration_ns, 10 * simulate(m, s, byte_per_ns()).iteration_ns);
-  EXPECT_EQ(r.h2d_bytes, 200u);
-  EXPECT_EQ(r.d2h_bytes, 100u);
-  EXPECT_EQ(r.error, "");
-
-  // A buffer of 5 pages costs 5 unmaps, 5 maps and one access grant per move.
-  cost_model pages;
-  pages.vmm_unmap_per_page_ns = 7;
-  pages.vmm_map_per_page_ns = 3;
-  pages.vmm_set_access_ns = 100;
-  pages.vmm_set_access_per_page_ns = 1;
-  pages.copy_enqueue_ns = 20;
-  pages.event_record_ns = 30;
-  pages.stream_wait_event_ns = 40;
-  const std::size_t bytes = 4 * pages.host_page_bytes + 1;
-  EXPECT_EQ(pages.host_pages(bytes), 5u);
-  EXPECT_EQ(pages.remap_host_ns(bytes), 5u * (7 + 3 + 1) + 100);
-  EXPECT_EQ(pages.fetch_host_ns(bytes, false), pages.remap_host_ns(bytes));
-  EXPECT_EQ(pages.fetch_host_ns(bytes, true), pages.remap_host_ns(bytes) + 20 + 30 + 40);
-  EXPECT_EQ(pages.evict_host_ns(bytes, true), pages.remap_host_ns(bytes) + 2 * 30 + 40 + 20);
-  EXPECT_EQ(pages.host_pages(1), 1u);
-}
-
 TEST(Simulate, DemandPagingChargesFaultsToTheLaunch) {
   iteration_model m;
   m.buffers = {{1 << 20, true, 0, 0}};
@@ -257,11 +155,9 @@ void expect_above_the_bounds(const iteration_model& m, std::size_t cap, const co
 }
 
 // cost against each baseline, on both networks, both devices, every ratio.
-// With host costs the planner (which does not yet weigh remaps) can lose to
-// um-naive (no remaps) at 1.5x; this test is about the link.
 TEST(Simulate, CostIsNeverSlowerThanTheBaselines) {
   for (const char* name : {"h100-pcie", "titanx-maxwell"}) {
-    const auto device = synthetic::link_only(synthetic::read_device_model(name));
+    const auto device = synthetic::read_device_model(name);
     const iteration_model models[] = {synthetic::vgg_like(device, 16),
                                       synthetic::resnet_like(device, 16)};
     for (std::size_t k = 0; k < 2; ++k) {

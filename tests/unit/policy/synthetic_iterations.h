@@ -31,22 +31,6 @@ struct device_figures {
 // the file is missing or a needed key is absent or malformed.
 device_figures read_device_model(const std::string& name);
 
-// The device's link, compute and managed-memory figures with every host cost 0: for
-// tests of the planner's use of the link, which does not yet weigh the host time of
-// remaps (Note [Virtual time model] in policy/simulate.h).
-inline device_figures link_only(device_figures d) {
-  const cost_model full = d.costs;
-  d.costs = cost_model{};
-  d.costs.h2d_bytes_per_s = full.h2d_bytes_per_s;
-  d.costs.d2h_bytes_per_s = full.d2h_bytes_per_s;
-  d.costs.copy_setup_ns = full.copy_setup_ns;
-  d.costs.launch_latency_ns = full.launch_latency_ns;
-  d.costs.managed_fault_ns = full.managed_fault_ns;
-  d.costs.managed_page_bytes = full.managed_page_bytes;
-  d.costs.demand_paging = full.demand_paging;
-  return d;
-}
-
 // Builds an iteration_model launch by launch.
 class iteration_builder {
  public:
