@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "pool/driver_api.h"
+#include "residency/page_runs.h"
 #include "residency/swap_engine.h"
 
 namespace oversub::residency {
@@ -25,17 +26,6 @@ std::mutex g_movers_mutex;
 std::vector<swap_engine*>& movers() {
   static auto* v = new std::vector<swap_engine*>();
   return *v;
-}
-
-// Consecutive adjacent pages, as [first, first + count) of sorted vas.
-template <typename F>
-void for_each_run(const std::vector<std::uintptr_t>& vas, std::size_t page, F&& f) {
-  for (std::size_t i = 0; i < vas.size();) {
-    std::size_t j = i + 1;
-    while (j < vas.size() && vas[j] == vas[j - 1] + page) ++j;
-    f(i, j - i);
-    i = j;
-  }
 }
 
 }  // namespace
@@ -224,7 +214,7 @@ void swap_engine::mover_main() {
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = cfg_.device;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    for_each_run(mapped, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
+    for_runs(mapped, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
       ++calls;
       if (CUresult r = d.cuMemSetAccess(mapped[first], count * cfg_.page_bytes, &access, 1);
           r != CUDA_SUCCESS) {

@@ -4,6 +4,7 @@
 // in residency/swap_engine.h. The driver calls they make are in swap_driver_calls.cc,
 // lending an evicting page's memory to a fetch in swap_lending.cc.
 #include "residency/swap_engine.h"
+#include "residency/page_runs.h"
 
 #include <algorithm>
 
@@ -12,22 +13,6 @@
 #include "pool/stream_fences.h"
 
 namespace oversub::residency {
-
-namespace {
-
-// Calls f(first, count) for each run of pages in vas that are adjacent in vas and at
-// their addresses (vas sorted: every such run).
-template <typename F>
-void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f) {
-  for (std::size_t i = 0; i < vas.size();) {
-    std::size_t j = i + 1;
-    while (j < vas.size() && vas[j] == vas[j - 1] + page_bytes) ++j;
-    f(i, j - i);
-    i = j;
-  }
-}
-
-}  // namespace
 
 CUevent swap_engine::stream_event_locked(CUstream s) {
   auto it = stream_events_.find(s);
