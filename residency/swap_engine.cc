@@ -186,9 +186,9 @@ void swap_engine::touch_all(CUstream stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   // See Note [The mover] in residency/swap_engine.h: work that may use any page is
   // enqueued only once the mover remaps none.
-  if (finishing_ != 0) {
+  if (finishing_ != 0 || fetching_ != 0) {
     ++stats_.mover_waits;
-    while (finishing_ != 0) moved_.wait(mutex_);
+    while (finishing_ != 0 || fetching_ != 0) moved_.wait(mutex_);
     observe_locked(batches_);
   }
   const CUstream s = pool::canonical_stream(stream);
@@ -234,6 +234,7 @@ bool swap_engine::prefetch_pages(std::span<const byte_range> ranges,
   std::vector<std::uintptr_t> missing;
   for (std::uintptr_t va : pages_of(ranges)) {
     page& p = pages_[va];
+    if (p.where == state::fetching) continue;  // the mover's already
     p.pinned = epoch_;
     p.last_use = ++tick_;
     if (p.where != state::resident) missing.push_back(va);
@@ -264,6 +265,12 @@ bool swap_engine::prefetch_pages(std::span<const byte_range> ranges,
       fetch_locked(std::move(missing), later == nullptr, later != nullptr ? &deferred : nullptr,
                    rank);
   for (std::uintptr_t va : deferred) later->push_back(byte_range{va, cfg_.page_bytes});
+  if (mover_on_ && later != nullptr) {
+    // See Note [The mover] in residency/swap_engine.h: the latest request's pages, in
+    // its order, replace the ones it has not begun.
+    mover_fetch_ = std::move(deferred);
+    if (!mover_fetch_.empty()) moved_.notify_all();
+  }
   // See Note [No moves while a user captures] in residency/swap_engine.h: not now, and
   // nothing failed.
   return r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -305,7 +312,8 @@ void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
       .count("born_on_host", e.born_on_host)
       .count("mover_batches", e.mover_batches)
       .count("mover_pages", e.mover_pages)
-      .count("mover_waits", e.mover_waits);
+      .count("mover_waits", e.mover_waits)
+      .count("mover_fetches", e.mover_fetches);
 }
 
 }  // namespace oversub::residency

@@ -345,6 +345,7 @@ struct swap_stats {
   std::uint64_t mover_batches = 0;
   std::uint64_t mover_pages = 0;
   std::uint64_t mover_waits = 0;
+  std::uint64_t mover_fetches = 0;  // fetches the mover made (counted in fetches too)
 };
 
 // The exit report's swap section (residency/swap_engine.cc).
@@ -420,8 +421,9 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // try_stats() (backend_with_stats).
 
  private:
-  // finishing: the mover's, between evicting and on_host (Note [The mover]).
-  enum class state : std::uint8_t { resident, evicting, finishing, on_host };
+  // finishing: the mover's, between evicting and on_host; fetching: the mover's,
+  // between on_host and resident (Note [The mover]).
+  enum class state : std::uint8_t { resident, evicting, finishing, on_host, fetching };
   struct page {
     state where = state::resident;
     bool host_current = false;     // the host handle held the bytes at clean_epoch
@@ -542,6 +544,12 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   std::condition_variable_any moved_;  // a batch committed, or evictions begun
   std::size_t finishing_ = 0;          // pages in state finishing
   std::size_t room_wanted_ = 0;        // pages of room asked for and not taken yet
+  std::size_t fetching_ = 0;           // pages in state fetching
+  std::size_t room_waiters_ = 0;       // application threads waiting for room
+  std::vector<std::uintptr_t> mover_fetch_;  // the schedule's latest fetches, in its order
+  enum class move : std::uint8_t { idle, worked, failed };
+  move mover_finish_locked(std::unique_lock<std::mutex>& lock);
+  move mover_fetch_locked(std::unique_lock<std::mutex>& lock);
   std::uint64_t batches_ = 0;          // batches committed
   std::uint64_t next_batch_ = 0;       // batches taken
   std::uint64_t observed_ = 0;         // hand-offs the application's threads asked about

@@ -394,7 +394,7 @@ CUresult swap_engine::wait_oldest_eviction_locked() {
   // See Note [The mover] in residency/swap_engine.h: while it has evictions to finish,
   // wait for its next batch, and use the room after its hand-off.
   if (mover_on_) {
-    const bool coming = std::any_of(pages_.begin(), pages_.end(), [&](const auto& e) {
+    const bool coming = fetching_ != 0 || std::any_of(pages_.begin(), pages_.end(), [&](const auto& e) {
       return e.second.where == state::finishing || claimable(e.second);
     });
     if (coming) {
@@ -405,7 +405,9 @@ CUresult swap_engine::wait_oldest_eviction_locked() {
         moved_.notify_all();
       }
       const std::uint64_t before = batches_;
+      ++room_waiters_;  // the mover begins no fetch of its own meanwhile
       while (mover_on_ && batches_ == before) moved_.wait(mutex_);
+      --room_waiters_;
       observe_locked(batches_);
       return CUDA_SUCCESS;
     }
@@ -447,6 +449,7 @@ CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
   // See Note [The mover] in residency/swap_engine.h: a page it is finishing is fetched
   // once it is on the host, and a page it put there after its hand-off.
   for (std::uintptr_t va : vas) await_page_locked(va);
+  std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where == state::resident; });
   // See Note [Lending an evicting page's memory] in residency/swap_engine.h: a lender
   // wanted again has no device memory of its own any more: it finishes its eviction and
   // is fetched like any page.
@@ -462,6 +465,16 @@ CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
     p.where = state::resident;
     return true;
   });
+  if (mover_on_ && !wait && !vas.empty()) {
+    // See Note [The mover] in residency/swap_engine.h: evictions for all of them begin
+    // now; the mover fetches them as room comes.
+    if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false, rank);
+        r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
+      return r;
+    }
+    deferred->insert(deferred->end(), vas.begin(), vas.end());
+    return CUDA_SUCCESS;
+  }
   while (!vas.empty()) {
     // Evictions for all of them begin now; the pages that fit already are fetched.
     if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false, rank);
