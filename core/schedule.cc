@@ -318,6 +318,10 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
   // is free already; the rest is tried again before the next launch, and the
   // on-demand step still waits when a launch's own pages are not there in time.
   // See Note [Deferred fetches fall due]: only those whose use is still ahead.
+  // The engine's mover holds the deferred pages until the next request replaces them
+  // (Note [The mover] in residency/swap_engine.h): a request is made, empty if need be,
+  // whenever some were deferred.
+  const bool had_later = !l.later.empty();
   std::size_t due = 0;
   for (std::size_t k = 0; k < l.later.size(); ++k) {
     if (l.later_due[k] >= now) l.later[due++] = l.later[k];
@@ -325,7 +329,7 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
   fetch.insert(fetch.begin(), l.later.begin(), l.later.begin() + static_cast<std::ptrdiff_t>(due));
   l.later.clear();
   l.later_due.clear();
-  if (!fetch.empty()) {
+  if (!fetch.empty() || had_later) {
     // See Note [Prefetch keeps what is needed sooner]. The window is found at the engine's
     // first question (most prefetches find room and ask none), and the predicate holds
     // one reference, so building it allocates nothing on the launch path.

@@ -239,7 +239,10 @@ bool swap_engine::prefetch_pages(std::span<const byte_range> ranges,
     p.last_use = ++tick_;
     if (p.where != state::resident) missing.push_back(va);
   }
-  if (missing.empty()) return true;
+  if (missing.empty()) {
+    if (mover_on_ && later != nullptr) mover_fetch_.clear();  // Note [The mover]
+    return true;
+  }
   // In the order asked for (a schedule asks for the page needed soonest first), so
   // that the first room, or the first lender's, goes to it (Note [Lending an evicting
   // page's memory] in residency/swap_engine.h).

@@ -267,14 +267,23 @@
 //     no page, so it never runs on an address while its mapping changes.
 //   - The thread is stopped by an exit handler, and a forked child (where it does
 //     not exist) never waits for it.
-// It is off by default (OVERSUB_MOVER=inline): on simgpu's H100 model, ResNet-50 at
-// 1/8 of its bytes and 3x, the launching thread's busy time per iteration fell from
-// 40 to 22 ms, but it waited for the mover's batches instead, and the iteration took
-// 54.7 ms against 53.1 inline. Room comes only as fast as a page's copy out and its
-// remap, one after the other, whichever thread remaps; the gain needs the fetches
-// made ahead on the mover as well (not done). With a thread, virtual times also
-// depend on how the two threads interleave, so repeated runs can differ slightly.
-// Fetches still remap on the launching thread.
+// The mover also makes the schedule's fetches. A scheduled prefetch (prefetch_now)
+// begins on the launching thread the evictions its pages need, as before, and hands
+// the pages, in the schedule's order, to the mover (mover_fetch_, replaced by each
+// request: the pages it has not begun go back to the schedule as `later`, which asks
+// for them again only while their use is ahead, Note [Deferred fetches fall due] in
+// core/schedule.cc). The mover takes the first page that is on the host and that only
+// the engine used there (a page with unannounced users needs the host to wait for
+// them: the launching thread fetches it at its use), as soon as a spare and the room
+// are there (otherwise it asks for room and finishes an eviction first), marks it
+// fetching, and without the lock unmaps its host handle, maps the spare, grants
+// access and copies it in on its own stream, whose copy event the page holds from the
+// commit on, like any fetch's. The launching thread's prepare() waits for a page in
+// fetching (its commit), asks about the hand-off, and orders its work after the
+// copy's event (use_after_copy_locked), as for any fetched page. An application thread
+// waiting for room comes first: the mover begins no fetch of its own meanwhile.
+// On-demand fetches (a launch's own missing pages) stay on the launching thread: the
+// launch waits for them either way.
 //
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
 // call could have its page evicted in between; training loops launch from one thread
