@@ -292,7 +292,8 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   mover_fetch_.erase(mover_fetch_.begin(), mover_fetch_.begin() + static_cast<std::ptrdiff_t>(next));
   // An application thread waiting for room comes first.
   if (mover_fetch_.empty() || room_waiters_ != 0) return move::idle;
-  if (stats_.resident_bytes + cfg_.page_bytes > capacity_bytes() || spare_.empty()) {
+  trim_spares_locked();
+  if (stats_.resident_bytes + cfg_.page_bytes > capacity_bytes()) {
     // Room first: evictions the mover finishes (mover_finish_locked).
     room_wanted_ = std::max<std::size_t>(room_wanted_, 1);
     return move::idle;
@@ -300,20 +301,22 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   const std::uintptr_t va = mover_fetch_.front();
   mover_fetch_.erase(mover_fetch_.begin());
   page& p = pages_[va];
-  // The oldest batch's spare, as take_device_locked; the mover's own hand-offs need no
-  // question.
-  const std::size_t i = static_cast<std::size_t>(
-      std::min_element(spare_batch_.begin(), spare_batch_.end()) - spare_batch_.begin());
-  const CUmemGenericAllocationHandle h = spare_[i];
-  spare_[i] = spare_.back();
-  spare_batch_[i] = spare_batch_.back();
-  spare_.pop_back();
-  spare_batch_.pop_back();
-  stats_.spare_bytes -= cfg_.page_bytes;
-  ++stats_.spare_reuses;
+  // The oldest batch's spare, as take_device_locked (the mover's own hand-offs need no
+  // question); with none, new device memory, made below without the lock.
+  CUmemGenericAllocationHandle h = 0;
+  if (!spare_.empty()) {
+    const std::size_t i = static_cast<std::size_t>(
+        std::min_element(spare_batch_.begin(), spare_batch_.end()) - spare_batch_.begin());
+    h = spare_[i];
+    spare_[i] = spare_.back();
+    spare_batch_[i] = spare_batch_.back();
+    spare_.pop_back();
+    spare_batch_.pop_back();
+    stats_.spare_bytes -= cfg_.page_bytes;
+    ++stats_.spare_reuses;
+  }
   stats_.resident_bytes += cfg_.page_bytes;  // the room is this page's from now
   p.where = state::fetching;
-  p.device = h;
   ++fetching_;
   const std::uint64_t epoch = write_epoch_;
   const bool copy = !content_dead(p, epoch);
@@ -337,6 +340,12 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   CUresult error = copy && c < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
   bool mapped = false;
   const CUmemAccessDesc access = device_access(cfg_.device);
+  if (error == CUDA_SUCCESS && h == 0) {
+    ++calls;
+    const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
+    error = d.cuMemCreate(&h, cfg_.page_bytes, &prop, 0);
+    if (error != CUDA_SUCCESS) h = 0;
+  }
   if (error == CUDA_SUCCESS) {
     ++calls;
     error = d.cuMemUnmap(va, cfg_.page_bytes);
@@ -376,7 +385,7 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
     q.where = state::on_host;
     q.device = 0;
     stats_.resident_bytes -= cfg_.page_bytes;
-    give_device_locked(h, batch);
+    if (h != 0) give_device_locked(h, batch);
     mover_error_ = error;
   } else {
     if (c >= 0) {
@@ -388,6 +397,7 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
       ++stats_.dead_fetches;
     }
     q.where = state::resident;
+    q.device = h;
     q.host_current = true;
     q.clean_epoch = epoch;
     ++stats_.fetches;
