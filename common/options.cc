@@ -119,8 +119,8 @@ std::uint64_t device_limit::resolve(std::uint64_t total_bytes) const {
 
 std::string_view to_string(run_mode m) {
   switch (m) {
-#define OVERSUB_MODE_NAME(name, doc) \
-  case run_mode::name: return #name;
+#define OVERSUB_MODE_NAME(name, word, doc) \
+  case run_mode::name: return word;
     OVERSUB_MODES(OVERSUB_MODE_NAME)
 #undef OVERSUB_MODE_NAME
   }
@@ -176,10 +176,10 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
 
 bool parse_mode(std::string_view text, run_mode& out) {
   std::string_view s = trim(text);
-#define OVERSUB_MODE_PARSE(name, doc) \
-  if (iequals(s, #name)) {            \
-    out = run_mode::name;             \
-    return true;                      \
+#define OVERSUB_MODE_PARSE(name, word, doc) \
+  if (iequals(s, word)) {                   \
+    out = run_mode::name;                   \
+    return true;                            \
   }
   OVERSUB_MODES(OVERSUB_MODE_PARSE)
 #undef OVERSUB_MODE_PARSE

@@ -25,21 +25,25 @@
 
 namespace oversub {
 
-// What the library does with the calls it intercepts: one line here per mode, its
-// behaviour behind the core. The modes
+// What the library does with the calls it intercepts: one line here per mode (its
+// enumerator, the word OVERSUB_MODE takes, its behaviour behind the core). The modes
 // are ordered: each does what the one before it does, and more, so code tests
-// `mode >= run_mode::pool`.
+// `mode >= run_mode::pool`. automatic (OVERSUB_MODE=auto) is swap or um, decided
+// once, before the pool is built (Note [Choosing the mode] in core/mode_choice.h); it
+// comes after both so that `mode >= run_mode::swap` holds for it before and after.
 #define OVERSUB_MODES(X)                                                         \
-  X(off, "pure pass-through: every call goes to CUDA untouched, nothing counted") \
-  X(track, "track live allocations, enforce OVERSUB_DEVICE_LIMIT, count calls")   \
-  X(pool, "track, and serve device allocations from oversub's arena (pool/)")   \
-  X(swap, "pool, and swap pages to host memory to run past the device's memory: "   \
+  X(off, "off", "pure pass-through: every call goes to CUDA untouched, nothing counted") \
+  X(track, "track", "track live allocations, enforce OVERSUB_DEVICE_LIMIT, count calls") \
+  X(pool, "pool", "track, and serve device allocations from oversub's arena (pool/)") \
+  X(swap, "swap", "pool, and swap pages to host memory to run past the device's memory: " \
           "OVERSUB_DEVICE_LIMIT bounds what is resident")                          \
-  X(um, "device allocations as managed memory, each launch's buffers prefetched "    \
-        "and the least recently used sent back to the host")
+  X(um, "um", "device allocations as managed memory, each launch's buffers prefetched " \
+        "and the least recently used sent back to the host")                       \
+  X(automatic, "auto", "swap or um, whichever a saved profile's iteration is predicted " \
+        "to run faster in at the device's capacity; swap without a profile")
 
 enum class run_mode : std::uint8_t {
-#define OVERSUB_MODE_ENUM(name, doc) name,
+#define OVERSUB_MODE_ENUM(name, word, doc) name,
   OVERSUB_MODES(OVERSUB_MODE_ENUM)
 #undef OVERSUB_MODE_ENUM
 };
@@ -103,12 +107,15 @@ struct config {
 // X(NAME, field, parser, default, accepted forms, doc). NAME is the part after
 // OVERSUB_; parser is a parse_* function below taking (text, field&).
 #define OVERSUB_OPTIONS(X)                                                          \
-  X(MODE, mode, parse_mode, "track", "off | track | pool | swap | um",              \
+  X(MODE, mode, parse_mode, "track", "off | track | pool | swap | um | auto",       \
     "what oversub does with intercepted calls (off: pass-through; track: track "    \
     "allocations and enforce the device limit; pool: track and serve device "       \
     "allocations from oversub's arena; swap: pool, and move pages to host memory "  \
     "so the job may own more than the device holds; um: managed memory prefetched " \
-    "ahead of each launch)")                                                       \
+    "ahead of each launch; auto: swap or um, whichever the profile loaded at start " \
+    "(OVERSUB_PROFILE) predicts faster at the device's capacity, swap without one; " \
+    "to run past the device's memory without knowing which to choose, take auto "  \
+    "with OVERSUB_PROFILE)")                                                       \
   X(DEVICE_LIMIT, limit, parse_device_limit, "none",                                \
     "none | a size from 1MiB to 1024TiB such as 12GiB, 512MiB, 1.5GB or 1048576 (a "   \
     "number without a unit is bytes) | a fraction of the device's memory such as "  \

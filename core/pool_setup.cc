@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "core/mode_choice.h"
 #include "policy/page_model.h"
 #include "pool/host_memory.h"
 #include "profiler/session.h"
@@ -106,8 +107,13 @@ core::pool_settings pool_settings_for(const config& cfg, memory_query ask) {
   core::pool_settings settings{cfg.pool == pool_kind::planned, cfg.pool_large_bytes,
                                resolve_host_budget(cfg.host)};
   if (cfg.mode >= run_mode::swap) {
-    settings.swap = cfg.mode == run_mode::swap;
-    settings.um = cfg.mode == run_mode::um;
+    // See Note [Choosing the mode] in core/mode_choice.h.
+    const run_mode mode = cfg.mode == run_mode::automatic
+                              ? resolve_auto_mode(resolve_swap_capacity(cfg.limit, ask), ask)
+                              : cfg.mode;
+    if (mode < run_mode::swap) return settings;  // auto on a device that can move nothing
+    settings.swap = mode == run_mode::swap;
+    settings.um = mode == run_mode::um;
     settings.um_naive = cfg.policy == swap_policy::naive;
     settings.swap_capacity_bytes = resolve_swap_capacity(cfg.limit, ask);
     settings.mover_thread = cfg.mover_thread;

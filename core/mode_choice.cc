@@ -1,0 +1,104 @@
+// OVERSUB_MODE=auto resolved at start (see mode_choice.h).
+#include "core/mode_choice.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "core/device_pool.h"
+#include "policy/mode_choice.h"
+#include "profiler/session.h"
+
+namespace oversub {
+
+namespace {
+
+void say(const std::string& line) {
+  if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
+  else log::info("{}", line);
+}
+
+double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+// The mode a loaded profile predicts faster, and the line saying so.
+run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, memory_query ask,
+                      std::string& line) {
+  const device_memory m = limit_bytes == 0 ? ask() : device_memory{};
+  const std::uint64_t capacity = core::swap_capacity_of(limit_bytes, m.free_bytes, m.total_bytes);
+  // The stand-ins of Note [Launch durations] (core/schedule.cc) and of the layout
+  // (pool_setup.cc): 25 GB/s, 10 us per copy, 2 TB/s device memory; a managed fault
+  // as simgpu's A100 model has it (25 us per 64 KiB).
+  const policy::mode_prediction r =
+      policy::predict_modes(p, static_cast<std::size_t>(capacity), policy::mode_costs{});
+  const std::string& path = current_config().profile_in;
+  if (!r.swap_error.empty() && !r.um_error.empty()) {
+    line = fmt::format("mode auto -> swap (no prediction from the profile {}: {}; swap learns "
+                       "the iteration as the job runs)",
+                       path, r.swap_error);
+    return run_mode::swap;
+  }
+  const run_mode chosen = r.um_faster ? run_mode::um : run_mode::swap;
+  const std::string at = fmt::format("at {}, from the profile {}", format_bytes(capacity), path);
+  if (!r.swap_error.empty() || !r.um_error.empty()) {
+    line = fmt::format("mode auto -> {} (predicted {:.3f} ms per iteration; {} not predicted: "
+                       "{}; {})",
+                       to_string(chosen), ms(r.um_faster ? r.um_ns : r.swap_ns),
+                       r.um_faster ? "swap" : "um", r.um_faster ? r.swap_error : r.um_error, at);
+    return chosen;
+  }
+  line = fmt::format("mode auto -> {} (predicted {:.3f} ms per iteration against {} {:.3f} ms, "
+                     "{:.3f} ms with enough memory; {})",
+                     to_string(chosen), ms(r.um_faster ? r.um_ns : r.swap_ns),
+                     r.um_faster ? "swap" : "um", ms(r.um_faster ? r.swap_ns : r.um_ns),
+                     ms(r.unlimited_ns), at);
+  return chosen;
+}
+
+}  // namespace
+
+run_mode resolve_auto_mode(std::uint64_t limit_bytes, memory_query ask) {
+  const config& cfg = current_config();
+  run_mode chosen = run_mode::swap;
+  std::string line;
+  if (!core::available()) {
+    // The pool says the driver could not be loaded (interpose/pool_hooks.cc).
+    line = "mode auto -> swap (the CUDA driver could not be loaded)";
+  } else if (!core::host_vmm_supported(0)) {
+    // See Note [Swap needs host-located VMM] in core/device_pool.cc.
+    chosen = core::managed_memory_supported(0) ? run_mode::um : run_mode::pool;
+    line = chosen == run_mode::um
+               ? "mode auto -> um (this device or driver cannot map host memory "
+                 "(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0), "
+                 "which swap needs)"
+               : "mode auto -> pool (this device or driver supports neither host-located VMM "
+                 "memory, which swap needs, nor managed memory, which um needs: nothing can "
+                 "be moved off the device)";
+  } else if (const profiler::profile* p = profiler::loaded_input()) {
+    try {
+      chosen = from_profile(*p, limit_bytes, ask, line);
+    } catch (...) {  // out of memory: no prediction
+      line = "mode auto -> swap (the prediction ran out of memory)";
+    }
+    if (chosen == run_mode::um && !core::managed_memory_supported(0)) {
+      chosen = run_mode::swap;
+      line += "; swap, as this device or driver has no managed memory";
+    }
+  } else if (!cfg.profile.empty() && cfg.profile_out == cfg.profile && cfg.profile_in.empty()) {
+    line = fmt::format("mode auto -> swap (no profile yet: swap learns the iteration as the job "
+                       "runs and moves pages on demand until then; this run writes its profile "
+                       "to {} (OVERSUB_PROFILE), so that the next run can choose)",
+                       cfg.profile);
+  } else {
+    line = fmt::format("mode auto -> swap (no profile{}: swap learns the iteration as the job "
+                       "runs and moves pages on demand until then; set OVERSUB_PROFILE=path so "
+                       "that the next run can choose)",
+                       cfg.profile_in.empty() ? "" : " (" + cfg.profile_in + " refused)");
+  }
+  say(line);
+  set_effective_mode(chosen);
+  return chosen;
+}
+
+}  // namespace oversub

@@ -1,0 +1,90 @@
+// Swap against um, predicted from a profile (see mode_choice.h).
+#include "policy/mode_choice.h"
+
+#include "policy/page_model.h"
+#include "policy/profile_model.h"
+#include "policy/schedule.h"
+#include "policy/simulate.h"
+
+namespace oversub::policy {
+
+namespace {
+
+constexpr std::size_t page_bytes = std::size_t{2} << 20;  // the arena's page
+
+// The costs both predictions use: the profile's link rates where usable, as
+// choose_long_lived_layout (policy/page_model.cc) takes them, else the stand-in.
+device_model device_of(const profiler::profile& p, const mode_costs& c) {
+  device_model device;
+  device.memory_bandwidth = c.memory_bandwidth;
+  auto usable = [](std::uint64_t r) { return r >= 1'000'000'000 ? static_cast<double>(r) : 0.0; };
+  const double h2d = usable(p.device.h2d_bytes_per_s);
+  const double d2h = usable(p.device.d2h_bytes_per_s);
+  device.costs.h2d_bytes_per_s = h2d > 0 ? h2d : d2h > 0 ? d2h : c.link_bytes_per_s;
+  device.costs.d2h_bytes_per_s = d2h > 0 ? d2h : h2d > 0 ? h2d : c.link_bytes_per_s;
+  device.costs.copy_setup_ns = c.copy_setup_ns;
+  device.costs.managed_fault_ns = c.managed_fault_ns;
+  device.costs.managed_page_bytes = c.managed_page_bytes;
+  return device;
+}
+
+// um's prediction into out (Note [Predicting swap against um] in policy/mode_choice.h).
+void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
+                const device_model& device, mode_prediction& out) {
+  const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
+  if (!buffers.error.empty()) {
+    out.um_error = buffers.error;
+    return;
+  }
+  // The learner's units live across iterations (core/schedule.cc, plan_variant).
+  iteration_model model = buffers.model;
+  for (model_buffer& b : model.buffers) {
+    b.long_lived = true;
+    b.alloc_launch = b.free_launch = 0;
+  }
+  out.unlimited_ns = unlimited_iteration_ns(model, device.costs);
+  const schedule_result r = plan_schedule(model, planning_capacity(capacity_bytes, page_bytes),
+                                          device.costs, policy_kind::cost, 0);
+  if (!r.ok()) {
+    out.um_error = r.error;
+    return;
+  }
+  std::uint64_t ns = simulate(model, r.value, device.costs).iteration_ns;
+  const std::size_t paged_above = capacity_bytes / 4;
+  auto fetch = [&](const fetch_action& f) {
+    const std::size_t bytes = model.buffers[f.buffer].bytes;
+    if (!f.copy_in || bytes <= paged_above) return;
+    ns += device.costs.fault_in_ns(bytes);
+    out.um_paged_bytes += bytes;
+  };
+  auto evict = [&](const evict_action& e) {
+    const std::size_t bytes = model.buffers[e.buffer].bytes;
+    if (!e.copy_out || bytes <= paged_above) return;
+    ns += device.costs.fault_out_ns(bytes);
+    out.um_paged_bytes += bytes;
+  };
+  for (const evict_action& e : r.value.evict_at_start) evict(e);
+  for (const launch_actions& a : r.value.launches) {
+    for (const fetch_action& f : a.fetch_before) fetch(f);
+    for (const evict_action& e : a.evict_after) evict(e);
+  }
+  for (const fetch_action& f : r.value.end_fetches) fetch(f);
+  out.um_ns = ns;
+}
+
+}  // namespace
+
+mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_bytes,
+                              const mode_costs& costs) {
+  mode_prediction out;
+  const device_model device = device_of(p, costs);
+  const layout_choice swap = choose_long_lived_layout(
+      p, capacity_bytes, costs.link_bytes_per_s, costs.copy_setup_ns, costs.memory_bandwidth);
+  if (swap.error.empty()) out.swap_ns = swap.predicted_ns[static_cast<int>(swap.kind)];
+  else out.swap_error = swap.error;
+  predict_um(p, capacity_bytes, device, out);
+  if (out.um_error.empty()) out.um_faster = !out.swap_error.empty() || out.um_ns < out.swap_ns;
+  return out;
+}
+
+}  // namespace oversub::policy

@@ -1,0 +1,63 @@
+// mode_choice: which of swap and um mode a saved profile's iteration is predicted to
+// run faster in at a device's capacity, for OVERSUB_MODE=auto (Note [Choosing the mode]
+// in core/mode_choice.h).
+//
+// Note [Predicting swap against um]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Each mode is predicted as the library runs it once it has learned the iteration:
+// - swap: the learner's cost schedule over the arena's 2 MiB pages (Note [Page model]
+//   in policy/page_model.h), in the long-lived layout swap mode takes from the same
+//   profile (choose_long_lived_layout), its predicted iteration.
+// - um: the learner's cost schedule over whole buffers (Note [What the learner moves]
+//   in core/schedule_internal.h), planned at the same planning capacity (Note
+//   [Headroom] in policy/schedule.h) and replayed. The um backend leaves a buffer
+//   larger than a quarter of the capacity to demand paging (Note [Large managed
+//   buffers] in residency/um_engine.cc): each of the schedule's copies in of such a
+//   buffer is charged as page faults (cost_model::fault_in_ns) and each copy out as a
+//   migration back (fault_out_ns), on top of the replay, where the copies overlapped
+//   the compute and faults do not.
+// Both use the same costs: the profile's measured link rates where usable (as
+// choose_long_lived_layout takes them), else the stand-in, and the profile's kernel
+// durations (Note [Duration model] in policy/profile_model.h where 0).
+// swap is taken unless um is predicted strictly faster, or swap cannot be planned
+// and um can. Left out of both: the host time of swap's remapping (cuMemMap and
+// cuMemUnmap per page) and of um's prefetch calls, and the engines' distance from
+// their plans, so two predictions that are close may rank the modes the wrong way.
+#ifndef OVERSUB_POLICY_MODE_CHOICE_H
+#define OVERSUB_POLICY_MODE_CHOICE_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "profiler/profile_format.h"
+
+namespace oversub::policy {
+
+// The device's figures the two predictions use.
+struct mode_costs {
+  double link_bytes_per_s = 25e9;         // where the profile measured no usable rate
+  std::uint64_t copy_setup_ns = 10'000;
+  double memory_bandwidth = 2e12;         // kernels the profile did not time
+  std::uint64_t managed_fault_ns = 25'000;
+  std::size_t managed_page_bytes = 64 * 1024;
+};
+
+struct mode_prediction {
+  std::string swap_error;  // empty: swap_ns is a prediction
+  std::string um_error;    // empty: um_ns is a prediction
+  std::uint64_t swap_ns = 0;
+  std::uint64_t um_ns = 0;
+  std::uint64_t unlimited_ns = 0;         // every launch with enough memory
+  std::uint64_t um_paged_bytes = 0;       // moved by demand paging in um's prediction
+  bool um_faster = false;                 // the choice (Note [Predicting swap against um])
+};
+
+// See Note [Predicting swap against um]. capacity_bytes: the device bytes the engine
+// may hold (OVERSUB_DEVICE_LIMIT or the device's memory).
+mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_bytes,
+                              const mode_costs& costs);
+
+}  // namespace oversub::policy
+
+#endif  // OVERSUB_POLICY_MODE_CHOICE_H

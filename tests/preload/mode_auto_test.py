@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""OVERSUB_MODE=auto: swap or um, chosen at start (Note [Choosing the mode] in
+core/mode_choice.h).
+
+simtrain's weight-heavy shape at 3x past the device's memory, with simgpu's race
+detector aborting at the first unordered access:
+1. no profile (a first run, or a job that never repeats): swap runs, and the verbose
+   line says why and how to let the next run choose;
+2. with a profile of the same shape (OVERSUB_PROFILE_IN, profiled in pool mode with
+   plenty of memory): the line gives both predicted iterations, the mode taken is the
+   one predicted faster, and the exit statistics report it;
+3. OVERSUB_PROFILE twice: the first run says it writes the profile, the second chooses
+   from it;
+in each, the loss bits are those of the run with unlimited memory. Last, a malformed
+mode is refused with exit status 2 and a message listing the accepted forms, auto
+among them.
+
+  mode_auto_test.py --lib liboversub.so --simtrain simtrain
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from swap_checks import LOSS_BITS_RE, check_swap, check_um, fail, read_stats, reference, run
+
+NO_PROFILE_RE = re.compile(r"^oversub: mode auto -> swap \(no profile: swap learns the "
+                           r"iteration as the job runs .*set OVERSUB_PROFILE=path so that "
+                           r"the next run can choose\)$", re.M)
+WRITES_RE = re.compile(r"^oversub: mode auto -> swap \(no profile yet: .* this run writes "
+                       r"its profile to (\S+) \(OVERSUB_PROFILE\)", re.M)
+CHOSEN_RE = re.compile(r"^oversub: mode auto -> (swap|um) \(predicted ([0-9.]+) ms per "
+                       r"iteration against (swap|um) ([0-9.]+) ms, ([0-9.]+) ms with enough "
+                       r"memory; at .*, from the profile (\S+)\)$", re.M)
+ACCEPTED = "Accepted: off | track | pool | swap | um | auto"
+SHAPE = ["--depth", "32", "--width", "512", "--batch", "16"]
+
+
+def auto_run(args: argparse.Namespace, cmd: list[str], device: int, want: list[str],
+             stats_file: Path, extra: dict[str, str], what: str):
+    proc = run(cmd, {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort", "SIMGPU_REPORT": "1",
+                     "OVERSUB_MODE": "auto", "OVERSUB_TUNE": "0", "OVERSUB_VERBOSE": "1",
+                     "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file), **extra},
+               args.lib)
+    if proc.returncode != 0:
+        fail(f"simtrain fails under OVERSUB_MODE=auto at 3x ({what})", proc)
+    got = LOSS_BITS_RE.findall(proc.stdout)
+    if got != want:
+        fail(f"loss bits differ ({what}): {got} != {want}", proc)
+    stats = read_stats(stats_file, proc)
+    stats_file.unlink()
+    return proc, stats
+
+
+def mode_of(stats: dict, proc) -> str:
+    mode = stats.get("mode")
+    if mode is None:
+        fail(f"no mode in the exit statistics: {sorted(stats)}", proc)
+    return mode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", type=Path, required=True)
+    ap.add_argument("--simtrain", type=Path, required=True)
+    args = ap.parse_args()
+
+    cmd = [str(args.simtrain), *SHAPE, "--iters", "6"]
+    want, device = reference(cmd, 3)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stats_file = Path(tmp) / "stats.json"
+        # 1. No profile: swap, said so.
+        proc, stats = auto_run(args, cmd, device, want, stats_file, {}, "no profile")
+        if NO_PROFILE_RE.search(proc.stderr) is None:
+            fail("no line saying auto runs swap without a profile", proc)
+        if mode_of(stats, proc) != "swap":
+            fail(f"auto without a profile ran {mode_of(stats, proc)}, not swap", proc)
+        moved = check_swap(stats, proc, device, True, True)
+        summary = [f"no profile: swap, losses identical; {moved}"]
+
+        # 2. With a profile: the mode predicted faster.
+        prof = Path(tmp) / "own.oprof"
+        p = run([str(args.simtrain), *SHAPE, "--iters", "3"],
+                {"OVERSUB_MODE": "pool", "OVERSUB_PROFILE_OUT": str(prof)}, args.lib)
+        if p.returncode != 0 or not prof.exists():
+            fail("profiling simtrain failed", p)
+        proc, stats = auto_run(args, cmd, device, want, stats_file,
+                               {"OVERSUB_PROFILE_IN": str(prof)}, "with a profile")
+        m = CHOSEN_RE.search(proc.stderr)
+        if m is None:
+            fail("no line giving the predicted iterations of swap and um", proc)
+        chosen, chosen_ms, other, other_ms, unlimited_ms, path = m.groups()
+        if chosen == other or path != str(prof):
+            fail(f"the line names {chosen} against {other}, profile {path}", proc)
+        faster = "um" if float(m.group(2 if chosen == "um" else 4)) < float(
+            m.group(4 if chosen == "um" else 2)) else "swap"
+        if chosen != faster or not 0 < float(unlimited_ms) <= min(float(chosen_ms), float(other_ms)):
+            fail(f"took {chosen} at {chosen_ms} ms against {other} at {other_ms} ms "
+                 f"({unlimited_ms} ms with enough memory): not the faster one", proc)
+        if mode_of(stats, proc) != chosen:
+            fail(f"the line says {chosen}, the statistics {mode_of(stats, proc)}", proc)
+        moved = (check_swap(stats, proc, device, True, True) if chosen == "swap"
+                 else check_um(stats, device))
+        summary.append(f"with its profile: {chosen} ({chosen_ms} ms predicted against {other} "
+                       f"{other_ms} ms), losses identical; {moved}")
+
+        # 3. OVERSUB_PROFILE: written by the first run, chosen from by the second.
+        one = Path(tmp) / "one.oprof"
+        for k in range(2):
+            proc, stats = auto_run(args, cmd, device, want, stats_file,
+                                   {"OVERSUB_PROFILE": str(one)}, f"OVERSUB_PROFILE run {k}")
+            if k == 0:
+                w = WRITES_RE.search(proc.stderr)
+                if w is None or w.group(1) != str(one) or not one.exists():
+                    fail("the first OVERSUB_PROFILE run did not say it writes the profile, "
+                         "or did not write it", proc)
+            else:
+                c = CHOSEN_RE.search(proc.stderr)
+                if c is None or c.group(6) != str(one) or mode_of(stats, proc) != c.group(1):
+                    fail("the second OVERSUB_PROFILE run did not choose from the profile", proc)
+                summary.append(f"OVERSUB_PROFILE: the second run took {c.group(1)}")
+
+    # A malformed mode: refused, listing the accepted forms.
+    proc = run(cmd, {"OVERSUB_MODE": "automatic"}, args.lib)
+    if proc.returncode != 2 or ("OVERSUB_MODE='automatic' is not valid" not in proc.stderr
+                                or ACCEPTED not in proc.stderr):
+        fail(f"OVERSUB_MODE=automatic: exit {proc.returncode}, expected 2 and the message "
+             f"ending '{ACCEPTED}'", proc)
+    summary.append("OVERSUB_MODE=automatic refused (exit 2) listing auto")
+    print("OVERSUB_MODE=auto at 3x: " + "; ".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

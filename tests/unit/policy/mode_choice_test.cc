@@ -1,0 +1,104 @@
+// policy/mode_choice: swap against um from a profile (Note [Predicting swap against um]
+// in policy/mode_choice.h).
+#include "policy/mode_choice.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace oversub::policy {
+namespace {
+
+constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+
+// n long-lived buffers of `bytes` each, one launch of 10 us per entry of order (each
+// using the one buffer it names).
+profiler::profile profile_of(std::uint32_t n, std::uint64_t bytes,
+                             const std::vector<std::uint32_t>& order) {
+  profiler::profile p;
+  p.program = "mode_choice_test";
+  for (std::uint32_t i = 0; i < n; ++i) {
+    profiler::allocation_record a;
+    a.bytes = bytes;
+    a.address = 0x1000000 + i * bytes;
+    a.long_lived = true;
+    p.allocations.push_back(a);
+  }
+  p.strings.push_back("k");
+  for (std::uint32_t b : order) {
+    profiler::launch_record l;
+    l.name = 0;
+    l.duration_ns = 10'000;
+    l.buffers = {b};
+    p.launches.push_back(l);
+  }
+  return p;
+}
+
+// Three passes over 64 buffers of 1 MiB in orders no layout of 2 MiB pages serves
+// (in order, evens then odds, bits reversed): a page's two buffers are used apart in
+// some pass, so swap moves twice the bytes um moves.
+std::vector<std::uint32_t> scattered_order() {
+  std::vector<std::uint32_t> order;
+  for (std::uint32_t i = 0; i < 64; ++i) order.push_back(i);
+  for (std::uint32_t i = 0; i < 64; i += 2) order.push_back(i);
+  for (std::uint32_t i = 1; i < 64; i += 2) order.push_back(i);
+  for (std::uint32_t i = 0; i < 64; ++i) {
+    std::uint32_t r = 0;
+    for (int bit = 0; bit < 6; ++bit) r |= ((i >> bit) & 1u) << (5 - bit);
+    order.push_back(r);
+  }
+  return order;
+}
+
+TEST(ModeChoice, UmWhereSwapsPagesCarryUnusedBuffers) {
+  const mode_prediction r = predict_modes(profile_of(64, MiB, scattered_order()), 16 * MiB, {});
+  ASSERT_EQ(r.swap_error, "");
+  ASSERT_EQ(r.um_error, "");
+  EXPECT_GT(r.swap_ns, r.um_ns * 5 / 4) << "um " << r.um_ns << " ns";
+  EXPECT_TRUE(r.um_faster);
+  EXPECT_EQ(r.um_paged_bytes, 0u);  // no buffer above a quarter of the capacity
+  EXPECT_GT(r.um_ns, r.unlimited_ns);
+}
+
+TEST(ModeChoice, SwapWhenLargeBuffersWouldBePagedOnDemand) {
+  // 8 buffers of 8 MiB at 24 MiB: each is above a quarter of the capacity, so um pages
+  // them on demand (25 us per 64 KiB) and swap's overlapped copies win.
+  std::vector<std::uint32_t> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < 8; ++i) order.push_back(i);
+  }
+  const mode_prediction r = predict_modes(profile_of(8, 8 * MiB, order), 24 * MiB, {});
+  ASSERT_EQ(r.swap_error, "");
+  ASSERT_EQ(r.um_error, "");
+  EXPECT_GT(r.um_paged_bytes, 0u);
+  EXPECT_LT(r.swap_ns, r.um_ns) << "um " << r.um_ns << " ns";
+  EXPECT_FALSE(r.um_faster);
+}
+
+TEST(ModeChoice, SwapWhereBothAreEqual) {
+  // Everything fits: both predict the iteration with enough memory; a tie is swap.
+  const mode_prediction r = predict_modes(profile_of(64, MiB, scattered_order()), 1024 * MiB, {});
+  ASSERT_EQ(r.swap_error, "");
+  ASSERT_EQ(r.um_error, "");
+  EXPECT_EQ(r.swap_ns, r.um_ns) << "um " << r.um_ns << " ns";
+  EXPECT_FALSE(r.um_faster);
+}
+
+TEST(ModeChoice, NoPredictionWhereALaunchExceedsTheCapacity) {
+  const mode_prediction r = predict_modes(profile_of(2, 64 * MiB, {0, 1}), 16 * MiB, {});
+  EXPECT_NE(r.swap_error, "");
+  EXPECT_NE(r.um_error, "");
+  EXPECT_FALSE(r.um_faster);
+}
+
+TEST(ModeChoice, NoPredictionWithoutLaunches) {
+  const mode_prediction r = predict_modes(profile_of(2, MiB, {}), 16 * MiB, {});
+  EXPECT_NE(r.swap_error, "");
+  EXPECT_NE(r.um_error, "");
+  EXPECT_FALSE(r.um_faster);
+}
+
+}  // namespace
+}  // namespace oversub::policy
