@@ -47,9 +47,12 @@ CONFIGS = {
 def expect_clean_failure(args: argparse.Namespace, cmd: list[str], device: int,
                          want: list[str]) -> int:
     """The copy engine or a mapping fails midway: the program must see a CUDA error
-    code (simtrain exits 1 naming it), and no iteration may report a wrong loss."""
-    proc = run(cmd, {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
-                     "OVERSUB_MODE": "swap", "SIMGPU_FAIL": args.fail}, args.lib)
+    code (simtrain exits 1 naming it), and no iteration may report a wrong loss. The
+    --env settings apply, as to the run without failures."""
+    settings = {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort", "OVERSUB_MODE": "swap"}
+    settings.update(e.split("=", 1) for e in args.env)
+    settings["SIMGPU_FAIL"] = args.fail
+    proc = run(cmd, settings, args.lib)
     if proc.returncode != 1 or "simtrain: CUDA error" not in proc.stderr + proc.stdout:
         fail(f"SIMGPU_FAIL={args.fail}: want simtrain to stop with a CUDA error (exit 1)", proc)
     got = ITER_RE.findall(proc.stdout)
@@ -58,7 +61,9 @@ def expect_clean_failure(args: argparse.Namespace, cmd: list[str], device: int,
     if len(got) == len(want):
         fail(f"SIMGPU_FAIL={args.fail}: the failure never reached the program", proc)
     error = next(l for l in (proc.stderr + proc.stdout).splitlines() if "simtrain: CUDA error" in l)
-    print(f"SIMGPU_FAIL={args.fail} at {args.ratio}x: {len(got)} correct iterations, then: {error}")
+    extra = " ".join(args.env)
+    print(f"SIMGPU_FAIL={args.fail} at {args.ratio}x{' with ' + extra if extra else ''}: "
+          f"{len(got)} correct iterations, then: {error}")
     return 0
 
 

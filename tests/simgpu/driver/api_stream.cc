@@ -4,6 +4,7 @@
 #include "api.h"
 #include "capture.h"
 #include "clock.h"
+#include "fault_injection.h"
 
 using namespace simgpu;
 
@@ -53,6 +54,7 @@ CUresult record(CUevent ev, CUstream h, unsigned flags, bool ptds) {
     capture_event_record(s, e);
     return CUDA_SUCCESS;
   }
+  if (CUresult f = inject_failure(fail_kind::event); f != CUDA_SUCCESS) return f;
   e->capture = nullptr;
   event_record(e, s);
   return CUDA_SUCCESS;

@@ -99,6 +99,8 @@ bool parse_fail(const char* text, std::vector<fail_rule>* rules) {
     else if (kind == "library_load") { r.kind = fail_kind::library_load; r.code = CUDA_ERROR_OUT_OF_MEMORY; }
     else if (kind == "kernel_query") { r.kind = fail_kind::kernel_query; r.code = CUDA_ERROR_NOT_FOUND; }
     else if (kind == "param_info") { r.kind = fail_kind::param_info; r.code = CUDA_ERROR_NOT_SUPPORTED; }
+    else if (kind == "access") { r.kind = fail_kind::access; r.code = CUDA_ERROR_INVALID_VALUE; }
+    else if (kind == "event") { r.kind = fail_kind::event; r.code = CUDA_ERROR_INVALID_VALUE; }
     else if (kind == "graph_instantiate") {
       r.kind = fail_kind::graph_instantiate;
       r.code = CUDA_ERROR_OUT_OF_MEMORY;
@@ -131,8 +133,8 @@ config load() {
     if (!parse_fail(v, &c.fail))
       config_error("SIMGPU_FAIL='%s' is not valid: expected kind:n[:code][,kind:n[:code]...] "
                    "with kind one of alloc, host_alloc, copy, map, launch, reserve, graph_instantiate, "
-                   "graph_launch, library_load, kernel_query, param_info, n a 1-based "
-                   "count (n+ for that call and all later ones) and code a CUresult "
+                   "graph_launch, library_load, kernel_query, param_info, access, event, "
+                   "n a 1-based count (n+ for that call and all later ones) and code a CUresult "
                    "number or name", v);
   }
   if (const char* v = env("SIMGPU_REPORT")) {

@@ -239,6 +239,7 @@ CUresult vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
     if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
     at = m->hi;
   }
+  if (CUresult f = inject_failure(fail_kind::access); f != CUDA_SUCCESS) return f;
   if (device_access < 0) return CUDA_SUCCESS;
   at = ptr;
   while (at < ptr + size) {

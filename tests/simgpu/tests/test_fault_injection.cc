@@ -1,7 +1,8 @@
 // SIMGPU_FAIL=kind:n[:code] makes the n-th call of one kind fail (n+ : the n-th and
 // every later one) with CUDA's code for it: OUT_OF_MEMORY by default for alloc,
-// host_alloc and map, or the code given. meson runs this program once per setting,
-// each time with a --gtest_filter naming the one test written for that setting
+// host_alloc and map, INVALID_VALUE for copy, access and event, or the code given.
+// meson runs this program once per setting, each time with a --gtest_filter naming
+// the one test written for that setting
 // (see meson.build); a test run under another setting would not mean anything.
 // Each checks the calls before and after the chosen one succeed, that the failure
 // is not sticky, and that a failed allocation takes no capacity.
@@ -151,6 +152,61 @@ TEST_F(FaultInjection, FirstMappingFails) {  // SIMGPU_FAIL=map:1
   CU_OK(unmap(va, gran));
   CU_OK(release(h));
   CU_OK(address_free(va, gran));
+}
+
+TEST_F(FaultInjection, FirstAccessChangeFails) {  // SIMGPU_FAIL=access:1
+  expect_setting("access:1");
+  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
+  auto create = SIMGPU_DRV(cuMemCreate);
+  auto map = SIMGPU_DRV(cuMemMap);
+  auto set_access = SIMGPU_DRV(cuMemSetAccess);
+  auto unmap = SIMGPU_DRV(cuMemUnmap);
+  auto release = SIMGPU_DRV(cuMemRelease);
+  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  const size_t gran = 2ull << 20;
+  CUdeviceptr va = 0;
+  CU_OK(reserve(&va, gran, 0, 0, 0));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h = 0;
+  CU_OK(create(&h, gran, &prop, 0));
+  CU_OK(map(va, gran, 0, h, 0));
+  CUmemAccessDesc desc{};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = 0;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  // The default code, CUDA_ERROR_INVALID_VALUE; the next call is not refused.
+  EXPECT_EQ(set_access(va, gran, &desc, 1), CUDA_ERROR_INVALID_VALUE);
+  CU_OK(set_access(va, gran, &desc, 1));
+  std::vector<int> in(64, 7), back(64, 0);
+  int* d = reinterpret_cast<int*>(va);
+  CUDA_OK(cudaMemcpy(d, in.data(), in.size() * sizeof(int), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(back.data(), d, back.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(back[63], 7) << "the access granted by the retry holds";
+  CU_OK(unmap(va, gran));
+  CU_OK(release(h));
+  CU_OK(address_free(va, gran));
+}
+
+TEST_F(FaultInjection, SecondEventRecordFailsAlone) {  // SIMGPU_FAIL=event:2
+  expect_setting("event:2");
+  cudaStream_t s = nullptr;
+  cudaEvent_t e = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_OK(cudaEventCreate(&e));
+  CUDA_OK(cudaEventRecord(e, s));
+  // The default code, CUDA_ERROR_INVALID_VALUE; the event keeps its first record.
+  EXPECT_EQ(cudaEventRecord(e, s), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "not sticky";
+  CUDA_OK(cudaEventSynchronize(e));
+  CUDA_OK(cudaEventRecord(e, s));
+  CUDA_OK(cudaEventSynchronize(e));
+  EXPECT_EQ(cudaEventQuery(e), cudaSuccess);
+  CUDA_OK(cudaEventDestroy(e));
+  CUDA_OK(cudaStreamDestroy(s));
 }
 
 TEST_F(FaultInjection, FirstLaunchFailsWithTheChosenCode) {  // SIMGPU_FAIL=launch:1:701
