@@ -243,7 +243,9 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
       d.cuMemSetAccess(vas[k], cfg_.page_bytes, &access, 1);
     }
   }
-  (void)d.cuEventRecord(handoff_[batch % handoff_.size()], mover_stream_);
+  // A hand-off that could not be recorded is a driver error like any other: the
+  // application hears it at its next call (the pages are committed all the same).
+  const CUresult handed = d.cuEventRecord(handoff_[batch % handoff_.size()], mover_stream_);
 
   lock.lock();
   stats_.mapping_calls += calls;
@@ -268,6 +270,7 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
     p.handoff = batch;
   }
   batches_ = batch;
+  if (error == CUDA_SUCCESS) error = handed;
   if (error != CUDA_SUCCESS) mover_error_ = error;
   moved_.notify_all();
   return error != CUDA_SUCCESS ? move::failed : move::worked;
@@ -374,7 +377,8 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
     d.cuMemMap(va, cfg_.page_bytes, 0, host, 0);
     d.cuMemSetAccess(va, cfg_.page_bytes, &access, 1);
   }
-  (void)d.cuEventRecord(handoff_[batch % handoff_.size()], mover_stream_);
+  // As in mover_finish_locked: a hand-off not recorded is heard at the next call.
+  const CUresult handed = d.cuEventRecord(handoff_[batch % handoff_.size()], mover_stream_);
 
   lock.lock();
   stats_.mapping_calls += calls;
@@ -406,6 +410,10 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   }
   q.handoff = batch;
   batches_ = batch;
+  if (error == CUDA_SUCCESS && handed != CUDA_SUCCESS) {
+    error = handed;
+    mover_error_ = handed;
+  }
   moved_.notify_all();
   return error != CUDA_SUCCESS ? move::failed : move::worked;
 }
