@@ -29,7 +29,8 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
   const std::uint64_t capacity = core::swap_capacity_of(limit_bytes, m.free_bytes, m.total_bytes);
   // The stand-ins of Note [Launch durations] (core/schedule.cc) and of the layout
   // (pool_setup.cc): 25 GB/s, 10 us per copy, 2 TB/s device memory; a managed fault
-  // as simgpu's A100 model has it (25 us per 64 KiB).
+  // as simgpu's A100 model has it (25 us per 64 KiB) and a page's remapping as measured
+  // on an A100 (policy::mode_costs).
   const policy::mode_prediction r =
       policy::predict_modes(p, static_cast<std::size_t>(capacity), policy::mode_costs{});
   const std::string& path = current_config().profile_in;

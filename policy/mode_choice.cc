@@ -1,6 +1,9 @@
 // Swap against um, predicted from a profile (see mode_choice.h).
 #include "policy/mode_choice.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "policy/page_model.h"
 #include "policy/profile_model.h"
 #include "policy/schedule.h"
@@ -26,6 +29,25 @@ device_model device_of(const profiler::profile& p, const mode_costs& c) {
   device.costs.managed_fault_ns = c.managed_fault_ns;
   device.costs.managed_page_bytes = c.managed_page_bytes;
   return device;
+}
+
+// The host time of swap's remapping over one iteration in the layout order (Note
+// [Predicting swap against um] in policy/mode_choice.h); its page moves in remaps.
+std::uint64_t remap_bound(const profiler::profile& p, std::size_t capacity_bytes,
+                          const device_model& device, const std::vector<std::uint32_t>& order,
+                          std::uint64_t remap_ns, std::uint64_t& remaps) {
+  const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
+  if (!buffers.error.empty()) return 0;
+  const page_model m = pages_of_profile(p, buffers.model, page_bytes, 256, order);
+  if (!m.error.empty()) return 0;
+  const schedule_result r = plan_schedule(m.model, planning_capacity(capacity_bytes, page_bytes),
+                                          device.costs, policy_kind::cost, 0);
+  if (!r.ok()) return 0;
+  remaps = r.value.evict_at_start.size() + r.value.end_fetches.size();
+  for (const launch_actions& a : r.value.launches) {
+    remaps += a.fetch_before.size() + a.evict_after.size();
+  }
+  return remaps * remap_ns;
 }
 
 // um's prediction into out (Note [Predicting swap against um] in policy/mode_choice.h).
@@ -80,8 +102,13 @@ mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_b
   const device_model device = device_of(p, costs);
   const layout_choice swap = choose_long_lived_layout(
       p, capacity_bytes, costs.link_bytes_per_s, costs.copy_setup_ns, costs.memory_bandwidth);
-  if (swap.error.empty()) out.swap_ns = swap.predicted_ns[static_cast<int>(swap.kind)];
-  else out.swap_error = swap.error;
+  if (swap.error.empty()) {
+    out.swap_replay_ns = swap.predicted_ns[static_cast<int>(swap.kind)];
+    out.swap_ns = std::max(out.swap_replay_ns, remap_bound(p, capacity_bytes, device, swap.order,
+                                                           costs.remap_ns, out.swap_remaps));
+  } else {
+    out.swap_error = swap.error;
+  }
   predict_um(p, capacity_bytes, device, out);
   if (out.um_error.empty()) out.um_faster = !out.swap_error.empty() || out.um_ns < out.swap_ns;
   return out;

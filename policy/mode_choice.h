@@ -7,7 +7,10 @@
 // Each mode is predicted as the library runs it once it has learned the iteration:
 // - swap: the learner's cost schedule over the arena's 2 MiB pages (Note [Page model]
 //   in policy/page_model.h), in the long-lived layout swap mode takes from the same
-//   profile (choose_long_lived_layout), its predicted iteration.
+//   profile (choose_long_lived_layout), its predicted iteration; but at least the
+//   host time of its remapping: each page the schedule fetches or evicts is
+//   remapped by the host (cuMemUnmap, cuMemMap, cuMemSetAccess), remap_ns each,
+//   one after another on the launching thread, which the replay does not count.
 // - um: the learner's cost schedule over whole buffers (Note [What the learner moves]
 //   in core/schedule_internal.h), planned at the same planning capacity (Note
 //   [Headroom] in policy/schedule.h) and replayed. The um backend leaves a buffer
@@ -20,9 +23,9 @@
 // choose_long_lived_layout takes them), else the stand-in, and the profile's kernel
 // durations (Note [Duration model] in policy/profile_model.h where 0).
 // swap is taken unless um is predicted strictly faster, or swap cannot be planned
-// and um can. Left out of both: the host time of swap's remapping (cuMemMap and
-// cuMemUnmap per page) and of um's prefetch calls, and the engines' distance from
-// their plans, so two predictions that are close may rank the modes the wrong way.
+// and um can. Left out: the host time of um's prefetch calls, and the engines'
+// distance from their plans, so two predictions that are close may rank the modes
+// the wrong way.
 #ifndef OVERSUB_POLICY_MODE_CHOICE_H
 #define OVERSUB_POLICY_MODE_CHOICE_H
 
@@ -41,6 +44,10 @@ struct mode_costs {
   double memory_bandwidth = 2e12;         // kernels the profile did not time
   std::uint64_t managed_fault_ns = 25'000;
   std::size_t managed_page_bytes = 64 * 1024;
+  // Host time to remap one 2 MiB page of swap mode's arena: cuMemUnmap 26 us, cuMemMap
+  // 1.5 us and cuMemSetAccess 36 us per page as kvcached's bench_vmm measured them on an
+  // A100 (the figures of simgpu's device models).
+  std::uint64_t remap_ns = 63'500;
 };
 
 struct mode_prediction {
@@ -49,6 +56,8 @@ struct mode_prediction {
   std::uint64_t swap_ns = 0;
   std::uint64_t um_ns = 0;
   std::uint64_t unlimited_ns = 0;         // every launch with enough memory
+  std::uint64_t swap_replay_ns = 0;       // swap's replay, without the remapping's bound
+  std::uint64_t swap_remaps = 0;          // pages swap's schedule maps in or out
   std::uint64_t um_paged_bytes = 0;       // moved by demand paging in um's prediction
   bool um_faster = false;                 // the choice (Note [Predicting swap against um])
 };

@@ -77,6 +77,28 @@ TEST(ModeChoice, SwapWhenLargeBuffersWouldBePagedOnDemand) {
   EXPECT_FALSE(r.um_faster);
 }
 
+TEST(ModeChoice, SwapIsAtLeastItsRemapping) {
+  // The host remaps each page swap's schedule moves: where that takes longer than the
+  // replay, it is swap's prediction, and um (no remaps) is taken.
+  std::vector<std::uint32_t> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < 16; ++i) order.push_back(i);
+  }
+  mode_costs costs;
+  costs.remap_ns = 0;  // buffers of a page each: the replays are the same, a tie is swap
+  const mode_prediction quick = predict_modes(profile_of(16, 2 * MiB, order), 16 * MiB, costs);
+  costs.remap_ns = 10'000'000;
+  const mode_prediction slow = predict_modes(profile_of(16, 2 * MiB, order), 16 * MiB, costs);
+  ASSERT_EQ(slow.swap_error, "");
+  EXPECT_GT(slow.swap_remaps, 0u);
+  EXPECT_EQ(slow.swap_replay_ns, quick.swap_replay_ns);
+  EXPECT_EQ(quick.swap_ns, quick.swap_replay_ns);
+  EXPECT_EQ(slow.swap_ns, slow.swap_remaps * costs.remap_ns);
+  EXPECT_GT(slow.swap_ns, slow.swap_replay_ns);
+  EXPECT_TRUE(slow.um_faster);
+  EXPECT_FALSE(quick.um_faster) << "swap " << quick.swap_ns << " ns, um " << quick.um_ns;
+}
+
 TEST(ModeChoice, SwapWhereBothAreEqual) {
   // Everything fits: both predict the iteration with enough memory; a tie is swap.
   const mode_prediction r = predict_modes(profile_of(64, MiB, scattered_order()), 1024 * MiB, {});
