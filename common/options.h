@@ -91,7 +91,7 @@ struct config {
   swap_policy policy = swap_policy::cost;
   std::uint64_t prefetch_launches = 0;  // 0: as far ahead as capacity allows
   bool tune = true;  // Note [Choosing among schedules by measured time] in core/tuning.cc
-  bool mover_thread = false;  // Note [The mover] in residency/swap_engine.h
+  bool mover_thread = true;  // Note [The mover] in residency/swap_engine.h
   log::level log_level = log::level::warn;
   std::string log_file;    // empty: stderr. "%p" is replaced by the pid.
   bool verbose = false;
@@ -145,10 +145,10 @@ struct config {
     "swap mode then the fastest lending evicting pages' memory) for "              \
     "about two iterations each, timed on the device by CUPTI's kernel records, "    \
     "and keep the fastest (without CUPTI: the plan as learned)")                    \
-  X(MOVER, mover_thread, parse_mover, "inline", "inline | thread",                  \
-    "swap mode: who finishes evictions (unmapping a page's device memory and "     \
-    "mapping its host copy there): the launching thread, or (experimental, not "    \
-    "faster yet on the real-model traces) a thread of oversub's own")               \
+  X(MOVER, mover_thread, parse_mover, "thread", "inline | thread",                  \
+    "swap mode: who remaps pages (unmapping and mapping device memory or the host "\
+    "copy at a page's address, granting access) for evictions and the schedule's "\
+    "fetches: a thread of oversub's own, or the launching thread (inline)")         \
   X(LOG, log_level, parse_log_level, "warn", "error | warn | info | debug | trace", \
     "lowest level of message printed")                                              \
   X(LOG_FILE, log_file, parse_path, "", "a file path (%p is replaced by the pid)",  \

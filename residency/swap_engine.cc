@@ -240,7 +240,8 @@ bool swap_engine::prefetch_pages(std::span<const byte_range> ranges,
     if (p.where != state::resident) missing.push_back(va);
   }
   if (missing.empty()) {
-    if (mover_on_ && later != nullptr) mover_fetch_.clear();  // Note [The mover]
+    // See Note [The mover] in residency/swap_engine.h.
+    if (mover_on_ && later != nullptr) mover_fetch_.clear();
     return true;
   }
   // In the order asked for (a schedule asks for the page needed soonest first), so

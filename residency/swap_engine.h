@@ -284,6 +284,12 @@
 // waiting for room comes first: the mover begins no fetch of its own meanwhile.
 // On-demand fetches (a launch's own missing pages) stay on the launching thread: the
 // launch waits for them either way.
+// The library runs the mover by default (OVERSUB_MOVER=thread; inline keeps every
+// remap on the launching thread). On simgpu's H100 model, the traces at 1/8 of their
+// bytes at 1.5x and 3x, the launching thread's host time per iteration fell 5 to 11
+// times, and the iteration was shorter at every point but VGG-16 at 1.5x (5% longer:
+// its launches need their pages sooner than the mover fetches them, so most of its
+// fetches are still made on demand); docs/results.md, "Swap: the mover".
 //
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
 // call could have its page evicted in between; training loops launch from one thread
@@ -319,7 +325,8 @@ struct swap_config {
   // interposer turns it on only when it sees every launch and copy (Note [What
   // counts as a write]).
   bool clean_evictions = true;
-  // See Note [The mover]: evictions finished by a thread of the engine's own.
+  // See Note [The mover]: remaps made by a thread of the engine's own (the library's
+  // default, OVERSUB_MOVER; off here, for the engine's own tests).
   bool mover_thread = false;
 };
 
