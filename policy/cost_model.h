@@ -5,10 +5,47 @@
 #ifndef OVERSUB_POLICY_COST_MODEL_H
 #define OVERSUB_POLICY_COST_MODEL_H
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 namespace oversub::policy {
+
+// The mover's host calls (Note [The mover] in residency/swap_engine.h), ns: a per-call
+// part and a part per 2 MiB page, from the device model's keys (vmm_unmap_ns,
+// vmm_unmap_per_2mib_ns, ...). Each page swap mode moves is remapped by one host
+// thread, one page per call: an eviction unmaps the device memory, maps the host copy
+// and grants access; a fetch does the reverse. The mover also waits for an eviction's
+// copy out (event_sync_ns) and records a hand-off event per batch (event_record_ns);
+// a fetch enqueues its copy (copy_enqueue_ns) and records the copy's event. All 0 (the
+// default): no mover (Note [Virtual time model] in policy/simulate.h).
+struct mover_costs {
+  std::uint64_t vmm_map_ns = 0, vmm_map_per_page_ns = 0;
+  std::uint64_t vmm_unmap_ns = 0, vmm_unmap_per_page_ns = 0;
+  std::uint64_t vmm_set_access_ns = 0, vmm_set_access_per_page_ns = 0;
+  std::uint64_t event_sync_ns = 0, event_record_ns = 0, copy_enqueue_ns = 0;
+  std::size_t page_bytes = std::size_t{2} << 20;  // the arena's page
+
+  // The time to remap `bytes` (whole pages, one call of each kind per page).
+  std::uint64_t remap_ns(std::size_t bytes) const {
+    const std::uint64_t pages =
+        page_bytes == 0 ? 1 : std::max<std::uint64_t>(1, (bytes + page_bytes - 1) / page_bytes);
+    return pages * (vmm_unmap_ns + vmm_unmap_per_page_ns + vmm_map_ns + vmm_map_per_page_ns +
+                    vmm_set_access_ns + vmm_set_access_per_page_ns);
+  }
+  bool any() const { return remap_ns(page_bytes) != 0; }
+  // Finishing an eviction of `bytes`: the wait on its copy's event (its host part),
+  // the remap, the hand-off event. 0 without VMM costs.
+  std::uint64_t evict_ns(std::size_t bytes) const {
+    return any() ? event_sync_ns + remap_ns(bytes) + event_record_ns : 0;
+  }
+  // A fetch of `bytes`: the remap, then (with a copy) the copy's enqueue and its
+  // event, and the hand-off event. 0 without VMM costs.
+  std::uint64_t fetch_ns(std::size_t bytes, bool copy) const {
+    if (!any()) return 0;
+    return remap_ns(bytes) + (copy ? copy_enqueue_ns + event_record_ns : 0) + event_record_ns;
+  }
+};
 
 struct cost_model {
   // Pinned-memory link bandwidth per direction (bytes/s).
@@ -26,6 +63,16 @@ struct cost_model {
   // (Maxwell, Kepler): a launch migrates all of a managed buffer at once, for one
   // fault cost plus the transfer.
   bool demand_paging = true;
+
+  // The mover's host costs; none (the default): no mover is modelled.
+  mover_costs mover;
+
+  std::uint64_t remap_ns(std::size_t bytes) const { return mover.remap_ns(bytes); }
+  bool has_mover() const { return mover.any(); }
+  std::uint64_t mover_evict_ns(std::size_t bytes) const { return mover.evict_ns(bytes); }
+  std::uint64_t mover_fetch_ns(std::size_t bytes, bool copy) const {
+    return mover.fetch_ns(bytes, copy);
+  }
 
   // The time of one copy of `bytes` host to device / device to host, ns.
   std::uint64_t h2d_ns(std::size_t bytes) const { return copy_ns(bytes, h2d_bytes_per_s); }

@@ -19,6 +19,10 @@ struct device_model {
   double fp32_flops = 0;            // FLOP/s
   double memory_bandwidth = 0;      // device memory bytes/s
   cost_model costs;         // pinned link, copy setup, launch latency, managed memory
+  // The mover's host costs, where the file has the keys (else 0). Not in `costs`:
+  // only a plan over the arena's pages (`--granularity page`) takes them
+  // (costs.mover = mover; Note [Virtual time model] in policy/simulate.h).
+  mover_costs mover;
 };
 
 }  // namespace oversub::policy

@@ -31,11 +31,14 @@ device_model device_of(const profiler::profile& p, const mode_costs& c) {
   return device;
 }
 
-// The host time of swap's remapping over one iteration in the layout order (Note
-// [Predicting swap against um] in policy/mode_choice.h); its page moves in remaps.
-std::uint64_t remap_bound(const profiler::profile& p, std::size_t capacity_bytes,
-                          const device_model& device, const std::vector<std::uint32_t>& order,
-                          std::uint64_t remap_ns, std::uint64_t& remaps) {
+// Swap's prediction with the mover's remaps (Note [Predicting swap against um] in
+// policy/mode_choice.h): the learner's plan over the pages in the layout order, on
+// the link alone as the library plans it, replayed with each page move remapped by
+// one host thread (Note [Virtual time model] in policy/simulate.h). 0 where the page
+// model cannot be planned; its remaps in remaps.
+std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
+                         const device_model& device, const std::vector<std::uint32_t>& order,
+                         std::uint64_t remap_ns, std::uint64_t& remaps) {
   const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
   if (!buffers.error.empty()) return 0;
   const page_model m = pages_of_profile(p, buffers.model, page_bytes, 256, order);
@@ -43,11 +46,12 @@ std::uint64_t remap_bound(const profiler::profile& p, std::size_t capacity_bytes
   const schedule_result r = plan_schedule(m.model, planning_capacity(capacity_bytes, page_bytes),
                                           device.costs, policy_kind::cost, 0);
   if (!r.ok()) return 0;
-  remaps = r.value.evict_at_start.size() + r.value.end_fetches.size();
-  for (const launch_actions& a : r.value.launches) {
-    remaps += a.fetch_before.size() + a.evict_after.size();
-  }
-  return remaps * remap_ns;
+  cost_model costs = device.costs;
+  costs.mover.vmm_unmap_per_page_ns = remap_ns;  // the three calls' sum, per page
+  costs.mover.page_bytes = page_bytes;
+  const simulation sim = simulate(m.model, r.value, costs);
+  remaps = sim.remaps;
+  return sim.iteration_ns;
 }
 
 // um's prediction into out (Note [Predicting swap against um] in policy/mode_choice.h).
@@ -104,8 +108,8 @@ mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_b
       p, capacity_bytes, costs.link_bytes_per_s, costs.copy_setup_ns, costs.memory_bandwidth);
   if (swap.error.empty()) {
     out.swap_replay_ns = swap.predicted_ns[static_cast<int>(swap.kind)];
-    out.swap_ns = std::max(out.swap_replay_ns, remap_bound(p, capacity_bytes, device, swap.order,
-                                                           costs.remap_ns, out.swap_remaps));
+    out.swap_ns = std::max(out.swap_replay_ns, with_mover(p, capacity_bytes, device, swap.order,
+                                                          costs.remap_ns, out.swap_remaps));
   } else {
     out.swap_error = swap.error;
   }

@@ -7,10 +7,12 @@
 // Each mode is predicted as the library runs it once it has learned the iteration:
 // - swap: the learner's cost schedule over the arena's 2 MiB pages (Note [Page model]
 //   in policy/page_model.h), in the long-lived layout swap mode takes from the same
-//   profile (choose_long_lived_layout), its predicted iteration; but at least the
-//   host time of its remapping: each page the schedule fetches or evicts is
-//   remapped by the host (cuMemUnmap, cuMemMap, cuMemSetAccess), remap_ns each,
-//   one after another on the launching thread, which the replay does not count.
+//   profile (choose_long_lived_layout), that layout's schedule replayed with the
+//   mover (Note [The mover] in residency/swap_engine.h): each page the schedule
+//   fetches or evicts is remapped by one host thread (cuMemUnmap, cuMemMap,
+//   cuMemSetAccess), remap_ns each, one after another, an eviction's after its copy
+//   out and before its room is free, a fetch's before its copy in (Note [Virtual
+//   time model] in policy/simulate.h); never below the replay without it.
 // - um: the learner's cost schedule over whole buffers (Note [What the learner moves]
 //   in core/schedule_internal.h), planned at the same planning capacity (Note
 //   [Headroom] in policy/schedule.h) and replayed. The um backend leaves a buffer
@@ -56,8 +58,8 @@ struct mode_prediction {
   std::uint64_t swap_ns = 0;
   std::uint64_t um_ns = 0;
   std::uint64_t unlimited_ns = 0;         // every launch with enough memory
-  std::uint64_t swap_replay_ns = 0;       // swap's replay, without the remapping's bound
-  std::uint64_t swap_remaps = 0;          // pages swap's schedule maps in or out
+  std::uint64_t swap_replay_ns = 0;       // swap's replay, without the mover
+  std::uint64_t swap_remaps = 0;          // page moves the mover remaps in swap's replay
   std::uint64_t um_paged_bytes = 0;       // moved by demand paging in um's prediction
   bool um_faster = false;                 // the choice (Note [Predicting swap against um])
 };

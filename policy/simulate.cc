@@ -194,7 +194,7 @@ class replay {
       }
     }
     for (const fetch_action& f : plan_.end_fetches) compute_free_ += fetch(f);
-    result_.iteration_ns = std::max({compute_free_, h2d_free_, d2h_free_});
+    result_.iteration_ns = std::max({compute_free_, h2d_free_, d2h_free_, mover_free_});
     const std::uint64_t unlimited = unlimited_iteration_ns(model_, costs_);
     result_.stall_ns = result_.iteration_ns > unlimited ? result_.iteration_ns - unlimited : 0;
     for (buffer_id b = 0; b < resident_.size(); ++b) {
@@ -224,7 +224,8 @@ class replay {
       ++result_.h2d_copies;
       return costs_.fault_in_ns(bytes);
     }
-    pending_.prune(std::min(h2d_free_, compute_free_));
+    pending_.prune(std::min({h2d_free_, compute_free_, mover_free_}));
+    if (costs_.has_mover()) return fetch_by_mover(f, bytes, slack);
     if (!f.copy_in) {
       ready_[f.buffer] = pending_.when_at_most(compute_free_, slack);
       taken_at_[f.buffer] = ready_[f.buffer];
@@ -234,6 +235,30 @@ class replay {
     const std::uint64_t start = pending_.when_at_most(from, slack);
     taken_at_[f.buffer] = start;
     h2d_free_ = start + costs_.h2d_ns(bytes);
+    ready_[f.buffer] = h2d_free_;
+    result_.h2d_bytes += bytes;
+    ++result_.h2d_copies;
+    return 0;
+  }
+
+  // A fetch when the mover remaps (Note [Virtual time model]): the remap starts when
+  // the mover is free, the page is on the host (its own eviction's remap done) and the
+  // room is there; the copy in starts after the remap and the copy's enqueue.
+  std::uint64_t fetch_by_mover(const fetch_action& f, std::size_t bytes, std::size_t slack) {
+    const std::uint64_t from = std::max(mover_free_, out_done_[f.buffer]);
+    const std::uint64_t start = pending_.when_at_most(from, slack);
+    const std::uint64_t busy = costs_.mover_fetch_ns(bytes, f.copy_in);
+    mover_free_ = start + busy;
+    result_.host_remap_ns += busy;
+    ++result_.remaps;
+    taken_at_[f.buffer] = start;
+    const std::uint64_t remapped = start + costs_.remap_ns(bytes);
+    if (!f.copy_in) {
+      ready_[f.buffer] = remapped;
+      return 0;
+    }
+    const std::uint64_t copy_start = std::max(h2d_free_, remapped + costs_.mover.copy_enqueue_ns);
+    h2d_free_ = copy_start + costs_.h2d_ns(bytes);
     ready_[f.buffer] = h2d_free_;
     result_.h2d_bytes += bytes;
     ++result_.h2d_copies;
@@ -261,6 +286,16 @@ class replay {
       release = d2h_free_;
       result_.d2h_bytes += bytes;
       ++result_.d2h_copies;
+    }
+    if (costs_.has_mover()) {
+      // The mover remaps the page once its copy out (or its last user) is done; the
+      // memory is free, and the page on the host, only after that.
+      const std::uint64_t busy = costs_.mover_evict_ns(bytes);
+      mover_free_ = std::max(mover_free_, release) + busy;
+      result_.host_remap_ns += busy;
+      ++result_.remaps;
+      release = mover_free_;
+      out_done_[e.buffer] = release;
     }
     pending_.add(release, bytes);
     hold(e.buffer, release);
@@ -292,6 +327,7 @@ class replay {
   std::vector<std::uint64_t> out_done_;  // when its last copy out completes
   pending_releases pending_;
   std::uint64_t compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0;
+  std::uint64_t mover_free_ = 0;  // when the mover is done with the remaps so far
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;
   std::vector<std::pair<std::uint64_t, std::int64_t>> holds_;  // (time, +-bytes)

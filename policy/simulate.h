@@ -7,17 +7,36 @@
 //
 // Note [Virtual time model]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
-// - The host runs ahead (it is never the bottleneck): a fetch may start as soon as
-//   its copy stream is free, the buffer's own copy out (if any) is done, and the
-//   memory is there; the device memory in use at any real time is at most the
-//   schedule's logical usage plus the releases it counted on that are not done yet.
+// - The launching thread runs ahead (it is never the bottleneck): a fetch may start
+//   as soon as its copy stream is free, the buffer's own copy out (if any) is done,
+//   and the memory is there (and the mover's remap, below); the device memory in use
+//   at any real time is at most the schedule's logical usage plus the releases it
+//   counted on that are not done yet.
 // - A copy takes copy_setup_ns + bytes / bandwidth; one copy at a time per direction.
 // - A launch starts when the previous launch ended and its buffers' fetches are
 //   done; it runs duration_ns. launch_latency_ns is paid once, at the start.
 // - An eviction releases memory when its copy out ends (or, without a copy, when
 //   the launch it follows ends and any fetch of the buffer still in flight ends).
-// - The iteration ends when the compute and both copy streams are idle (the next
-//   iteration starts from the schedule's start state).
+// - The mover (Note [The mover] in residency/swap_engine.h), where the cost model has
+//   VMM costs (cost_model::remap_ns; `oversub simulate --granularity page` takes
+//   them from the device model, buffer granularity and the models without the keys
+//   have none, and then nothing below applies): one host thread, its own timeline,
+//   remaps every page the schedule moves (fetches and evictions, with or without a
+//   copy; none when everything fits), one page at a time, in schedule order. An
+//   eviction's remap (cost_model::mover_evict_ns) starts when its copy out ends (or,
+//   without a copy, when the launch it follows and any fetch of the page end) and
+//   the mover is free; the memory is released, and the page is on the host, when it
+//   ends. A fetch's remap (mover_fetch_ns) starts when the mover is free, the page is
+//   on the host and the memory is there; it holds the memory from then, and its copy
+//   in starts after the remap and the copy's enqueue. The launching thread still runs
+//   ahead. simulation::host_remap_ns is the mover's busy time. The plan is made on
+//   the link alone, as the library's learner makes it (tools/simulate/what_if.cc).
+//   Not modelled: the library's mover finishes an eviction only when a fetch wants
+//   its room, and its launching thread begins an eviction's copy out after all work
+//   enqueued by then, so a page's copy out and remap may come later than here; the
+//   library's dead pages (moved without a copy) are copied here.
+// - The iteration ends when the compute and both copy streams and the mover are idle
+//   (the next iteration starts from the schedule's start state).
 //
 // Note [Demand paging cost]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -49,6 +68,10 @@ struct simulation {
   std::uint64_t d2h_bytes = 0;        // copied (or migrated) device to host
   std::uint64_t h2d_copies = 0;
   std::uint64_t d2h_copies = 0;
+  // The mover's busy time and the page moves it remapped (Note [Virtual time model]);
+  // 0 without the cost model's VMM costs.
+  std::uint64_t host_remap_ns = 0;
+  std::uint64_t remaps = 0;
   std::size_t peak_device_bytes = 0;  // the most device bytes in the schedule's order
   // The most device bytes held at one instant of virtual time (a fetch holds memory
   // from its copy's start, an eviction until its copy out ends); never above the

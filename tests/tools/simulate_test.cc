@@ -68,6 +68,11 @@ TEST(DeviceModel, ReadsTheSimgpuModels) {
   EXPECT_EQ(r.value.costs.copy_setup_ns, 5000u);
   EXPECT_EQ(r.value.costs.managed_page_bytes, 64u * 1024);
   EXPECT_TRUE(r.value.costs.demand_paging);
+  // The mover's costs: read, but not in the costs a buffer-granular plan takes.
+  EXPECT_EQ(r.value.mover.remap_ns(std::size_t{2} << 20), 26000u + 1500u + 36000u);
+  EXPECT_EQ(r.value.mover.evict_ns(std::size_t{2} << 20), 63500u + 2000u + 2000u);
+  EXPECT_EQ(r.value.mover.fetch_ns(std::size_t{2} << 20, true), 63500u + 3u * 2000u);
+  EXPECT_FALSE(r.value.costs.has_mover());
   const device_model_result titan =
       read_device_model("titanx-maxwell", OVERSUB_DEVICE_MODELS_DIR);
   ASSERT_EQ(titan.error, "");

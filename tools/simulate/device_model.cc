@@ -97,6 +97,22 @@ device_model_result read_device_model(const std::string& spec, const std::string
   d.costs.managed_fault_ns = static_cast<std::uint64_t>(number("managed_fault_ns", false));
   d.costs.managed_page_bytes = static_cast<std::size_t>(number("managed_page_size", true));
   d.costs.demand_paging = number("concurrent_managed_access", false) != 0;
+  // The mover's host costs (Note [Virtual time model] in policy/simulate.h): optional,
+  // 0 when absent (no mover is modelled).
+  auto optional = [&](const char* key) -> std::uint64_t {
+    if (!r.error.empty() || kv.find(key) == kv.end()) return 0;
+    return static_cast<std::uint64_t>(number(key, false));
+  };
+  policy::mover_costs& c = d.mover;
+  c.vmm_map_ns = optional("vmm_map_ns");
+  c.vmm_map_per_page_ns = optional("vmm_map_per_2mib_ns");
+  c.vmm_unmap_ns = optional("vmm_unmap_ns");
+  c.vmm_unmap_per_page_ns = optional("vmm_unmap_per_2mib_ns");
+  c.vmm_set_access_ns = optional("vmm_set_access_ns");
+  c.vmm_set_access_per_page_ns = optional("vmm_set_access_per_2mib_ns");
+  c.event_sync_ns = optional("event_sync_ns");
+  c.event_record_ns = optional("event_record_ns");
+  c.copy_enqueue_ns = optional("copy_enqueue_ns");
   return r;
 }
 

@@ -24,9 +24,13 @@ what_if_point run_point(const policy::iteration_model& model, std::size_t capaci
   p.transfer_bound_ns = policy::transfer_bound_ns(model, capacity_bytes, costs);
   p.window_bound_ns = policy::window_bound_ns(model, capacity_bytes, costs);
   p.fits = policy::peak_live_bytes(model) <= capacity_bytes;
-  // As the library plans (Note [Headroom] in policy/schedule.h, its 2 MiB pages).
+  // As the library plans (Note [Headroom] in policy/schedule.h, its 2 MiB pages): its
+  // learner plans on the link and kernels alone; the mover's remaps, where the costs
+  // have them, are charged by the replay below.
+  policy::cost_model link_costs = costs;
+  link_costs.mover = {};
   policy::schedule_result plan = policy::plan_schedule(
-      model, policy::planning_capacity(capacity_bytes, std::size_t{2} << 20), costs, kind);
+      model, policy::planning_capacity(capacity_bytes, std::size_t{2} << 20), link_costs, kind);
   if (!plan.ok()) {
     p.error = plan.error;
     return p;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "policy/reuse_bound.h"
 #include "policy/schedule_check.h"
@@ -114,6 +115,72 @@ TEST(Simulate, FetchWaitsForTheMemoryACopyOutReleases) {
   schedule over = roomy;
   over.capacity_bytes = 150;
   EXPECT_NE(simulate(m, over, byte_per_ns()).error, "");
+}
+
+// Four long-lived 100-byte pages, one launch of 10 ns each, in room for one page:
+// each page is fetched, used and copied out in turn, and the mover remaps every
+// move at 1000 ns, one after another (Note [Virtual time model]).
+TEST(Simulate, TheMoverRemapsEveryPageMove) {
+  iteration_model m;
+  m.buffers = {{100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}};
+  m.launches = {{10, {0}, {0}, true}, {10, {1}, {1}, true}, {10, {2}, {2}, true},
+                {10, {3}, {3}, true}};
+  schedule s;
+  s.capacity_bytes = s.planned_peak_bytes = 100;
+  s.resident_at_start = {0};
+  s.launches.resize(4);
+  for (buffer_id b = 0; b < 4; ++b) {
+    if (b != 0) s.launches[b].fetch_before = {{b, true}};
+    s.launches[b].evict_after = {{b, true}};
+  }
+  s.end_fetches = {{0, true}};
+  ASSERT_EQ(check_schedule(m, s), "");
+  cost_model c = byte_per_ns();
+  // Without a mover: launch 0-10, out 10-110, in 110-210, launch 210-220, ... the
+  // last copy out 640-740, page 0 back 740-840.
+  const simulation plain = simulate(m, s, c);
+  EXPECT_EQ(plain.iteration_ns, 840u);
+  EXPECT_EQ(plain.host_remap_ns, 0u);
+  EXPECT_EQ(plain.remaps, 0u);
+  c.mover.page_bytes = 100;
+  c.mover.vmm_unmap_per_page_ns = 600;
+  c.mover.vmm_map_per_page_ns = 100;
+  c.mover.vmm_set_access_per_page_ns = 300;
+  // Launch 0 0-10, out 10-110, remap 110-1110 (the room is free then); page 1's remap
+  // 1110-2110, in 2110-2210, launch 2210-2220, out 2220-2320, remap 2320-3320; page 2
+  // 3320-4320, 4320-4420, 4420-4430, 4430-4530, 4530-5530; page 3 5530-6530,
+  // 6530-6630, 6630-6640, 6640-6740, 6740-7740; page 0 back: remap 7740-8740, in
+  // 8740-8840. Eight remaps of 1000 ns on top of the link's 840.
+  const simulation r = simulate(m, s, c);
+  EXPECT_EQ(r.error, "");
+  EXPECT_EQ(r.iteration_ns, 8840u);
+  EXPECT_EQ(r.host_remap_ns, 8000u);
+  EXPECT_EQ(r.remaps, 8u);
+  EXPECT_EQ(r.launch_end_ns, (std::vector<std::uint64_t>{10, 2220, 4430, 6640}));
+  EXPECT_LE(r.peak_device_bytes_in_time, 100u);
+  // The mover's events (hand-off, copy, the wait on a copy out) add to each move.
+  c.mover.event_record_ns = 5;
+  c.mover.event_sync_ns = 7;
+  c.mover.copy_enqueue_ns = 3;
+  EXPECT_EQ(c.mover_evict_ns(100), 1012u);
+  EXPECT_EQ(c.mover_fetch_ns(100, true), 1013u);
+  EXPECT_EQ(c.mover_fetch_ns(100, false), 1005u);
+
+  // Everything fits: nothing moves, nothing is remapped, the time is the compute's.
+  iteration_model fits = m;
+  schedule all;
+  all.capacity_bytes = all.planned_peak_bytes = 400;
+  all.resident_at_start = {0, 1, 2, 3};
+  all.launches.resize(4);
+  ASSERT_EQ(check_schedule(fits, all), "");
+  const simulation f = simulate(fits, all, c);
+  EXPECT_EQ(f.iteration_ns, 40u);
+  EXPECT_EQ(f.iteration_ns, simulate(fits, all, byte_per_ns()).iteration_ns);
+  EXPECT_EQ(f.host_remap_ns, 0u);
+  EXPECT_EQ(f.remaps, 0u);
+  const schedule_result planned = plan_schedule(fits, 400, c, policy_kind::cost);
+  ASSERT_TRUE(planned.ok()) << planned.error;
+  EXPECT_EQ(simulate(fits, planned.value, c).iteration_ns, 40u);
 }
 
 TEST(Simulate, DemandPagingChargesFaultsToTheLaunch) {
