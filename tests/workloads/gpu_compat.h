@@ -15,6 +15,10 @@
 //   The launch is checked, then cudaGetLastError() is checked.
 // - KERNEL_FOOTPRINT(kernel, lambda): under g++ registers the kernel with simgpu
 //   together with its exact footprint (SIMGPU_KERNEL_FOOTPRINT); under nvcc nothing.
+// - REACH_READ(p, count), REACH_READWRITE(p, count): in a kernel body, just before
+//   it accesses count elements at p, a pointer it loaded from device memory: under
+//   g++ declares the exact access to simgpu (simgpu::reach_read / reach_readwrite,
+//   simgpu/kernel.h); under nvcc nothing.
 #ifndef SIMTRAIN_GPU_COMPAT_H
 #define SIMTRAIN_GPU_COMPAT_H
 
@@ -163,11 +167,15 @@ void launch(const char* name, const char* file, int line, dim3 grid, dim3 block,
     }                                                                               \
   } while (0)
 #define KERNEL_FOOTPRINT(kernel, ...) static_assert(true, #kernel)
+#define REACH_READ(p, count) ((void)0)
+#define REACH_READWRITE(p, count) ((void)0)
 #else
 #define LAUNCH(kernel, grid, block, stream, ...)                                    \
   ::gpu::launch<&kernel>(#kernel, __FILE__, __LINE__, (grid), (block), (stream),    \
                          __VA_ARGS__)
 #define KERNEL_FOOTPRINT(kernel, ...) SIMGPU_KERNEL_FOOTPRINT(kernel, __VA_ARGS__)
+#define REACH_READ(p, count) ::simgpu::reach_read((p), (count))
+#define REACH_READWRITE(p, count) ::simgpu::reach_readwrite((p), (count))
 #endif
 
 #endif  // SIMTRAIN_GPU_COMPAT_H

@@ -262,8 +262,11 @@ KERNEL_FOOTPRINT(adam_step_dev, [](simgpu::footprint& fp, float* w, const float*
 // counts, the bias corrections), never the buffers the kernel reaches through them:
 // an interposer that scans launch arguments cannot see those either, so only
 // real-access tracking (a GPU's page faults, simgpu's fault-driven windows) finds
-// them. simgpu checks such accesses by faults only, and its race detector does not
-// see them; simtrain orders them with the same events as the per-layer step.
+// them. The kernel declares each element it reaches through the table to simgpu
+// (REACH_READ, REACH_READWRITE: exact ranges for the race detector; Note [Accesses a
+// kernel really makes] in tests/simgpu/driver/fault.h); anything else it touched
+// would still fault and be recorded by the page. simtrain orders these accesses with
+// the same events as the per-layer step.
 __global__ void adam_pointer_array(float* const* tensors, const int* counts, int ntensors,
                                    float lr, float beta1, float beta2, float eps,
                                    const float* bias, long long total_elements) {
@@ -271,8 +274,15 @@ __global__ void adam_pointer_array(float* const* tensors, const int* counts, int
   int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (t >= ntensors || i >= counts[t]) return;
   const std::size_t base = static_cast<std::size_t>(t) * 4;
-  adam_element(tensors[base], tensors[base + 1], tensors[base + 2], tensors[base + 3], i, lr,
-               beta1, beta2, eps, bias[0], bias[1]);
+  float* w = tensors[base];
+  const float* g = tensors[base + 1];
+  float* m = tensors[base + 2];
+  float* v = tensors[base + 3];
+  REACH_READWRITE(w + i, 1);
+  REACH_READ(g + i, 1);
+  REACH_READWRITE(m + i, 1);
+  REACH_READWRITE(v + i, 1);
+  adam_element(w, g, m, v, i, lr, beta1, beta2, eps, bias[0], bias[1]);
   (void)total_elements;
 }
 KERNEL_FOOTPRINT(adam_pointer_array, [](simgpu::footprint& fp, float* const* tensors,

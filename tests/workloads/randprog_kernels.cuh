@@ -98,12 +98,14 @@ KERNEL_FOOTPRINT(rp_update, [](simgpu::footprint& fp, float* w, int wn, const fl
 // The same update with the weights found at table[slot] (--pointer-arrays 1), as a
 // kernel chasing a device array of pointers does. The footprint names the table and
 // g, not the weights (Note [Footprints that hide the chased buffers] in
-// tests/workloads/kernels.cuh): only real-access tracking finds them.
+// tests/workloads/kernels.cuh): only real-access tracking finds them; each thread
+// declares the element it updates through the loaded pointer (REACH_READWRITE).
 __global__ void rp_update_indirect(float* const* table, int slot, int wn, const float* g,
                                    int ng) {
   int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= wn) return;
   float* w = table[slot];
+  REACH_READWRITE(w + i, 1);
   std::size_t k = static_cast<std::size_t>(i);
   w[i] = 0.875f * w[i] + 0.125f * rp_softsign(g[k % static_cast<std::size_t>(ng)]);
 }

@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -55,6 +57,45 @@ const device_window::declared_range* declared_at(const device_window& w, uintptr
   }
   return found;
 }
+
+// Whether the host page at `page` is already open read-write in w.
+bool page_writable(const device_window& w, uintptr_t page) {
+  const device_window::declared_range* d = declared_at(w, page);
+  if (d != nullptr && d->writable) return true;
+  auto seen = w.faulted.find(page);
+  return seen != w.faulted.end() && seen->second;
+}
+
+// Opens the host pages [a, b) PROT_READ, except those already writable.
+void open_for_read(device_window& w, uintptr_t a, uintptr_t b) {
+  uintptr_t at = a;
+  while (at < b) {
+    const bool writable = page_writable(w, at);
+    uintptr_t end = at + g_host_page_bytes;
+    while (end < b && page_writable(w, end) == writable) end += g_host_page_bytes;
+    if (!writable) window_open(w, at, end - at, PROT_READ);
+    at = end;
+  }
+}
+
+// The end of the memory around [.., hi) the device may use as device_range_ok
+// allowed it: the allocation's end (rounded as device_range_ok rounds it), the VMM
+// mapping's or the pinned block's.
+uintptr_t legal_end(uintptr_t hi) {
+  const uintptr_t last = hi - 1;
+  if (!in_device_va(last)) {
+    pinned_block* b = find_pinned(last);
+    return b != nullptr ? b->base + b->bytes : hi;
+  }
+  region* r = find_region(last);
+  if (r == nullptr) return hi;
+  if (r->kind != region_kind::vmm_reservation) return r->base + round_up(r->bytes, 512);
+  vmm_mapping* m = find_mapping(r, last);
+  return m != nullptr ? m->hi : hi;
+}
+
+// Declarations that extend one of this many most recent reached ranges merge into it.
+constexpr size_t kRecentReached = 8;
 
 // In a window: answers true when the fault was resolved (Note [Accesses a kernel
 // really makes] in tests/simgpu/driver/fault.h).
@@ -170,19 +211,87 @@ void window_declare(device_window& w, uintptr_t lo, uint64_t bytes, bool write) 
     return;
   }
   // A read: pages another declared access writes stay writable.
-  uintptr_t at = a;
-  while (at < b) {
-    const device_window::declared_range* d = declared_at(w, at);
-    uintptr_t end = at + g_host_page_bytes;
-    bool writable = d != nullptr && d->writable;
-    while (end < b) {
-      const device_window::declared_range* e = declared_at(w, end);
-      if ((e != nullptr && e->writable) != writable) break;
-      end += g_host_page_bytes;
+  open_for_read(w, a, b);
+}
+
+void window_reach(device_window& w, uintptr_t lo, uint64_t bytes, bool write) {
+  if (bytes == 0) return;
+  const uintptr_t hi = lo + bytes;
+  device_window::reached_range* into = nullptr;
+  const size_t n = w.reached.size();
+  for (size_t k = n; k > 0 && k + kRecentReached > n; --k) {
+    device_window::reached_range& e = w.reached[k - 1];
+    if (e.write == write && lo >= e.lo && lo <= e.hi) {
+      into = &e;
+      break;
     }
-    if (!writable) window_open(w, at, end - at, PROT_READ);
-    at = end;
   }
+  if (into != nullptr && hi <= into->open_hi) {  // pages open and checked already
+    if (hi > into->hi) into->hi = hi;
+    return;
+  }
+  device_lock().lock();
+  uintptr_t bad = 0;
+  char why[256];
+  if (hi < lo || !device_range_ok(lo, bytes, write, &bad, why, sizeof why)) {
+    if (hi < lo) {
+      bad = lo;
+      std::snprintf(why, sizeof why, "a range of %" PRIu64 " bytes past the address space",
+                    bytes);
+    }
+    log_line("%s accessed 0x%" PRIxPTR ": %s", w.what, bad, why);
+    g_sticky_error.store(CUDA_ERROR_ILLEGAL_ADDRESS);
+    device_lock().unlock();
+    siglongjmp(w.jump, 1);
+  }
+  const uintptr_t a = round_down(lo, g_host_page_bytes);
+  const uintptr_t b = round_up(hi, g_host_page_bytes);
+  size_t pages = into != nullptr ? into->pages : SIZE_MAX;
+  if (in_device_va(lo)) {  // pinned host memory is always open
+    region* r = find_region(lo);
+    if (r->kind == region_kind::managed) {
+      // Its pages migrate at their fault, as for a footprint range; a region the
+      // window has not prepared yet (host-resident pages are open to host code) is
+      // protected first, so the kernel's access migrates what it touches.
+      if (std::find(w.managed_touched.begin(), w.managed_touched.end(), r) ==
+          w.managed_touched.end())
+        managed_prepare_for_kernel(r, w);
+    } else {
+      if (write)
+        window_open(w, a, b - a, PROT_READ | PROT_WRITE);
+      else
+        open_for_read(w, a, b);
+    }
+    if (pages != SIZE_MAX && a <= w.declared[pages].hi) {
+      if (b > w.declared[pages].hi) w.declared[pages].hi = b;
+    } else {
+      pages = w.declared.size();
+      w.declared.push_back(device_window::declared_range{a, b, write});
+    }
+  }
+  const uintptr_t open_hi = std::min<uintptr_t>(b, legal_end(hi));
+  if (into != nullptr) {
+    if (hi > into->hi) into->hi = hi;
+    into->open_hi = std::max(into->open_hi, open_hi);
+    into->pages = pages;
+  } else {
+    w.reached.push_back(device_window::reached_range{lo, hi, open_hi, pages, write});
+  }
+  device_lock().unlock();
+}
+
+std::vector<reached_run> window_reached(const device_window& w) {
+  std::vector<reached_run> runs;
+  runs.reserve(w.reached.size());
+  for (const auto& e : w.reached) runs.push_back(reached_run{e.lo, e.hi, e.write});
+  const size_t first_page_run = runs.size();
+  for (const auto& [page, write] : w.faulted) {
+    if (runs.size() > first_page_run && runs.back().hi == page && runs.back().write == write)
+      runs.back().hi = page + g_host_page_bytes;
+    else
+      runs.push_back(reached_run{page, page + g_host_page_bytes, write});
+  }
+  return runs;
 }
 
 bool run_in_window(device_window& w, void (*fn)(void*), void* arg) {
@@ -200,3 +309,10 @@ bool run_in_window(device_window& w, void (*fn)(void*), void* arg) {
 }
 
 }  // namespace simgpu
+
+// See Note [Accesses a kernel really makes] in fault.h.
+SIMGPU_EXPORT void simgpuReach(const void* ptr, size_t bytes, int writes) {
+  simgpu::device_window* w = simgpu::current_window();
+  if (w == nullptr) return;
+  simgpu::window_reach(*w, reinterpret_cast<uintptr_t>(ptr), bytes, writes != 0);
+}

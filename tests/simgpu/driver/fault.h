@@ -30,6 +30,26 @@
 // change by the host that is not ordered after them is reported. Managed pages
 // reached outside the footprint are recorded with the kind of their first fault
 // (the migration opens them read-write).
+//
+// Page-granular records are conservative: oversub's arena packs buffers into shared
+// pages, so a write through a pointer to one buffer is recorded over the tail of its
+// neighbour too, and the race detector reports a race with whoever uses that
+// neighbour on another stream. A kernel body that knows what it reaches says so
+// first with simgpuReach(ptr, bytes, writes) (simgpu/ext.h; simgpu::reach_read,
+// reach_write and reach_readwrite in simgpu/kernel.h): inside the window, the range
+// is checked as a footprint range is (a range the device may not use, or a write to
+// a read-only VMM mapping, takes the illegal-access path above: the message, the
+// sticky error, the siglongjmp out of the window), exactly the host pages under it
+// are opened (read-only unless `writes`; a page already writable stays so; managed
+// memory is prepared as for a footprint range, so what the kernel touches migrates
+// at its fault), and the exact byte range, not its pages, is recorded as an access of the kernel, after
+// the kernel, with the footprint's ranges. Consecutive declarations that extend a
+// recent one of the same kind (a grid's threads each declaring their element) merge
+// into one range, without a system call while the pages are already open. Anything
+// the body touches outside every declared range still faults and is recorded by
+// the page as above: the backstop stays (the bytes of an opened page outside the
+// declared range are the one thing neither sees). Outside a window (a kernel body
+// called by host code) simgpuReach does nothing.
 #ifndef SIMGPU_DRIVER_FAULT_H
 #define SIMGPU_DRIVER_FAULT_H
 
@@ -59,6 +79,24 @@ struct device_window {
   std::vector<declared_range> declared;
   // Host pages opened by faults (outside `declared`): page address -> written.
   std::map<uintptr_t, bool> faulted;
+  // Exact ranges the body declared with simgpuReach ([lo, hi)), in declaration
+  // order, merged. [lo, open_hi) lies in open pages of memory the device may use
+  // this way, so a declaration inside it needs no check and no system call;
+  // `pages` indexes the entry of `declared` that holds its pages (or SIZE_MAX).
+  struct reached_range {
+    uintptr_t lo, hi, open_hi;
+    size_t pages;
+    bool write;
+  };
+  std::vector<reached_range> reached;
+};
+
+// One access a window's body made outside its declared footprint: a range it
+// declared with simgpuReach (exact) or a run of adjacent faulted host pages of one
+// kind.
+struct reached_run {
+  uintptr_t lo, hi;
+  bool write;
 };
 
 void install_fault_handler();
@@ -72,6 +110,13 @@ void window_open(device_window& w, uintptr_t lo, uint64_t bytes, int prot);
 // Opens the host pages under [lo, lo+bytes) up front as a declared access (read
 // only unless `write`); managed memory is left to its own protection.
 void window_declare(device_window& w, uintptr_t lo, uint64_t bytes, bool write);
+
+// Declares that the body is about to access [lo, lo+bytes) (simgpuReach): see Note
+// [Accesses a kernel really makes]. Does not return when the range is illegal.
+void window_reach(device_window& w, uintptr_t lo, uint64_t bytes, bool write);
+// What w's body reached outside its footprint: the simgpuReach ranges, then the
+// faulted pages as runs of adjacent pages of one kind.
+std::vector<reached_run> window_reached(const device_window& w);
 
 // The window of the calling thread, or nullptr.
 device_window* current_window();

@@ -139,23 +139,6 @@ void log_launch(const kernel_obj* k, const simgpuFootprint& fp, uint64_t duratio
   std::fflush(out);
 }
 
-// The host pages a kernel reached outside its declared footprint (Note [Accesses a
-// kernel really makes] in fault.h), as runs of adjacent pages of one kind.
-struct page_run {
-  uintptr_t lo, hi;
-  bool write;
-};
-std::vector<page_run> faulted_runs(const device_window& w) {
-  std::vector<page_run> runs;
-  for (const auto& [page, write] : w.faulted) {
-    if (!runs.empty() && runs.back().hi == page && runs.back().write == write)
-      runs.back().hi = page + g_host_page_bytes;
-    else
-      runs.push_back(page_run{page, page + g_host_page_bytes, write});
-  }
-  return runs;
-}
-
 struct run_args {
   kernel_obj* k;
   void** args;
@@ -219,9 +202,9 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   }
   run_args ra{k, args.data(), grid, block};
   bool ok = run_in_window(w, &run_grid, &ra);
-  const std::vector<page_run> reached = faulted_runs(w);
+  const std::vector<reached_run> reached = window_reached(w);
   double reached_device = 0, reached_host = 0;
-  for (const page_run& run : reached) {
+  for (const reached_run& run : reached) {
     mem_place where = classify(run.lo);
     bool host = where == mem_place::host_mapping || where == mem_place::pinned;
     (host ? reached_host : reached_device) += static_cast<double>(run.hi - run.lo);
@@ -251,7 +234,7 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
     const simgpuAccess& a = fp.accesses[i];
     race_access(s, reinterpret_cast<uintptr_t>(a.ptr), a.bytes, a.mode & SIMGPU_WRITE, desc);
   }
-  for (const page_run& run : reached) race_access(s, run.lo, run.hi - run.lo, run.write, desc);
+  for (const reached_run& run : reached) race_access(s, run.lo, run.hi - run.lo, run.write, desc);
   if (activity_sink_installed()) {
     simgpuActivity rec{};
     rec.kind = SIMGPU_ACTIVITY_KERNEL;

@@ -78,6 +78,44 @@ SIMGPU_KERNEL_FOOTPRINT(range_read_kernel, [](simgpu::footprint& fp, const int* 
   fp.write(out, static_cast<std::size_t>(n));
 });
 
+// Writes i + 1 to table[0][i] for i < n, each thread declaring its element first
+// (simgpu::reach_write): the exact range [table[0], table[0] + n) is recorded.
+__global__ void reach_write_kernel(int* const* table, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int* q = table[0];
+  simgpu::reach_write(q + i, 1);
+  q[i] = i + 1;
+}
+SIMGPU_KERNEL_FOOTPRINT(reach_write_kernel, [](simgpu::footprint& fp, int* const* table, int) {
+  fp.read(table, 1);
+});
+
+// Declares a write of table[0][0, n) but also writes table[0][far] undeclared.
+__global__ void reach_stray_kernel(int* const* table, int n, int far) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  int* q = table[0];
+  simgpu::reach_write(q, static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) q[i] = i;
+  q[far] = -1;
+}
+SIMGPU_KERNEL_FOOTPRINT(reach_stray_kernel, [](simgpu::footprint& fp, int* const* table, int,
+                                               int) {
+  fp.read(table, 1);
+});
+
+// Declares a read of table[0][0, n) and then writes table[0][0].
+__global__ void reach_read_then_write_kernel(int* const* table, int n) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  int* q = table[0];
+  simgpu::reach_read(q, static_cast<std::size_t>(n));
+  q[0] = q[n - 1] + 1;
+}
+SIMGPU_KERNEL_FOOTPRINT(reach_read_then_write_kernel, [](simgpu::footprint& fp,
+                                                         int* const* table, int) {
+  fp.read(table, 1);
+});
+
 #define CHECK(expr)                                                                      \
   do {                                                                                   \
     if (!(expr)) {                                                                       \
@@ -248,6 +286,97 @@ int stray_write_unordered() {
   return 0;
 }
 
+// A buffer of 8 pages, a one-entry device table pointing at it, two streams.
+struct reach_setup {
+  int* p = nullptr;
+  int** table = nullptr;
+  int* out = nullptr;
+  cudaStream_t a = nullptr, b = nullptr;
+
+  int init() {
+    CHECK_RT(cudaFree(nullptr));
+    CHECK_RT(cudaMalloc(&p, 8 * 4096));
+    CHECK_RT(cudaMemset(p, 0, 8 * 4096));
+    CHECK_RT(cudaMalloc(&table, sizeof(int*)));
+    CHECK_RT(cudaMemcpy(table, &p, sizeof(int*), cudaMemcpyHostToDevice));
+    CHECK_RT(cudaMalloc(&out, 64 * sizeof(int)));
+    CHECK_RT(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CHECK_RT(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    return 0;
+  }
+  // Reads ints [lo, lo+64) of p on stream b (declared in the footprint).
+  cudaError_t read_on_b(int lo) {
+    const int* cp = p;
+    int count = 64;
+    void* args[] = {&cp, &lo, &count, &out};
+    return cudaLaunchKernel(reinterpret_cast<const void*>(&range_read_kernel), dim3(1),
+                            dim3(64), args, 0, b);
+  }
+  cudaError_t reach_write(int n) {
+    void* args[] = {&table, &n};
+    return cudaLaunchKernel(reinterpret_cast<const void*>(&reach_write_kernel), dim3(1),
+                            dim3(n), args, 0, a);
+  }
+};
+
+// A kernel writes ints [0, 16) of p through the table, declared exactly; another
+// stream's kernel reads ints [lo, lo+64) of the same 4 KiB page. lo = 512: no race
+// (a page-granular record of the write would report one); lo = 8: a race.
+int reach_exact(int lo) {
+  reach_setup c;
+  if (int r = c.init()) return r;
+  simgpu::reach_write(c.p, 16);  // host code: outside any window, nothing happens
+  CHECK_RT(c.reach_write(16));
+  CHECK_RT(c.read_on_b(lo));
+  CHECK_RT(cudaDeviceSynchronize());
+  std::vector<int> got(16);
+  CHECK_RT(cudaMemcpy(got.data(), c.p, 16 * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 16; ++i) CHECK(got[i] == i + 1);
+  return 0;
+}
+
+// A declared write of ints [0, 16), then an undeclared write of int 4*1024+3 (page
+// 4); another stream reads ints [4*1024, 4*1024+64): the stray write faults, is
+// recorded by the page, and races.
+int reach_stray() {
+  reach_setup c;
+  if (int r = c.init()) return r;
+  int n = 16, far = 4 * 1024 + 3;
+  void* args[] = {&c.table, &n, &far};
+  CHECK_RT(cudaLaunchKernel(reinterpret_cast<const void*>(&reach_stray_kernel), dim3(1),
+                            dim3(1), args, 0, c.a));
+  CHECK_RT(c.read_on_b(4 * 1024));
+  CHECK_RT(cudaDeviceSynchronize());
+  int got = 0;
+  CHECK_RT(cudaMemcpy(&got, c.p + far, sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(got == -1);
+  return 0;
+}
+
+// A declared read of ints [0, 16), then a write of int 0: the write still faults
+// (the declaration opened the page read-only) and is recorded for the whole page,
+// so a read of ints [512, 576) on another stream races.
+int reach_read_then_write() {
+  reach_setup c;
+  if (int r = c.init()) return r;
+  int n = 16;
+  void* args[] = {&c.table, &n};
+  CHECK_RT(cudaLaunchKernel(reinterpret_cast<const void*>(&reach_read_then_write_kernel),
+                            dim3(1), dim3(1), args, 0, c.a));
+  CHECK_RT(c.read_on_b(512));
+  CHECK_RT(cudaDeviceSynchronize());
+  return 0;
+}
+
+// The table points at a freed buffer: the declaration itself is an illegal access.
+int reach_freed() {
+  reach_setup c;
+  if (int r = c.init()) return r;
+  CHECK_RT(cudaFree(c.p));
+  CHECK(c.reach_write(16) == cudaErrorIllegalAddress);
+  return 0;
+}
+
 // With vmm_waits_for_device the unmap waits (in host time) for the long kernel, but
 // still orders nothing: the race is reported. Prints the host time before and after.
 int unmap_waits_but_races() {
@@ -292,6 +421,11 @@ int run_scenario(const std::string& name) {
   if (name == "stray_write") return stray_write_unordered();
   if (name == "unmap_waits") return unmap_waits_but_races();
   if (name == "host_vmm_refused") return host_vmm_refused();
+  if (name == "reach_exact") return reach_exact(512);
+  if (name == "reach_exact_overlap") return reach_exact(8);
+  if (name == "reach_stray") return reach_stray();
+  if (name == "reach_read_then_write") return reach_read_then_write();
+  if (name == "reach_freed") return reach_freed();
   std::fprintf(stderr, "unknown scenario %s\n", name.c_str());
   return 20;
 }
@@ -380,6 +514,43 @@ TEST(Reached, UndeclaredWriteInsideAnAllocationRacesWithADeclaredRead) {
   EXPECT_TRUE(has(r.err, "<write by kernel '")) << r.err;
   EXPECT_TRUE(has(r.err, "stray_write_kernel")) << r.err;
   EXPECT_TRUE(has(r.err, "range_read_kernel")) << r.err;
+}
+
+// simgpuReach records the exact range: a read of other bytes of the same page on
+// another stream is no race, a read of the same bytes is.
+TEST(Reached, DeclaredReachIsRecordedExactly) {
+  auto ok = scenario("reach_exact", {{"SIMGPU_RACE", "abort"}});
+  EXPECT_FALSE(ok.signaled) << simgpu_test::describe(ok);
+  EXPECT_EQ(ok.exit_code, 0) << simgpu_test::describe(ok);
+  EXPECT_FALSE(has(ok.err, "race on")) << ok.err;
+  auto r = scenario("reach_exact_overlap", {{"SIMGPU_RACE", "report"}});
+  EXPECT_EQ(r.exit_code, 3) << simgpu_test::describe(r);
+  EXPECT_TRUE(has(r.err, "<write by kernel '")) << r.err;
+  EXPECT_TRUE(has(r.err, "reach_write_kernel")) << r.err;
+  EXPECT_TRUE(has(r.err, "range_read_kernel")) << r.err;
+}
+
+// Declaring a range grants nothing beyond it: an undeclared write to another page,
+// or a write to a range declared as read, still faults and is recorded by the page.
+TEST(Reached, AccessesBeyondADeclaredReachStillFaultAndRace) {
+  auto r = scenario("reach_stray", {{"SIMGPU_RACE", "report"}});
+  EXPECT_EQ(r.exit_code, 3) << simgpu_test::describe(r);
+  EXPECT_TRUE(has(r.err, "<write by kernel '")) << r.err;
+  EXPECT_TRUE(has(r.err, "reach_stray_kernel")) << r.err;
+  EXPECT_TRUE(has(r.err, "range_read_kernel")) << r.err;
+  auto w = scenario("reach_read_then_write", {{"SIMGPU_RACE", "report"}});
+  EXPECT_EQ(w.exit_code, 3) << simgpu_test::describe(w);
+  EXPECT_TRUE(has(w.err, "<write by kernel '")) << w.err;
+  EXPECT_TRUE(has(w.err, "reach_read_then_write_kernel")) << w.err;
+}
+
+// A declaration of memory the device may not use is an illegal access.
+TEST(Reached, DeclaredReachOfFreedMemoryIsAnIllegalAccess) {
+  auto r = scenario("reach_freed", {{"SIMGPU_RACE", "report"}});
+  EXPECT_FALSE(r.signaled) << simgpu_test::describe(r);
+  EXPECT_EQ(r.exit_code, 0) << simgpu_test::describe(r);
+  EXPECT_TRUE(has(r.err, "reach_write_kernel")) << r.err;
+  EXPECT_TRUE(has(r.err, "' accessed 0x")) << r.err;
 }
 
 // SIMGPU_VMM_WAIT=1: the unmap costs the wait for the ~20 ms kernel, and the race is

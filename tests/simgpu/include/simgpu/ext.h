@@ -77,6 +77,18 @@ CUfunction simgpuRegisterKernel(const void* hostFun, const char* name,
 // The CUfunction registered for hostFun, or NULL.
 CUfunction simgpuFunctionFromHost(const void* hostFun);
 
+// Called by a kernel body just before it reads (writes != 0: writes, and may read)
+// [ptr, ptr+bytes) through a pointer it loaded from device memory (a batched GEMM's
+// pointer array, an optimizer's tensor table). Opens exactly the host pages under
+// the range and records the exact range as an access of the kernel for the race
+// detector; a range the device may not use this way is an illegal access (the
+// message, the sticky CUDA_ERROR_ILLEGAL_ADDRESS, and the body is abandoned).
+// Accesses made without it still fault and are recorded by the 4 KiB page. Does
+// nothing outside a kernel. See Note [Accesses a kernel really makes] in
+// tests/simgpu/driver/fault.h. Kernel sources reach it through simgpu/kernel.h
+// (simgpu::reach_read and friends).
+void simgpuReach(const void* ptr, size_t bytes, int writes);
+
 // ---- Library images (cuLibraryLoadData) ------------------------------------------
 
 // Note [simgpu library images]

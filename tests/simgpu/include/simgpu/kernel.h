@@ -21,6 +21,21 @@
 // order. Launch with cudaLaunchKernel((const void*)axpy, ...) or through
 // __cudaGetKernel/__cudaLaunchKernel as nvcc-generated code does.
 //
+// A kernel that reaches memory through a pointer it loaded from device memory (its
+// footprint can only name the pointer table) declares each such access just before
+// making it, so the race detector sees exactly what it touches, not whole pages:
+//
+//   __global__ void scale_indirect(float* const* table, int slot, int n) {
+//     int i = blockIdx.x * blockDim.x + threadIdx.x;
+//     if (i >= n) return;
+//     float* w = table[slot];
+//     simgpu::reach_readwrite(w + i, 1);
+//     w[i] *= 2.0f;
+//   }
+//
+// (simgpuReach in simgpu/ext.h; Note [Accesses a kernel really makes] in
+// tests/simgpu/driver/fault.h).
+//
 // Only for host-compiled sources run on simgpu; never included by oversub.
 #ifndef SIMGPU_KERNEL_H
 #define SIMGPU_KERNEL_H
@@ -73,6 +88,34 @@ class footprint {
   }
   simgpuFootprint* fp_;
 };
+
+namespace detail {
+
+using reach_fn = void (*)(const void*, size_t, int);
+
+// simgpuReach of the libcuda.so.1 this process runs on (kernel sources link against
+// the runtime only), or nullptr when none is loaded: then no kernel runs here.
+inline reach_fn reach_entry() {
+  static const reach_fn entry = []() -> reach_fn {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return h != nullptr ? reinterpret_cast<reach_fn>(dlsym(h, "simgpuReach")) : nullptr;
+  }();
+  return entry;
+}
+
+}  // namespace detail
+
+// Declares that the calling kernel body is about to access count elements at p,
+// which it found through a pointer stored in device memory.
+inline void reach(const void* p, std::size_t bytes, bool writes) {
+  if (detail::reach_fn f = detail::reach_entry()) f(p, bytes, writes ? 1 : 0);
+}
+template <typename T>
+void reach_read(const T* p, std::size_t count) { reach(p, count * sizeof(T), false); }
+template <typename T>
+void reach_write(T* p, std::size_t count) { reach(p, count * sizeof(T), true); }
+template <typename T>
+void reach_readwrite(T* p, std::size_t count) { reach(p, count * sizeof(T), true); }
 
 namespace detail {
 
