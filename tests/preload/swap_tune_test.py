@@ -66,6 +66,11 @@ def main() -> int:
             proc = run([str(args.simtrain), *SHAPE, "--iters", str(iters)],
                        {**device_env, "SIMGPU_MEMORY": str(device), "SIMGPU_RACE": "abort",
                         "SIMGPU_REPORT": "1", "OVERSUB_MODE": "swap",
+                        # The runs' choices are compared: every remap on the launching
+                        # thread, since the mover thread's timings vary with how the
+                        # two threads interleave (Note [The mover] in
+                        # residency/swap_engine.h).
+                        "OVERSUB_MOVER": "inline",
                         # tuned: the default
                         **({"OVERSUB_TUNE": tune} if tune == "0" else {}),
                         **({"SIMGPU_CUPTI_RECORDS": "when-done"} if tune == "late" else {}),
