@@ -241,9 +241,10 @@ class replay {
     return 0;
   }
 
-  // A fetch when the mover remaps (Note [Virtual time model]): the remap starts when
-  // the mover is free, the page is on the host (its own eviction's remap done) and the
-  // room is there; the copy in starts after the remap and the copy's enqueue.
+  // A fetch when the mover remaps (Note [Virtual time model] in policy/simulate.h):
+  // the remap starts when the mover is free, the page is on the host (its own
+  // eviction's remap done) and the room is there; the copy in starts after the remap
+  // and the copy's enqueue.
   std::uint64_t fetch_by_mover(const fetch_action& f, std::size_t bytes, std::size_t slack) {
     const std::uint64_t from = std::max(mover_free_, out_done_[f.buffer]);
     const std::uint64_t start = pending_.when_at_most(from, slack);

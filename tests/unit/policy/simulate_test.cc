@@ -119,7 +119,7 @@ TEST(Simulate, FetchWaitsForTheMemoryACopyOutReleases) {
 
 // Four long-lived 100-byte pages, one launch of 10 ns each, in room for one page:
 // each page is fetched, used and copied out in turn, and the mover remaps every
-// move at 1000 ns, one after another (Note [Virtual time model]).
+// move at 1000 ns, one after another (Note [Virtual time model] in policy/simulate.h).
 TEST(Simulate, TheMoverRemapsEveryPageMove) {
   iteration_model m;
   m.buffers = {{100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}};
