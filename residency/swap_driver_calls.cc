@@ -45,18 +45,11 @@ CUresult swap_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle
 // residency/swap_engine.h). The caller has made room (resident + one page <= capacity).
 CUresult swap_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
   if (!spare_.empty()) {
-    // The oldest mover batch's spare first, after its hand-off (Note [The mover] in
+    // After the hand-off of the batch that gave it (Note [The mover] in
     // residency/swap_engine.h).
-    const std::size_t i = static_cast<std::size_t>(
-        std::min_element(spare_batch_.begin(), spare_batch_.end()) - spare_batch_.begin());
-    observe_locked(spare_batch_[i]);
-    h = spare_[i];
-    spare_[i] = spare_.back();
-    spare_batch_[i] = spare_batch_.back();
-    spare_.pop_back();
-    spare_batch_.pop_back();
-    stats_.spare_bytes -= cfg_.page_bytes;
-    ++stats_.spare_reuses;
+    std::uint64_t batch = 0;
+    h = take_spare_locked(batch);
+    observe_locked(batch);
     return CUDA_SUCCESS;
   }
   // New memory may take room a mover batch made (Note [The mover] in
@@ -65,6 +58,21 @@ CUresult swap_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
   ++stats_.mapping_calls;
   const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
   return pool::driver().cuMemCreate(&h, cfg_.page_bytes, &prop, 0);
+}
+
+// The spare of the oldest mover batch (spare_ not empty); `batch` is that batch.
+CUmemGenericAllocationHandle swap_engine::take_spare_locked(std::uint64_t& batch) {
+  const std::size_t i = static_cast<std::size_t>(
+      std::min_element(spare_batch_.begin(), spare_batch_.end()) - spare_batch_.begin());
+  const CUmemGenericAllocationHandle h = spare_[i];
+  batch = spare_batch_[i];
+  spare_[i] = spare_.back();
+  spare_batch_[i] = spare_batch_.back();
+  spare_.pop_back();
+  spare_batch_.pop_back();
+  stats_.spare_bytes -= cfg_.page_bytes;
+  ++stats_.spare_reuses;
+  return h;
 }
 
 void swap_engine::give_device_locked(CUmemGenericAllocationHandle h, std::uint64_t batch) {

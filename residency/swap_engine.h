@@ -528,6 +528,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   CUresult unmap_locked(std::uintptr_t va);
   CUresult set_access_locked(std::uintptr_t va, std::size_t pages);
   CUresult take_device_locked(CUmemGenericAllocationHandle& h);
+  CUmemGenericAllocationHandle take_spare_locked(std::uint64_t& batch);
   void give_device_locked(CUmemGenericAllocationHandle h, std::uint64_t batch = 0);
   void trim_spares_locked();
   void back_to_host_locked(std::uintptr_t va, page& p);

@@ -307,17 +307,7 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   // The oldest batch's spare, as take_device_locked (the mover's own hand-offs need no
   // question); with none, new device memory, made below without the lock.
   CUmemGenericAllocationHandle h = 0;
-  if (!spare_.empty()) {
-    const std::size_t i = static_cast<std::size_t>(
-        std::min_element(spare_batch_.begin(), spare_batch_.end()) - spare_batch_.begin());
-    h = spare_[i];
-    spare_[i] = spare_.back();
-    spare_batch_[i] = spare_batch_.back();
-    spare_.pop_back();
-    spare_batch_.pop_back();
-    stats_.spare_bytes -= cfg_.page_bytes;
-    ++stats_.spare_reuses;
-  }
+  if (std::uint64_t batch_of_spare = 0; !spare_.empty()) h = take_spare_locked(batch_of_spare);
   stats_.resident_bytes += cfg_.page_bytes;  // the room is this page's from now
   p.where = state::fetching;
   ++fetching_;
