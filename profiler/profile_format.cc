@@ -25,6 +25,7 @@ const char* to_string(iteration_source s) {
     case iteration_source::automatic: return "automatic";
     case iteration_source::marker: return "marker";
     case iteration_source::api: return "api";
+    case iteration_source::recorded: return "recorded";
   }
   return "?";
 }
@@ -230,7 +231,7 @@ std::variant<profile, format_error> decode(const std::uint8_t* data, std::size_t
       !r.u64(p.device.d2h_bytes_per_s) || !r.u64(p.device.iteration_kernel_ns)) {
     return bad("summary");
   }
-  if (source > 2 || cupti > 1) return bad("summary flags");
+  if (source > 3 || cupti > 1) return bad("summary flags");
   p.source = static_cast<iteration_source>(source);
   p.cupti = cupti == 1;
   std::uint32_t n = 0;

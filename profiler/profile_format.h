@@ -37,6 +37,8 @@ enum class iteration_source : std::uint8_t {
   automatic = 0,  // the repeating period of the launched-function sequence
   marker = 1,     // OVERSUB_ITERATION_MARKER: a kernel whose name contains it
   api = 2,        // oversub_iteration_begin() called by the program
+  recorded = 3,   // one iteration recorded off the GPU (oversub trace-torch): modeled
+                  // durations, no link measured
 };
 const char* to_string(iteration_source s);
 

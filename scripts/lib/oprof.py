@@ -25,7 +25,7 @@ VERSION = 2          # written
 OLDEST_VERSION = 1   # the oldest read
 HEADER_BYTES = 32
 NO_INDEX = 0xFFFFFFFF
-SOURCES = ("automatic", "marker", "api")
+SOURCES = ("automatic", "marker", "api", "recorded")
 COPY_KINDS = ("other", "h2d", "d2h", "d2d", "memset")
 # Launch.flags bits (Note [A launch whose buffers are not known] in
 # profiler/profile_format.h): the parameter layout could not be read, so the buffer
@@ -155,7 +155,7 @@ def decode(data: bytes) -> Profile:
         raise ProfileError("checksum mismatch: the file is corrupt")
     r = _Reader(payload)
     source, cupti = r.take("<BB", "summary")
-    if source > 2 or cupti > 1:
+    if source >= len(SOURCES) or cupti > 1:
         raise ProfileError("corrupt payload: summary flags")
     iterations, total, first = r.take("<IQQ", "summary")
     marker, program = r.string("summary"), r.string("summary")

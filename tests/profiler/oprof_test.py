@@ -10,7 +10,8 @@ the same message (docs/profile-format.md, "Validation"):
   - the same profile as version 1 writes it (no flags byte) is read by both, every
     launch with flags 0; so is a shipped trace under traces/ (version 1);
   - a launch flag with an unknown bit set is refused by both ("corrupt payload:
-    launch flags"); so are versions 0 and 3;
+    launch flags"); so are versions 0 and 3, and an iteration source past 3
+    (3: recorded off the GPU, read by both);
   - every byte flipped, every byte flipped with the checksum made right again (so
     the payload's own checks are reached), and every truncation, of both versions:
     the two readers give the same answer for each file;
@@ -185,6 +186,18 @@ def main() -> int:
             check(False, "the Python writer wrote an unknown launch flag")
         except ProfileError as e:
             check(str(e) == "corrupt payload: launch flags", f"writer: {e}")
+        # The iteration source: 3 (recorded off the GPU) is read by both, 4 refused.
+        check(v2[oprof.HEADER_BYTES] == oprof.SOURCES.index("marker"), "the source byte")
+        recorded = sample()
+        recorded.source = "recorded"
+        check(decode(encode(recorded)).source == "recorded", "source recorded round-trips")
+        for source in (3, 4, 255):
+            bad = bytearray(v2)
+            bad[oprof.HEADER_BYTES] = source
+            unknown[f"source{source}"] = with_crc(bytes(bad))
+        check(python_answer(unknown["source3"]).startswith("ok "), python_answer(unknown["source3"]))
+        check(python_answer(unknown["source4"]) == "refused: corrupt payload: summary flags",
+              python_answer(unknown["source4"]))
         for version in (0, 3):
             unknown[f"version{version}"] = v2[:8] + struct.pack("<I", version) + v2[12:]
         check(python_answer(unknown["version3"]) ==
