@@ -186,20 +186,46 @@ def unreadable_lines(p: Profile) -> list[str]:
     return lines
 
 
+def recorded(p: Profile) -> bool:
+    """An iteration recorded off the GPU (oversub trace-torch): source "recorded", or
+    a recording written before that source existed (its program names the command)."""
+    return p.source == "recorded" or p.program.startswith("oversub trace-torch")
+
+
+def max_idle(p: Profile, b: int, us: list[int]) -> int:
+    """The most launches between two uses of buffer b (its uses us, in order). A
+    long-lived buffer's last use of one iteration is followed by its first of the
+    next, so its gap wraps around the iteration; a buffer allocated in the iteration
+    is freed and made anew, so only the gaps within its life count."""
+    gaps = [y - x for x, y in zip(us, us[1:])]
+    if p.allocations[b].long_lived:
+        gaps.append(us[0] + len(p.launches) - us[-1])
+    return max(gaps, default=0)
+
+
 def summary(p: Profile) -> list[str]:
     n = len(p.launches)
     live = live_bytes(p)
     used = uses(p)
-    how = {"automatic": "found automatically (repeating launch sequence)",
-           "marker": f"marked by kernel name containing '{p.marker}'",
-           "api": "marked by oversub_iteration_begin()"}[p.source]
     kernel_ns = sum(l.duration_ns for l in p.launches)
-    lines = [f"program: {p.program}",
-             f"iteration: {n} launches, {how}; {p.iterations_seen} iterations seen, "
-             f"{p.total_launches} launches in the run "
-             f"(seen through {'CUPTI' if p.cupti else 'oversub hooks, no durations'})",
-             f"kernels per iteration: {n} ({len({l.name for l in p.launches})} distinct), "
-             f"kernel time {kernel_ns / 1e3:.1f} us"]
+    if recorded(p):
+        lines = [f"program: {p.program}",
+                 f"iteration: {n} launches, recorded off the GPU (oversub trace-torch, "
+                 f"meta tensors): the second of {p.iterations_seen} iterations run; "
+                 f"no GPU ran it",
+                 f"kernels per iteration: {n} ({len({l.name for l in p.launches})} "
+                 f"distinct), kernel time {kernel_ns / 1e3:.1f} us (modeled: a roofline "
+                 f"of each operator on the device model, docs/traces.md)"]
+    else:
+        how = {"automatic": "found automatically (repeating launch sequence)",
+               "marker": f"marked by kernel name containing '{p.marker}'",
+               "api": "marked by oversub_iteration_begin()"}[p.source]
+        lines = [f"program: {p.program}",
+                 f"iteration: {n} launches, {how}; {p.iterations_seen} iterations seen, "
+                 f"{p.total_launches} launches in the run "
+                 f"(seen through {'CUPTI' if p.cupti else 'oversub hooks, no durations'})",
+                 f"kernels per iteration: {n} ({len({l.name for l in p.launches})} "
+                 f"distinct), kernel time {kernel_ns / 1e3:.1f} us"]
     lines += unreadable_lines(p)
     peak = max(live) if live else 0
     cap = f" of {fmt_bytes(p.capacity_bytes)} device capacity" if p.capacity_bytes else ""
@@ -215,11 +241,12 @@ def summary(p: Profile) -> list[str]:
         if cs:
             lines.append(f"copies {kind}: {len(cs)}, {fmt_bytes(sum(c.bytes for c in cs))}")
     if p.h2d_bytes_per_s or p.d2h_bytes_per_s:
-        lines.append(f"link measured: h2d {p.h2d_bytes_per_s / 1e9:.1f} GB/s, "
+        what = ("link (the device model's, none measured)" if recorded(p)
+                else "link measured")
+        lines.append(f"{what}: h2d {p.h2d_bytes_per_s / 1e9:.1f} GB/s, "
                      f"d2h {p.d2h_bytes_per_s / 1e9:.1f} GB/s")
     gaps = [b - a for us in used.values() for a, b in zip(us, us[1:])]
-    idle = sum(1 for us in used.values()
-               if max([b - a for a, b in zip(us, us[1:])] + [us[0] + n - us[-1]]) > n // 2)
+    idle = sum(1 for b, us in used.items() if max_idle(p, b, us) > n // 2)
     lines.append(f"reuse distance (launches between uses of a buffer): median "
                  f"{percentile(gaps, 0.5)}, 90th percentile {percentile(gaps, 0.9)}, max "
                  f"{max(gaps) if gaps else 0}; {idle} buffers idle for more than half the "
@@ -234,7 +261,7 @@ def summary(p: Profile) -> list[str]:
 
     for b in sorted(used, key=lambda b: -p.allocations[b].bytes)[:10]:
         us = used[b]
-        idle_gap = max([y - x for x, y in zip(us, us[1:])] + [us[0] + n - us[-1]])
+        idle_gap = max_idle(p, b, us)
         lines.append(f"  {fmt_bytes(p.allocations[b].bytes):>10}  {buffer_label(p, b):<26} "
                      f"{at(us[0]):<18} {at(us[-1]):<18} {idle_gap:>8}  "
                      f"{symbolize(p, p.allocations[b].call_site)}")

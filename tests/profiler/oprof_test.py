@@ -15,7 +15,9 @@ the same message (docs/profile-format.md, "Validation"):
   - every byte flipped, every byte flipped with the checksum made right again (so
     the payload's own checks are reached), and every truncation, of both versions:
     the two readers give the same answer for each file;
-  - `oversub report` names each kernel with unreadable launches and their count.
+  - `oversub report` names each kernel with unreadable launches and their count;
+    says of a recording (source recorded) that its durations are modeled and no link
+    was measured; wraps max idle around the iteration for long-lived buffers only.
 """
 from __future__ import annotations
 
@@ -232,6 +234,31 @@ def main() -> int:
                            capture_output=True, text=True)
         check(r.returncode == 0 and "unreadable" not in r.stdout,
               f"report of a profile with no marked launch: {r.stdout}{r.stderr}")
+        check("link measured: h2d 50.0 GB/s" in r.stdout and "recorded off" not in r.stdout,
+              r.stdout)
+
+        # A recording (source recorded) says what it knows: modeled durations, no link
+        # measured. Max idle wraps around the iteration for a long-lived buffer only.
+        rec = Profile("recorded", False, 2, 20, 10, "", "oversub trace-torch x",
+                      80 << 30, 50_000_000_000, 50_000_000_000, 0)
+        rec.strings = ["k"]
+        rec.allocations = [Allocation(0, 8 << 20, 0x7F0000000000, 2, 5, False, None),
+                           Allocation(None, 4 << 20, 0x7F0000800000, 0, None, True, None)]
+        rec.launches = [Launch(0, 1000, i, [b for b, uses in ((0, (2, 4)), (1, (1, 8)))
+                                            if i in uses]) for i in range(10)]
+        path = tmp / "recorded.oprof"
+        path.write_bytes(encode(rec))
+        r = subprocess.run([sys.executable, str(args.oversub), "report", str(path)],
+                           capture_output=True, text=True)
+        out = r.stdout
+        check(r.returncode == 0 and "recorded off the GPU" in out and "no GPU ran it" in out
+              and "(modeled:" in out and "none measured" in out and "link measured" not in out
+              and "oversub_iteration_begin" not in out and "seen through" not in out,
+              f"report of a recording: {out}{r.stderr}")
+        rows = {line.split()[2]: line.split() for line in out.splitlines()
+                if line.strip().startswith(("8.00 MiB", "4.00 MiB"))}
+        check(rows.get("#0", [])[-2:-1] == ["2"], f"per-iteration buffer's max idle: {rows}")
+        check(rows.get("long-lived", [])[-2:-1] == ["7"], f"long-lived max idle: {rows}")
     if FAILURES:
         return 1
     print("OK")
