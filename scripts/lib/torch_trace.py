@@ -124,6 +124,24 @@ def load_device(key: str) -> DeviceModel:
 
 # ---- FLOPs of one operator ----------------------------------------------------------
 
+# Custom operators' FLOPs, by the aten-style name the recorder gives a launch.
+_OP_FLOPS: dict[str, Callable[[tuple, dict, Any], float]] = {}
+
+
+def register_op_flops(name: str, fn: Callable[[tuple, dict, Any], float]) -> None:
+    """Gives the FLOPs of an operator the built-in rules do not know (a custom or fused
+    op). name is the string the recorder names its launches by, `str(func)` of the
+    OpOverload: "namespace.op.overload", e.g. "oversub.flash_attention.default" or
+    "aten.mm.default". fn(args, kwargs, out) gets the operator's arguments and result
+    (meta tensors: shapes and dtypes, no values) and returns its FLOPs as a float.
+    op_flops and launch_ns consult this registry first; launch_ns then models the
+    launch as an elementwise-shaped kernel (Note [Wave efficiency] in docs/traces.md):
+    the roofline of these FLOPs and the bytes of all its tensors, over blocks of 512
+    elements of its largest tensor. Registering a name again replaces its function."""
+    _OP_FLOPS[name] = fn
+
+
+
 def _numel(t: Any) -> int:
     return t.numel() if isinstance(t, torch.Tensor) else 0
 
@@ -136,9 +154,13 @@ def _per_output(weight: Any) -> int:
     return n
 
 
-def op_flops(name: str, args: tuple, out: Any) -> float:
-    """FLOPs of one aten operator: multiply-adds count 2 for convolutions and matrix
-    products; every other operator counts one per element of its largest tensor."""
+def op_flops(name: str, args: tuple, out: Any, kwargs: dict | None = None) -> float:
+    """FLOPs of one aten operator: a registered function's (register_op_flops) first;
+    multiply-adds count 2 for convolutions and matrix products; every other operator
+    counts one per element of its largest tensor."""
+    custom = _OP_FLOPS.get(name)
+    if custom is not None:
+        return float(custom(args, kwargs or {}, out))
     if name == "aten.convolution.default":
         w = args[1]
         return 2.0 * _numel(out) * _per_output(w)
@@ -193,6 +215,11 @@ def launch_ns(device: DeviceModel, name: str, args: tuple, kwargs: dict, out: An
     efficiency] in docs/traces.md)."""
     tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
     moved = float(sum(t.numel() * t.element_size() for t in tensors))
+    if name in _OP_FLOPS:
+        largest = max((t.numel() for t in tensors), default=0)
+        eff = wave_efficiency(-(-largest // ELEMENTWISE_BLOCK_ELEMENTS),
+                              device.slots(ELEMENTWISE_THREADS))
+        return device.kernel_ns(op_flops(name, args, out, kwargs), moved, eff)
     gemm_slots = device.slots(GEMM_THREADS, GEMM_TILES_PER_SM)
     if name == "aten.convolution.default":
         # implicit GEMM: rows = N x H_out x W_out, columns = C_out
@@ -220,7 +247,7 @@ def launch_ns(device: DeviceModel, name: str, args: tuple, kwargs: dict, out: An
     largest = max((t.numel() for t in tensors), default=0)
     eff = wave_efficiency(-(-largest // ELEMENTWISE_BLOCK_ELEMENTS),
                           device.slots(ELEMENTWISE_THREADS))
-    return device.kernel_ns(op_flops(name, args, out), moved, eff)
+    return device.kernel_ns(op_flops(name, args, out, kwargs), moved, eff)
 
 
 # ---- the recorder -------------------------------------------------------------------
