@@ -261,12 +261,79 @@ class _Buffer:
     ordinal: int | None = None
 
 
+# A tensor's untyped storage: untyped_storage() in torch 2.x, _storage() in 1.13.
+_untyped = (torch.Tensor.untyped_storage if hasattr(torch.Tensor, "untyped_storage")
+            else torch.Tensor._storage)
+
+
 def _storage_key(t: Any) -> int:
-    return t.storage()._storage._cdata
+    return _untyped(t)._cdata
 
 
 def _storage_bytes(t: Any) -> int:
-    return t.storage()._storage.nbytes()
+    return _untyped(t).nbytes()
+
+
+# Note [Host scalars are not launches]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The dispatch mode also sees operators on CPU tensors: Adam's and AdamW's step counts
+# (`state["step"]`, a CPU tensor unless capturable=True, as on CUDA), GradScaler's
+# bookkeeping, a user's host-side arithmetic. On a GPU these run on the host and launch
+# nothing, so an operator that touches no device storage (no meta tensor with bytes
+# among its arguments and results) is not a launch. A copy from a CPU tensor to the
+# device (`.to("cuda")` of a host tensor, recorded as `.to("meta")`) is a host-to-device
+# copy record, not a launch.
+HOST_COPIES = {"aten._to_copy.default", "aten.copy_.default"}
+
+
+def _from_host(flat_args: list) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in flat_args)
+
+
+class RecordError(RuntimeError):
+    """An operator the recorder could not run on meta tensors: names the aten operator,
+    the module whose forward was running, the cause and what to do."""
+
+    def __init__(self, op: str, module: str, cause: BaseException) -> None:
+        self.op, self.module, self.cause = op, module, cause
+        where = f"in module '{module}'" if module else "outside any module's forward " \
+            "(the loss, the backward pass, the optimizer or the step's own code)"
+        text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        text = text.split(" This could be because")[0]
+        self.at = _caller()
+        at = f" (at {self.at})" if self.at else ""
+        super().__init__(f"could not record {op} {where}{at}: "
+                         f"{type(cause).__name__}: {text}\n  {_advice(op, cause)}")
+
+
+def _caller() -> str:
+    """file:line of the innermost frame outside torch and this file: the code that
+    called the operator."""
+    import traceback
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours = {os.path.join(here, f) for f in ("torch_trace.py", "torch_step.py",
+                                            "trace_torch_cli.py")}
+    for frame in reversed(traceback.extract_stack()):
+        path = os.path.abspath(frame.filename)
+        if (not path.startswith(os.path.dirname(torch.__file__)) and path not in ours
+                and "importlib" not in path):
+            return f"{frame.filename}:{frame.lineno}"
+    return ""
+
+
+def _advice(op: str, cause: BaseException) -> str:
+    text = str(cause)
+    if "_local_scalar_dense" in op or "item()" in text or "data-dependent" in text:
+        return ("the step reads a tensor's value on the host (.item(), bool(tensor), "
+                "a value-dependent shape or branch); meta tensors have no values, so "
+                "move that read out of the step or replace it with a constant")
+    if isinstance(cause, NotImplementedError) or "Meta" in text or "meta" in text:
+        return ("the operator has no meta kernel in this torch: register one "
+                "(torch.library.Library(namespace, 'IMPL').impl(name, fn, 'Meta')), or, "
+                "if its result is shaped like one argument, add it to "
+                "torch_trace.SHAPED_LIKE_ARG; give its FLOPs with "
+                "torch_trace.register_op_flops")
+    return "the operator failed on meta tensors; the message above says why"
 
 
 def _writes_an_argument(func: Any) -> bool:
@@ -290,6 +357,7 @@ class Recorder(TorchDispatchMode):
         self.ordinals = 0
         self.warmup_launches = 0
         self.dead_before: set[int] = set()
+        self.modules: list[str] = []  # module paths whose forward is running (hooks)
         # Every allocation and free in order, from the first parameter to the end of the
         # recorded iteration: ("a", buffer, requested bytes), ("f", buffer), ("i", n) at
         # the start of iteration n. What a caching allocator sees (allocation_trace()).
@@ -350,21 +418,42 @@ class Recorder(TorchDispatchMode):
         self.copies.append(Copy(len(self.launches), "h2d", nbytes, ns, b))
 
     # -- operators --
+    def where(self) -> str:
+        """The module whose forward is running, for error messages."""
+        return self.modules[-1] if self.modules else ""
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = str(func)
-        inputs = [self._known(t) for t in tree_flatten((args, kwargs))[0]]
+        flat_in = tree_flatten((args, kwargs))[0]
+        inputs = [self._known(t) for t in flat_in]
         try:
             out = func(*args, **kwargs)
-        except NotImplementedError:
-            out = run_without_meta_kernel(name, func, args, kwargs)
+        except NotImplementedError as e:
+            try:
+                out = run_without_meta_kernel(name, func, args, kwargs)
+            except NotImplementedError:
+                raise RecordError(name, self.where(), e) from e
+        except RecordError:
+            raise
+        except Exception as e:
+            raise RecordError(name, self.where(), e) from e
         before = len(self.buffers)
         outputs = [self.track(t) for t in tree_flatten(out)[0]]
         allocated = len(self.buffers) > before
         if name in ALLOCATION_ONLY or not (allocated or _writes_an_argument(func)):
             return out
         ids = sorted({b for b in inputs + outputs if b is not None})
+        if not ids:
+            # Note [Host scalars are not launches]: no device storage is touched (CPU
+            # tensors only, such as an optimizer's step count, or empty tensors).
+            return out
+        if name in HOST_COPIES and _from_host(flat_in):
+            # A CPU tensor moved to the device: a host-to-device copy, not a kernel.
+            for t in tree_flatten(out)[0]:
+                self.copy_in(t)
+            return out
         ns = launch_ns(self.device, name, args, kwargs, out)
         self.launches.append((name, ns, ids))
         return out
@@ -399,9 +488,18 @@ def run_without_meta_kernel(name: str, func: Any, args: Any, kwargs: Any) -> Any
                 torch.empty_like(weight) if mask[1] else None,
                 grad_out.new_empty(bias_sizes) if mask[2] and bias_sizes else None)
     like = SHAPED_LIKE_ARG.get(name)
-    if like is None:
-        raise NotImplementedError(f"{name}: no meta kernel and no rule in {__file__}")
-    return torch.empty_like(args[like])
+    if like is not None:
+        return torch.empty_like(args[like])
+    schema = func._schema
+    if not schema.returns and _writes_an_argument(func):
+        # Updates its arguments in place and returns nothing (the _foreach_*_ operators,
+        # GradScaler's _amp_foreach_non_finite_check_and_unscale_): shapes are unchanged.
+        return None
+    if (name.startswith("aten._foreach_") and len(schema.returns) == 1
+            and str(schema.returns[0].type) == "List[Tensor]"):
+        return [torch.empty_like(t) for t in args[0]]  # _foreach_sqrt and the like
+    raise NotImplementedError(f"{name}: no meta kernel, no decomposition and no rule in "
+                              f"{__file__}")
 
 
 # Operators without a meta kernel or a decomposition in PyTorch 1.13 whose result
@@ -447,15 +545,39 @@ def record_iteration(model: Any, step: Callable[[Recorder], None], device: Devic
     rec = Recorder(device)
     for t in list(model.parameters()) + list(model.buffers()):
         rec.track(t)
-    with cuda_dropout(), rec:
-        rec.events.append(("i", 0))
-        step(rec)
-        rec.begin()
-        step(rec)
-        rec.end()
+    hooks = _module_hooks(model, rec.modules)
+    try:
+        with cuda_dropout(), rec:
+            rec.events.append(("i", 0))
+            step(rec)
+            rec.modules.clear()
+            rec.begin()
+            step(rec)
+            rec.end()
+    finally:
+        for h in hooks:
+            h.remove()
     if allocation_trace_out is not None:
         allocation_trace_out.extend(allocation_trace(rec, program))
     return to_profile(rec, program)
+
+
+def _module_hooks(model: Any, stack: list[str]) -> list[Any]:
+    """Forward pre-hooks and hooks keeping stack = the paths of the modules whose forward
+    is running, innermost last (for RecordError)."""
+    hooks = []
+    for path, module in model.named_modules():
+        path = f"{path} ({type(module).__name__})" if path else type(module).__name__
+
+        def push(_m: Any, _args: Any, path: str = path) -> None:
+            stack.append(path)
+
+        def pop(_m: Any, _args: Any, _out: Any) -> None:
+            if stack:
+                stack.pop()
+        hooks.append(module.register_forward_pre_hook(push))
+        hooks.append(module.register_forward_hook(pop))
+    return hooks
 
 
 def allocation_trace(rec: Recorder, program: str) -> list[str]:
@@ -484,7 +606,10 @@ def to_profile(rec: Recorder, program: str) -> Profile:
     per_iteration.sort(key=lambda i: rec.buffers[i].ordinal)
     long_lived.sort(key=lambda i: rec.buffers[i].address)
     index = {b: k for k, b in enumerate(per_iteration + long_lived)}
-    p = Profile(source="api", cupti=False, iterations_seen=2,
+    # A recording ("recorded" in the format's iteration sources, where it is known).
+    import oprof
+    source = "recorded" if "recorded" in getattr(oprof, "SOURCES", ()) else "api"
+    p = Profile(source=source, cupti=False, iterations_seen=2,
                 total_launches=rec.warmup_launches + len(rec.launches),
                 first_launch=rec.warmup_launches, marker="", program=program,
                 capacity_bytes=rec.device.memory_bytes,

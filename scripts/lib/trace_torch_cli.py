@@ -1,6 +1,11 @@
 """`oversub trace-torch`: record a model's training iteration as a profile (.oprof).
 
   oversub trace-torch vgg16 --batch 256 -o traces/vgg16-b256.oprof [--device h100-pcie]
+  oversub trace-torch gpt2 --precision bf16 --checkpointing --optimizer adamw --foreach
+  oversub trace-torch --model mymodels.py:build --input 'x=float32[B,3,224,224]' \
+      --target 'int64[B]' --loss cross-entropy --batch 64 -o /tmp/mine.oprof
+  oversub trace-torch --model mymodels:build --input 'int64[B,512]' --step mysteps:train \
+      --batch 8 -o /tmp/mine.oprof     your own step: see torch_step.StepContext
   oversub trace-torch --all            the shipped traces under traces/ (TRACES below)
   oversub trace-torch --check          records each model at its published figure's
                                        configuration and prints the peak table of
@@ -129,19 +134,71 @@ def trace_path(model: str, batch: int, device: str) -> Path:
     return TRACE_DIR / f"{model}-b{batch}{suffix}.oprof"
 
 
+@dataclass
+class Options:
+    """How the step is run (defaults: the built-in model's own optimizer, fp32, no
+    checkpointing)."""
+    optimizer: str | None = None
+    foreach: bool = False
+    precision: str = "fp32"
+    checkpointing: bool = False
+
+    def default(self) -> bool:
+        return self == Options()
+
+    def suffix(self) -> str:
+        """What a non-default run adds to the default trace name: -adam-foreach-bf16-ckpt."""
+        parts = [self.optimizer or ""] + ["foreach"] * self.foreach
+        parts += [self.precision] * (self.precision != "fp32") + ["ckpt"] * self.checkpointing
+        return "".join(f"-{p}" for p in parts if p)
+
+
 def record(model: str, batch: int, device: str,
-           allocation_trace_out: list[str] | None = None) -> Profile:
+           allocation_trace_out: list[str] | None = None,
+           options: Options | None = None) -> Profile:
     import torch
     from torch_models import model_spec, training_step
     from torch_trace import load_device, record_iteration
     spec = model_spec(model)
     assert spec is not None, model
     dev = load_device(device)
-    net, step = training_step(spec, batch)
-    program = (f"oversub trace-torch {model} --batch {batch} --device {device}: "
-               f"{spec.title}, batch {batch}, fp32; torch {torch.__version__} on meta; "
+    options = options or Options()
+    if options.default():
+        net, step = training_step(spec, batch)
+        what = "fp32"
+    else:
+        import torch_step
+        net, step, what = torch_step.prepare(
+            spec.build, spec.inputs, loss=spec.loss,
+            optimizer=options.optimizer or spec.optimizer, foreach=options.foreach,
+            precision=options.precision, checkpointing=options.checkpointing, batch=batch)
+    flags = "".join(f" --{k} {v}" for k, v in (("optimizer", options.optimizer),
+                                               ("precision", options.precision))
+                    if v and v != "fp32")
+    flags += " --foreach" * options.foreach + " --checkpointing" * options.checkpointing
+    program = (f"oversub trace-torch {model} --batch {batch} --device {device}{flags}: "
+               f"{spec.title}, batch {batch}, {what}; torch {torch.__version__} on meta; "
                f"durations modeled on {dev.name}")
     return record_iteration(net, step, dev, program, allocation_trace_out)
+
+
+def record_custom(args: argparse.Namespace) -> Profile:
+    """--model MODULE:FACTORY (with --input/--target/--loss or --step)."""
+    import torch
+    import torch_step
+    from torch_trace import load_device, record_iteration
+    batch = args.batch or 1
+    net, step, what = torch_step.prepare(
+        args.custom_model, args.input or [], target=args.target, loss=args.loss,
+        optimizer=args.optimizer or "adamw", foreach=args.foreach, precision=args.precision,
+        checkpointing=args.checkpointing, batch=batch, step=args.step)
+    dev = load_device(args.device)
+    program = (f"oversub trace-torch --model {args.custom_model} "
+               + "".join(f"--input {i} " for i in args.input or [])
+               + (f"--target {args.target} " if args.target else "")
+               + f"--batch {batch}: {what}; torch {torch.__version__} on meta; durations "
+               f"modeled on {dev.name}")
+    return record_iteration(net, step, dev, program)
 
 
 def peak(p: Profile) -> int:
@@ -158,9 +215,14 @@ def describe(path: Path, p: Profile, seconds: float) -> str:
             f"{seconds:.1f} s")
 
 
-def write(model: str, batch: int, device: str, out: Path) -> int:
+def write(model: str, batch: int, device: str, out: Path,
+          options: Options | None = None) -> int:
     t0 = time.monotonic()
-    p = record(model, batch, device)
+    p = record(model, batch, device, options=options)
+    return save(p, out, t0)
+
+
+def save(p: Profile, out: Path, t0: float) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_profile(out, p)
     print(describe(out, p, time.monotonic() - t0))
@@ -301,6 +363,33 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--build", type=Path,
                     help="--check: meson build folder with the fragmentation benchmark "
                          "(default: the newest build*)")
+    g = ap.add_argument_group("how the step runs (any model)")
+    g.add_argument("--optimizer", choices=("sgd", "sgd-momentum", "adam", "adamw"),
+                   help="default: the built-in model's own (SGD momentum for CNNs, AdamW "
+                        "for transformers), adamw for --model")
+    g.add_argument("--foreach", action="store_true",
+                   help="the optimizer's multi-tensor (foreach) implementation")
+    g.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="bf16: bf16 autocast, fp32 weights and gradients; fp16: fp16 "
+                        "autocast with a loss scaler (GradScaler); default %(default)s")
+    g.add_argument("--checkpointing", action="store_true",
+                   help="activation checkpointing of each block of the model's largest "
+                        "nn.ModuleList / nn.Sequential of repeated blocks")
+    g = ap.add_argument_group("your own model (docs/traces.md, \"Your own model\")")
+    g.add_argument("--model", dest="custom_model", metavar="MODULE:FACTORY",
+                   help="a function returning an nn.Module: MODULE a module importable "
+                        "from the current directory or sys.path, or a .py file")
+    g.add_argument("--input", action="append", metavar="[NAME=]DTYPE[DIMS]",
+                   help="one model input, e.g. 'x=float32[B,3,224,224]' (B: the batch; "
+                        "NAME= passes it by keyword); repeat for several")
+    g.add_argument("--target", metavar="DTYPE[DIMS]",
+                   help="the loss's target, e.g. 'int64[B]'")
+    g.add_argument("--loss", default="cross-entropy", metavar="LOSS",
+                   help="cross-entropy, mse, sum, or MODULE:FUNCTION (output, target) -> "
+                        "loss; default %(default)s")
+    g.add_argument("--step", metavar="MODULE:FUNCTION",
+                   help="your whole training step, FUNCTION(ctx) with ctx a "
+                        "torch_step.StepContext (replaces the default step)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,6 +403,22 @@ def main(argv: list[str] | None = None) -> int:
         for model, batch, device in TRACES:
             write(model, batch, device, trace_path(model, batch, device))
         return 0
+    options = Options(args.optimizer, args.foreach, args.precision, args.checkpointing)
+    if args.custom_model:
+        if args.model:
+            ap.error("give a built-in model or --model MODULE:FACTORY, not both")
+        if not args.output:
+            ap.error("--model needs -o PATH")
+        from torch_trace import RecordError
+        t0 = time.monotonic()
+        try:
+            p = record_custom(args)
+        except (RecordError, ValueError, TypeError, ImportError) as e:
+            print(f"oversub trace-torch: {e}", file=sys.stderr)
+            return 1
+        return save(p, args.output, t0)
+    if args.input or args.target or args.step:
+        ap.error("--input, --target and --step go with --model MODULE:FACTORY")
     from torch_models import MODELS, model_spec
     spec = model_spec(args.model) if args.model else None
     if spec is None:
@@ -321,7 +426,14 @@ def main(argv: list[str] | None = None) -> int:
                  "blocks + 2 >= 50 (or --all, --check)")
     batch = args.batch or spec.default_batch
     out = args.output or trace_path(args.model, batch, args.device)
-    return write(args.model, batch, args.device, out)
+    if not args.output and not options.default():
+        out = out.with_name(out.name.replace(".oprof", options.suffix() + ".oprof"))
+    from torch_trace import RecordError
+    try:
+        return write(args.model, batch, args.device, out, options)
+    except RecordError as e:
+        print(f"oversub trace-torch: {e}", file=sys.stderr)
+        return 1
 
 
 def torch_python() -> str | None:
