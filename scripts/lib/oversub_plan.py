@@ -433,8 +433,9 @@ def add_parser(sub: argparse._SubParsersAction, repo: Path) -> None:
                     "  with one model at several batch sizes (model-b32.oprof model-b64.oprof),\n"
                     "    the batch with the most samples per second (as tune-batch picks).\n"
                     "Writes a PNG of slowdown against device memory. Exit status 0 when at "
-                    "least one\nprofile can run, 1 when none can, 2 for a usage error. "
-                    "docs/guide/simulate.md.")
+                    "least one\nprofile can run; 1 when none can, or the simulator refuses a "
+                    "profile or the device;\n2 for a usage error (a missing file, a malformed "
+                    "size). docs/guide/simulate.md.")
     p.add_argument("profiles", type=Path, nargs="+", metavar="TRACE",
                    help="profiles (.oprof or .oprof.gz), e.g. one model at several batch sizes")
     p.add_argument("--device", default="h100-pcie",
