@@ -3,8 +3,16 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "address_space.h"
 #include "capture.h"
@@ -28,6 +36,7 @@ host_thread_stats& me() {
     t_host = new host_thread_stats();
     t_host->ordinal = static_cast<int>(g_threads.size()) + 1;
     t_host->clock_ns = g_host_max_ns;
+    t_host->tid = static_cast<long>(syscall(SYS_gettid));
     g_threads.push_back(t_host);
   }
   return *t_host;
@@ -41,6 +50,96 @@ void host_reach(double t, host_thread_stats& h = me()) {
     g_host_max_ns = std::max(g_host_max_ns, t);
   }
 }
+
+// ---- Note [Host threads in lockstep] in tests/simgpu/driver/clock.h ----------------
+
+uint64_t real_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// The scheduler state of thread tid of this process ('R', 'S', 'D', ...), or 0 when
+// it no longer exists.
+char task_state(long tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[512];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char* paren = std::strrchr(buf, ')');  // the name may hold spaces and parentheses
+  return paren != nullptr && paren[1] == ' ' ? paren[2] : 0;
+}
+
+constexpr uint64_t kComputingAfterNs = 100'000'000;  // no call for 100 ms: computing
+
+// Whether another thread is behind `self` in host time and could still call; one
+// seen asleep gets self's host time as its wake floor.
+bool another_turn_first(const host_thread_stats& self) {
+  uint64_t now = 0;
+  for (host_thread_stats* h : g_threads) {
+    if (h == &self || h->gone || h->clock_ns >= self.clock_ns) continue;
+    if (h->entering.load(std::memory_order_acquire)) return true;
+    char state = task_state(h->tid);
+    if (state == 0) {
+      h->gone = true;
+      continue;
+    }
+    if (state != 'R') {
+      h->wake_floor_ns = std::max(h->wake_floor_ns, self.clock_ns);
+      continue;
+    }
+    if (now == 0) now = real_now_ns();
+    if (h->last_return_real_ns != 0 && now - h->last_return_real_ns > kComputingAfterNs)
+      continue;
+    return true;
+  }
+  return false;
+}
+
+thread_local int t_guard_depth = 0;
+
+}  // namespace
+
+void lockstep_arrive() {
+  if (t_guard_depth == 0 && t_host != nullptr) t_host->entering.store(true, std::memory_order_release);
+}
+
+void lockstep_enter() {
+  if (++t_guard_depth != 1 || !get_config().lockstep) {
+    if (t_guard_depth == 1 && t_host != nullptr) t_host->entering.store(false);
+    return;
+  }
+  host_thread_stats& self = me();
+  self.entering.store(true);
+  host_reach(self.wake_floor_ns, self);
+  if (!another_turn_first(self)) {
+    self.entering.store(false);
+    return;
+  }
+  ++self.turn_waits;
+  for (int spins = 0; another_turn_first(self); ++spins) {
+    device_lock().unlock();
+    if (spins < 64) {
+      sched_yield();
+    } else {
+      timespec pause{0, 20000};
+      nanosleep(&pause, nullptr);
+    }
+    device_lock().lock();
+  }
+  self.entering.store(false);
+}
+
+void lockstep_leave() {
+  if (--t_guard_depth == 0 && get_config().lockstep) me().last_return_real_ns = real_now_ns();
+}
+
+namespace {
 
 // See Note [A clock per host thread] in tests/simgpu/driver/clock.h: a record another thread issued is seen no
 // earlier than it was issued.

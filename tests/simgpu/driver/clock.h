@@ -40,6 +40,30 @@
 // an event for its time to be right. The race detector keeps one host timeline for all threads
 // (Note [Host threads share one race timeline] in race_detector.h).
 //
+// Note [Host threads in lockstep]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Without it, which thread's call comes first is up to the host's scheduler, not to
+// host time: a page mover descheduled by a loaded machine falls behind the launching
+// thread in real time while ahead of it in host time, and the launching thread then
+// finds less of the mover's work done than a real machine with a core per thread
+// would show. Figures that depend on two threads then vary with the machine's load
+// (the mover's share of a benchmark's iteration by 10% between an idle and a loaded
+// 2-core machine). With SIMGPU_LOCKSTEP=1 an entry point (its outermost device lock)
+// first waits, in real time and without the lock, while another thread is behind it
+// in host time and could still call: it is runnable (state R in
+// /proc/self/task/<tid>/stat) or itself entering an entry point (waiting for the
+// device lock or for its turn). So calls are made in host-time order, a thread at
+// most one call ahead of the others' next. One that has made no call for 100 ms of
+// real time while runnable is taken to be computing (a data loader that called
+// once) and holds no one back. A thread that sleeps (a condition variable, a mutex)
+// cannot call before it is woken, and simgpu cannot see who wakes it; the hostile
+// reading: a thread seen asleep by a call made at host time t makes its own next call
+// no earlier than t (its clock moves there, counted as waited). A page mover woken
+// by a request therefore starts no earlier than the request, where without this it
+// would start at the host time it fell asleep. A thread that has exited is dropped.
+// The wait itself costs no host time: it changes the order of the calls and what
+// each thread finds done when it looks.
+//
 // Note [Legacy default stream]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An operation on the legacy stream (stream 0 / CU_STREAM_LEGACY) waits for all
@@ -52,6 +76,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -123,6 +148,17 @@ struct host_thread_stats {
   int ordinal = 0;  // 1: the first thread that called
   double clock_ns = 0;
   double waited_ns = 0;
+  // Note [Host threads in lockstep]: the kernel's id of the thread, whether it is
+  // entering an entry point now (set before it takes the device lock), the real time
+  // its last entry point returned (0: in its first), whether it has exited, the host
+  // time it cannot call before (others called while it slept), and how many of its
+  // calls waited for their turn.
+  long tid = 0;
+  std::atomic<bool> entering{false};
+  uint64_t last_return_real_ns = 0;
+  bool gone = false;
+  double wake_floor_ns = 0;
+  uint64_t turn_waits = 0;
   uint64_t calls[static_cast<int>(host_family::count_)] = {};
   double call_ns[static_cast<int>(host_family::count_)] = {};
 };

@@ -42,9 +42,23 @@ class device_mutex {
 
 device_mutex& device_lock();
 
+// Host threads take turns in host time at each entry point when SIMGPU_LOCKSTEP is on
+// (Note [Host threads in lockstep] in tests/simgpu/driver/clock.h); defined there.
+void lockstep_arrive();
+void lockstep_enter();
+void lockstep_leave();
+
+// An entry point's hold of the device lock.
 struct lock_guard {
-  lock_guard() { device_lock().lock(); }
-  ~lock_guard() { device_lock().unlock(); }
+  lock_guard() {
+    lockstep_arrive();
+    device_lock().lock();
+    lockstep_enter();
+  }
+  ~lock_guard() {
+    lockstep_leave();
+    device_lock().unlock();
+  }
   lock_guard(const lock_guard&) = delete;
   lock_guard& operator=(const lock_guard&) = delete;
 };

@@ -141,6 +141,10 @@ config load() {
     if (!parse_bool(v, &c.report))
       config_error("SIMGPU_REPORT='%s' is not valid: expected 1/0, on/off, yes/no", v);
   }
+  if (const char* v = env("SIMGPU_LOCKSTEP")) {
+    if (!parse_bool(v, &c.lockstep))
+      config_error("SIMGPU_LOCKSTEP='%s' is not valid: expected 1/0, on/off, yes/no", v);
+  }
   if (const char* v = env("SIMGPU_RACE")) {
     std::string s(v);
     if (s == "report") c.race = race_mode::report;

@@ -31,6 +31,9 @@ struct config {
   std::string device_dir;     // empty: <dir of libcuda.so.1>/devices
   std::vector<fail_rule> fail;
   bool report = false;
+  // SIMGPU_LOCKSTEP=1: host threads take turns in host time (Note [Host threads in
+  // lockstep] in tests/simgpu/driver/clock.h).
+  bool lockstep = false;
   race_mode race = race_mode::report;
   std::string launch_log;     // SIMGPU_LAUNCH_LOG: a path; empty: off
   std::string timeline;       // SIMGPU_TIMELINE: a path; empty: off (Note [The timeline] in tests/simgpu/driver/timeline.h)

@@ -530,6 +530,106 @@ static int threads() {
   return 0;
 }
 
+#include <atomic>
+#include <condition_variable>
+#include <latch>
+#include <mutex>
+
+// SIMGPU_LOCKSTEP=1 (Note [Host threads in lockstep] in tests/simgpu/driver/clock.h):
+//   - two threads calling at once, one with cheap calls and one with dear ones
+//     (cuMemCreate), take turns in host time: the host times they log, in the real
+//     order they logged them, never go back by more than one dear call;
+//   - a thread woken through a condition variable calls no earlier than the host
+//     time of the calls made while it slept.
+static int lockstep() {
+  setup();
+  CUcontext ctx;
+  CHECK(cuCtxGetCurrent(&ctx));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  size_t gran = 0;
+  CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  constexpr int kCalls = 300;
+  std::vector<uint64_t> log(4 * kCalls);
+  std::atomic<size_t> at{0};
+  auto note = [&] { log[at.fetch_add(1)] = simgpuVirtualTimeNs(); };
+  // Both threads have called once (their clocks have begun) before either goes on. The
+  // latch sleeps: a thread spinning on another without a call would look runnable,
+  // and hold the other back until taken to be computing.
+  std::latch ready(2);
+  auto start_together = [&] {
+    CUdeviceptr x;
+    CHECK(cuMemAlloc(&x, 4096));
+    CHECK(cuMemFree(x));
+    ready.arrive_and_wait();
+  };
+  std::thread dear([&] {
+    CHECK(cuCtxSetCurrent(ctx));
+    start_together();
+    for (int i = 0; i < kCalls / 10; ++i) {
+      CUmemGenericAllocationHandle h;
+      CHECK(cuMemCreate(&h, gran, &prop, 0));
+      note();
+      CHECK(cuMemRelease(h));
+      note();
+    }
+  });
+  start_together();
+  for (int i = 0; i < kCalls; ++i) {
+    CUdeviceptr x;
+    CHECK(cuMemAlloc(&x, 4096));
+    CHECK(cuMemFree(x));
+    note();
+  }
+  dear.join();
+  uint64_t latest = 0, back = 0;
+  for (size_t i = 0; i < at.load(); ++i) {
+    if (log[i] < latest) back = std::max(back, latest - log[i]);
+    latest = std::max(latest, log[i]);
+  }
+  std::printf("lockstep: %zu host times logged, the most one went back %.1f us\n", at.load(),
+              back / 1e3);
+  EXPECT(back <= 250000);  // one cuMemCreate (193 us on the H100 model) and change
+
+  // A sleeper woken by a condition variable.
+  std::mutex m;
+  std::condition_variable cv;
+  bool go = false;
+  uint64_t woke_at = 0;
+  std::latch asleep(2);
+  std::thread sleeper([&] {
+    CHECK(cuCtxSetCurrent(ctx));
+    CUdeviceptr x;  // its first calls: its clock starts here
+    CHECK(cuMemAlloc(&x, 4096));
+    CHECK(cuMemFree(x));
+    asleep.arrive_and_wait();
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return go; });
+    lock.unlock();
+    woke_at = simgpuVirtualTimeNs();
+  });
+  asleep.arrive_and_wait();
+  uint64_t before = simgpuVirtualTimeNs();
+  for (int i = 0; i < 100; ++i) {  // host time passes while the sleeper sleeps
+    CUmemGenericAllocationHandle h;
+    CHECK(cuMemCreate(&h, gran, &prop, 0));
+    CHECK(cuMemRelease(h));
+  }
+  uint64_t signalled = simgpuVirtualTimeNs();
+  {
+    std::lock_guard<std::mutex> lock(m);
+    go = true;
+  }
+  cv.notify_one();
+  sleeper.join();
+  std::printf("lockstep: signalled at %.1f us (%.1f us after the sleeper slept), woken at "
+              "%.1f us\n", signalled / 1e3, (signalled - before) / 1e3, woke_at / 1e3);
+  EXPECT(woke_at + 250000 >= signalled);
+  std::printf("lockstep ok\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "basic";
   if (mode == "basic") return basic();
@@ -550,6 +650,7 @@ int main(int argc, char** argv) {
   if (mode == "async_free_ordered") return async_free(true);
   if (mode == "per_thread") return per_thread();
   if (mode == "threads") return threads();
+  if (mode == "lockstep") return lockstep();
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }
