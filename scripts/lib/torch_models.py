@@ -402,7 +402,7 @@ class RMSNorm(nn.Module):
         dtype = x.dtype
         x = x.to(torch.float32)
         if _MEAN_SAVES_INPUT:
-            variance = x.pow(2).sum(-1, keepdim=True).div_(x.shape[-1])
+            variance = torch.ops.aten.div.Scalar(x.pow(2).sum(-1, keepdim=True), x.shape[-1])
         else:
             variance = x.pow(2).mean(-1, keepdim=True)
         x = x * torch.rsqrt(variance + self.eps)
