@@ -72,7 +72,8 @@ def parse_input(spec: str, batch: int) -> tuple[str | None, torch.dtype, tuple[i
                 n *= int(factor)
             else:
                 raise ValueError(f"input {spec!r}: dimension {dim!r} is not an integer, B "
-                                 "or a product of those")
+                                 "(the batch) or a product such as B*4; expected "
+                                 "[NAME=]DTYPE[DIM,...], e.g. x=float32[B,3,224,224]")
         shape.append(n)
     return m.group(1), _DTYPES[m.group(2)], tuple(shape)
 
