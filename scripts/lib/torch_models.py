@@ -225,7 +225,21 @@ def _attention_reference(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any
     return scores, probs, (probs @ vh)
 
 
+def _flash_check(q: Any, k: Any, v: Any) -> None:
+    """What FlashAttention-2's mha_fwd refuses: mixed dtypes, mismatched shapes, a
+    head count not a multiple of the kv head count."""
+    if not q.dtype == k.dtype == v.dtype:
+        raise RuntimeError(f"flash_attention: q, k, v dtypes {q.dtype}, {k.dtype}, {v.dtype} "
+                           "differ")
+    if (q.dim() != 4 or k.shape != v.shape or k.shape[0] != q.shape[0]
+            or k.shape[3] != q.shape[3] or q.shape[2] % k.shape[2]):
+        raise RuntimeError(f"flash_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v "
+                           f"{tuple(v.shape)}: expected (batch, s, heads, head_dim) and "
+                           "(batch, s, kv_heads, head_dim), kv_heads dividing heads")
+
+
 def _flash_meta(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
+    _flash_check(q, k, v)
     b, s, h, _ = q.shape
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((b, h, s), dtype=torch.float32))
@@ -246,6 +260,7 @@ def _flash_backward_meta(grad_out: Any, q: Any, k: Any, v: Any, out: Any, lse: A
 
 
 def _flash_cpu(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
+    _flash_check(q, k, v)
     scores, _, out = _attention_reference(q, k, v, causal)
     return out.transpose(1, 2).to(q.dtype).contiguous(), scores.logsumexp(-1).float()
 

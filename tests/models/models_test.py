@@ -13,6 +13,9 @@
              freed after it, FLOPs as registered; a tiny decoder's activation peak grows
              linearly with the sequence length (4x tokens, 3.5x to 4.5x the bytes: the
              s x s scores would make it grow faster)
+  precision  under --precision bf16 (with and without --checkpointing) the fused
+             operator gets bf16 q, k, v and keeps an fp32 logsumexp; checkpointing runs
+             each forward attention again in the backward
   llama8b    llama3-8b at 4096 tokens, batch 1, AdamW records on meta within 60 s; its
              long-lived bytes are parameters, gradients and AdamW's two moments in fp32
 """
@@ -98,6 +101,17 @@ def case_attention() -> None:
             check(a.shape == e.shape and torch.allclose(a, e, atol=1e-9),
                   f"attention h {h} kv {kv} causal {causal}: d{which} differs")
 
+    # what FlashAttention-2 refuses: mixed dtypes, heads not a multiple of kv heads
+    for q, k in ((torch.empty(1, 4, 4, 8, device="meta"),
+                  torch.empty(1, 4, 2, 8, device="meta", dtype=torch.bfloat16)),
+                 (torch.empty(1, 4, 4, 8, device="meta"), torch.empty(1, 4, 3, 8, device="meta"))):
+        try:
+            flash_attention(q, k, k, True)
+            check(False, f"flash_attention accepted q {q.dtype} {tuple(q.shape)}, k "
+                  f"{k.dtype} {tuple(k.shape)}")
+        except RuntimeError:
+            pass
+
     dev = load_device("h100-pcie")
     peaks = {}
     for seq in (256, 1024):
@@ -157,6 +171,34 @@ def case_attention() -> None:
     check(3.5 <= ratio <= 4.5, f"activation peak grows {ratio:.2f}x for 4x tokens (not linear)")
 
 
+def case_precision() -> None:
+    """bf16 autocast (fp32 weights) with checkpointing, as `trace-torch --precision bf16
+    --checkpointing` runs it: the fused operator gets bf16 q, k, v (HF casts the
+    rotary-promoted fp32 q and k back), its logsumexp stays fp32, and checkpointing
+    runs each layer's forward attention again in the backward."""
+    from trace_torch_cli import Options, record
+    seq, b = 256, 2
+    from torch_models import DECODERS
+    c = DECODERS["tiny-decoder"][0]
+    hd = c.hidden // c.heads
+    for checkpointing in (False, True):
+        p = record(f"tiny-decoder-s{seq}", b, "h100-pcie",
+                   options=Options(precision="bf16", checkpointing=checkpointing))
+        names = [p.strings[launch.name] for launch in p.launches]
+        fwd = [i for i, n in enumerate(names) if n == "oversub.flash_attention.default"]
+        bwd = [i for i, n in enumerate(names) if n == "oversub.flash_attention_backward.default"]
+        what = f"bf16{' checkpointed' if checkpointing else ''}"
+        check(len(fwd) == c.layers * (2 if checkpointing else 1) and len(bwd) == c.layers,
+              f"{what}: {len(fwd)} forward, {len(bwd)} backward attention launches")
+        expected = sorted([b * seq * c.heads * hd * 2, b * seq * c.kv_heads * hd * 2,
+                           b * seq * c.kv_heads * hd * 2, b * seq * c.heads * hd * 2,
+                           b * c.heads * seq * 4])
+        for i in fwd:
+            sizes = sorted(p.allocations[x].bytes for x in p.launches[i].buffers)
+            check(sizes == expected, f"{what}: forward attention buffers {sizes}, expected "
+                  f"bf16 q, k, v, out and an fp32 logsumexp {expected}")
+
+
 def case_llama8b() -> None:
     from torch_models import model_spec, training_step
     from torch_trace import load_device, record_iteration
@@ -185,7 +227,7 @@ def torch_python() -> str | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", required=True, choices=("params", "attention", "llama8b"))
+    ap.add_argument("--case", required=True, choices=("params", "attention", "precision", "llama8b"))
     args = ap.parse_args()
     if importlib.util.find_spec("torch") is None:
         python = torch_python()
@@ -195,7 +237,8 @@ def main() -> int:
             return 1
         return subprocess.run([python, __file__, *sys.argv[1:]],
                               env=dict(os.environ)).returncode
-    {"params": case_params, "attention": case_attention, "llama8b": case_llama8b}[args.case]()
+    {"params": case_params, "attention": case_attention, "precision": case_precision,
+     "llama8b": case_llama8b}[args.case]()
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
         return 1
