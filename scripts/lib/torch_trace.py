@@ -446,8 +446,8 @@ class Recorder(TorchDispatchMode):
             return out
         ids = sorted({b for b in inputs + outputs if b is not None})
         if not ids:
-            # Note [Host scalars are not launches]: no device storage is touched (CPU
-            # tensors only, such as an optimizer's step count, or empty tensors).
+            # No device storage is touched (CPU tensors only, such as an optimizer's
+            # step count, or empty tensors): see Note [Host scalars are not launches].
             return out
         if name in HOST_COPIES and _from_host(flat_in):
             # A CPU tensor moved to the device: a host-to-device copy, not a kernel.
