@@ -197,7 +197,10 @@ class BertLarge(nn.Module):
 # torch_trace.register_op_flops as FlashAttention-2's paper counts them (Dao 2023,
 # section 4.1): forward 4 * batch * heads * s^2 * head_dim, halved when causal; backward
 # 2.5 times the forward. The same operator is used under PyTorch 2.x, so traces from
-# either version agree.
+# either version agree. FlashAttention-2 itself takes only fp16/bf16 (--precision);
+# in an fp32 trace the operator takes fp32 tensors as SDPA's memory-efficient kernel
+# would, keeping the same q, k, v, out and fp32 logsumexp (its backward workspace
+# differs from the one modeled here).
 
 _LIB: Any = None
 _SEQ_ROUND = 128
