@@ -40,6 +40,11 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
 LOSSES = ("cross-entropy", "mse", "sum")
 
+class UsageError(ValueError):
+    """A bad option or argument (an input spec, a MODULE:NAME, a loss without its
+    target): the command prints its message, no traceback."""
+
+
 # ---- inputs -------------------------------------------------------------------------
 
 _DTYPES = {"float32": torch.float32, "float": torch.float32, "fp32": torch.float32,
@@ -58,7 +63,7 @@ def parse_input(spec: str, batch: int) -> tuple[str | None, torch.dtype, tuple[i
     `tokens=int64[B,1024]`, `float32[]` (a scalar)."""
     m = _SPEC.match(spec)
     if not m or m.group(2) not in _DTYPES:
-        raise ValueError(f"input {spec!r}: expected [NAME=]DTYPE[DIM,...], DTYPE one of "
+        raise UsageError(f"input {spec!r}: expected [NAME=]DTYPE[DIM,...], DTYPE one of "
                          f"{', '.join(sorted(set(_DTYPES)))}, DIM an integer, B (the "
                          "batch) or a product such as B*4; e.g. x=float32[B,3,224,224]")
     shape = []
@@ -71,7 +76,7 @@ def parse_input(spec: str, batch: int) -> tuple[str | None, torch.dtype, tuple[i
             elif factor.isdigit():
                 n *= int(factor)
             else:
-                raise ValueError(f"input {spec!r}: dimension {dim!r} is not an integer, B "
+                raise UsageError(f"input {spec!r}: dimension {dim!r} is not an integer, B "
                                  "(the batch) or a product such as B*4; expected "
                                  "[NAME=]DTYPE[DIM,...], e.g. x=float32[B,3,224,224]")
         shape.append(n)
@@ -108,7 +113,7 @@ def make_optimizer(name: str, params: Any, foreach: bool = False) -> torch.optim
         return torch.optim.Adam(params, lr=1e-4, **kw)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, **kw)
-    raise ValueError(f"optimizer {name!r}: one of {', '.join(OPTIMIZERS)}")
+    raise UsageError(f"optimizer {name!r}: one of {', '.join(OPTIMIZERS)}")
 
 
 def first_tensor(out: Any) -> torch.Tensor:
@@ -123,7 +128,7 @@ def first_tensor(out: Any) -> torch.Tensor:
     for v in values:
         if isinstance(v, torch.Tensor):
             return v
-    raise TypeError(f"the model returned {type(out).__name__} with no tensor to take a "
+    raise UsageError(f"the model returned {type(out).__name__} with no tensor to take a "
                     "loss of; give --loss MODULE:FUNCTION")
 
 
@@ -131,7 +136,7 @@ def cross_entropy(out: Any, target: Any) -> torch.Tensor:
     """Class scores (..., C) against int64 labels (...): one label per position."""
     x = first_tensor(out)
     if target is None:
-        raise ValueError("--loss cross-entropy needs a --target (e.g. 'int64[B]')")
+        raise UsageError("--loss cross-entropy needs a --target (e.g. 'int64[B]')")
     if x.dim() > 2 and target.dim() == x.dim() - 1:
         return F.cross_entropy(x.reshape(-1, x.shape[-1]), target.reshape(-1))
     return F.cross_entropy(x, target)
@@ -157,13 +162,13 @@ def load_object(ref: str, what: str = "--model") -> Any:
     """MODULE:NAME, MODULE a dotted module importable from sys.path or the current
     directory, or a path to a .py file."""
     if ":" not in ref:
-        raise ValueError(f"{what} {ref!r}: expected MODULE:NAME (a module path or a .py file, "
+        raise UsageError(f"{what} {ref!r}: expected MODULE:NAME (a module path or a .py file, "
                          "then the name in it)")
     module_ref, attr = ref.rsplit(":", 1)
     if module_ref.endswith(".py") or os.sep in module_ref:
         path = Path(module_ref).resolve()
         if not path.is_file():
-            raise ValueError(f"{what} {ref!r}: no file {path}")
+            raise UsageError(f"{what} {ref!r}: no file {path}")
         sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
@@ -176,7 +181,7 @@ def load_object(ref: str, what: str = "--model") -> Any:
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"{what} {ref!r}: {module_ref} has no {attr}")
+            raise UsageError(f"{what} {ref!r}: {module_ref} has no {attr}")
         obj = getattr(obj, part)
     return obj
 
@@ -201,7 +206,7 @@ def build_model(factory: Any) -> nn.Module:
         if model is None:
             model = factory()
         if not isinstance(model, nn.Module):
-            raise TypeError(f"the factory returned {type(model).__name__}, not an nn.Module")
+            raise UsageError(f"the factory returned {type(model).__name__}, not an nn.Module")
     model = model.to("meta")
     model.train()
     return model
@@ -414,7 +419,7 @@ def checkpoint_blocks(model: nn.Module) -> tuple[str, int]:
     from torch.utils.checkpoint import checkpoint
     path, blocks = repeated_blocks(model)
     if not blocks:
-        raise ValueError("--checkpointing: the model has no nn.ModuleList or nn.Sequential "
+        raise UsageError("--checkpointing: the model has no nn.ModuleList or nn.Sequential "
                          "of two or more blocks of one class to checkpoint")
     for block in blocks:
         forward = block.forward
@@ -522,7 +527,7 @@ def prepare(model: Any, inputs: Any, target: str | tuple | None = None,
     """The model on meta and the step the recorder runs: (model, step(rec), what was
     set up, for the profile's program line)."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
+        raise UsageError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     net = build_model(model)
     what = [f"precision {precision}"]
     if checkpointing:

@@ -409,11 +409,12 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("give a built-in model or --model MODULE:FACTORY, not both")
         if not args.output:
             ap.error("--model needs -o PATH")
+        from torch_step import UsageError
         from torch_trace import RecordError
         t0 = time.monotonic()
         try:
             p = record_custom(args)
-        except (RecordError, ValueError, TypeError, ImportError) as e:
+        except (RecordError, UsageError, ModuleNotFoundError) as e:
             print(f"oversub trace-torch: {e}", file=sys.stderr)
             return 1
         return save(p, args.output, t0)
