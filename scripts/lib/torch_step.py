@@ -422,6 +422,9 @@ def checkpoint_blocks(model: nn.Module) -> tuple[str, int]:
         raise UsageError("--checkpointing: the model has no nn.ModuleList or nn.Sequential "
                          "of two or more blocks of one class to checkpoint")
     for block in blocks:
+        if getattr(block, "_oversub_checkpointed", False):
+            continue  # wrapped by an earlier trace of the same module
+        block._oversub_checkpointed = True
         forward = block.forward
 
         def checkpointed(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
@@ -583,7 +586,9 @@ def trace_model(model: Any, inputs: Any = (), target: Any = None,
     written to output when given (.oprof, or .oprof.gz).
 
     model: an nn.Module, a factory returning one, or "MODULE:FACTORY"; it is moved to
-        meta (its weights are not used). inputs: the model's inputs, positional as a
+        meta (its weights are not used). A module passed itself is moved in place and
+        keeps the recorded state (meta gradients, checkpointed blocks): pass a factory
+        or a copy to keep its weights. inputs: the model's inputs, positional as a
         list of specs ("float32[B,3,224,224]") or (shape, dtype) pairs, by keyword as a
         dict {name: spec}; B is the batch; or a function batch -> (input, target) of
         meta tensors. target: the loss's target spec (or None).
