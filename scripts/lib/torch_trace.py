@@ -9,8 +9,8 @@ How it records (Note [Recording on meta] in docs/traces.md):
   - a TorchDispatchMode sees every aten operator the step runs (forward, backward,
     optimizer). An operator is a *launch* (named by the aten op, e.g.
     `aten.convolution.default`) when it allocates a storage or writes one of its
-    arguments (schema alias annotation `(a!)`); views and metadata-only operators
-    launch nothing. A launch's buffers are the storages of all its tensor arguments
+    arguments (schema alias annotation `(a!)`) and touches device storage (Note [Host
+    scalars are not launches]); views and metadata-only operators launch nothing. A launch's buffers are the storages of all its tensor arguments
     and results;
   - an output tensor whose storage is not yet live allocates that storage's bytes,
     rounded up to 512 bytes as PyTorch's CUDA caching allocator rounds every block
@@ -29,7 +29,11 @@ How it records (Note [Recording on meta] in docs/traces.md):
   - the allocations and frees of the whole run, in order, can be handed back as an
     allocation trace (allocation_trace) for the caching allocator model.
 
-Needs torch (Debian's python3-torch 1.13); the rest of scripts/lib does not.
+A custom operator's FLOPs come from register_op_flops; an operator that cannot run on
+meta raises RecordError naming it and the module whose forward was running. Any model,
+precision and checkpointing: torch_step.py.
+
+Needs torch (Debian's python3-torch 1.13, or 2.x); the rest of scripts/lib does not.
 """
 from __future__ import annotations
 
