@@ -148,7 +148,7 @@ struct host_thread_stats {
   int ordinal = 0;  // 1: the first thread that called
   double clock_ns = 0;
   double waited_ns = 0;
-  // Note [Host threads in lockstep]: the kernel's id of the thread, whether it is
+  // See Note [Host threads in lockstep]: the kernel's id of the thread, whether it is
   // entering an entry point now (set before it takes the device lock), the real time
   // its last entry point returned (0: in its first), whether it has exited, the host
   // time it cannot call before (others called while it slept), and how many of its
