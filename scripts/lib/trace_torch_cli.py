@@ -6,7 +6,7 @@
       --target 'int64[B]' --loss cross-entropy --batch 64 -o /tmp/mine.oprof
   oversub trace-torch --model mymodels:build --input 'int64[B,512]' --step mysteps:train \
       --batch 8 -o /tmp/mine.oprof     your own step: see torch_step.StepContext
-  oversub trace-torch --all            the shipped traces under traces/ (TRACES below)
+  oversub trace-torch --all            the shipped traces under traces/ (shipped() below)
   oversub trace-torch --check          records each model at its published figure's
                                        configuration and prints the peak table of
                                        docs/traces.md; exit 1 if a ratio is outside
@@ -44,6 +44,11 @@ TRACES: list[tuple[str, int, str]] = [
     ("gpt2", 8, "h100-pcie"), ("bert-large", 32, "h100-pcie"),
     # the papers' own GPUs, for replaying their tables (vDNN: Titan X)
     ("vgg16", 256, "titanx-maxwell"), ("resnet152", 32, "titanx-maxwell"),
+]
+# Today's LLM fine-tuning: decoders in bf16 autocast (fp32 master weights) with AdamW,
+# 2048 tokens, as written by --all: llama3.2-1b-b4-bf16.oprof, llama3-8b-b1-bf16.oprof.
+LLM_TRACES: list[tuple[str, int, str, str]] = [
+    ("llama3.2-1b", 4, "h100-pcie", "bf16"), ("llama3-8b", 1, "h100-pcie", "bf16"),
 ]
 
 
@@ -132,6 +137,18 @@ PUBLISHED: list[Published] = [
 def trace_path(model: str, batch: int, device: str) -> Path:
     suffix = "" if device == DEFAULT_DEVICE else f"-{device}"
     return TRACE_DIR / f"{model}-b{batch}{suffix}.oprof"
+
+
+def shipped() -> list[tuple[str, int, str, "Options", Path]]:
+    """Every shipped trace (TRACES, then LLM_TRACES): model, batch, device, the run's
+    options and its path under traces/, as --all writes them."""
+    out = [(m, b, d, Options(), trace_path(m, b, d)) for m, b, d in TRACES]
+    for m, b, d, precision in LLM_TRACES:
+        options = Options(precision=precision)
+        path = trace_path(m, b, d)
+        out.append((m, b, d, options, path.with_name(
+            path.name.replace(".oprof", options.suffix() + ".oprof"))))
+    return out
 
 
 @dataclass
@@ -400,8 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         return check(args.build)
     if args.all:
-        for model, batch, device in TRACES:
-            write(model, batch, device, trace_path(model, batch, device))
+        for model, batch, device, options, path in shipped():
+            write(model, batch, device, path, options)
         return 0
     options = Options(args.optimizer, args.foreach, args.precision, args.checkpointing)
     if args.custom_model:

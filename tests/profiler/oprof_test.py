@@ -8,7 +8,8 @@ the same message (docs/profile-format.md, "Validation"):
   - a version 2 profile with a launch marked unreadable round-trips in Python, and
     the C++ writer re-encodes it byte for byte;
   - the same profile as version 1 writes it (no flags byte) is read by both, every
-    launch with flags 0; so is a shipped trace under traces/ (version 1);
+    launch with flags 0; a shipped trace under traces/ (version 2, source recorded) is
+    read by both alike;
   - a launch flag with an unknown bit set is refused by both ("corrupt payload:
     launch flags"); so are versions 0 and 3, and an iteration source past 3
     (3: recorded off the GPU, read by both);
@@ -163,7 +164,8 @@ def main() -> int:
         check(bool(shipped), "no shipped traces under traces/")
         for path in shipped[:2]:
             data = path.read_bytes()
-            check(data[8] == 1, f"{path.name}: shipped as version 1")
+            check(data[8] == 2 and decode(data).source == "recorded",
+                  f"{path.name}: shipped as version 2, source recorded")
             check(python_answer(data).startswith("ok "), f"{path.name}: {python_answer(data)}")
             cxx = cxx_answers(args.check, [path])[str(path)]
             check(cxx == python_answer(data), f"{path.name}: C++ {cxx}, Python {python_answer(data)}")
