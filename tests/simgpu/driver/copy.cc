@@ -289,10 +289,13 @@ CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation l
   double rate = to_device ? d.model.h2d_pinned_bytes_per_s : d.model.d2h_pinned_bytes_per_s;
   double end = start + (moved ? d.model.copy_latency_ns + moved / rate * 1e9 : 0);
   op_end(s, e, end);
-  auto desc = std::make_shared<const std::string>(std::string("prefetch to ") +
-                                                  (to_device ? "device" : "host") + " on " +
-                                                  stream_name(s));
-  race_access(s, p, bytes, false, desc);
+  // See Note [Prefetches are migrations] in tests/simgpu/driver/managed.h.
+  if (!d.model.concurrent_managed_access) {
+    auto desc = std::make_shared<const std::string>(std::string("prefetch to ") +
+                                                    (to_device ? "device" : "host") + " on " +
+                                                    stream_name(s));
+    race_access(s, p, bytes, false, desc);
+  }
   return CUDA_SUCCESS;
 }
 

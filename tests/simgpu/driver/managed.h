@@ -12,6 +12,22 @@
 // cost plus the page's transfer time is added to the kernel's duration). On devices
 // without concurrentManagedAccess (Maxwell, Kepler) there is no demand paging: a
 // launch migrates every page of the managed allocations it uses up front.
+//
+// Note [Prefetches are migrations]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// On a device with concurrentManagedAccess, cuMemPrefetchAsync is a migration the
+// Unified Memory driver makes coherently with every other access: a kernel that
+// touches a page while it moves, on any stream, faults and finds its bytes where they
+// went (the page moves again), whatever the order; the prefetch only hints where the
+// data should be, and a wrong or racing hint costs faults, never bytes. So on such
+// models a prefetch is not an access for the race detector: a kernel reaching a
+// buffer through a pointer table, unordered with a prefetch of that buffer on another
+// stream, is slow on a GPU, not wrong. simgpu keeps one copy of a managed page's bytes
+// and moves only its residency, so it cannot lose them either. Frees stay checked by
+// their own rules (cuMemFree of managed memory waits for the device). Without
+// concurrentManagedAccess (Maxwell, Kepler) the device and the host may not touch
+// managed memory at the same time, and a prefetch to the host unordered with a
+// kernel is recorded as a read and reported as a race.
 #ifndef SIMGPU_DRIVER_MANAGED_H
 #define SIMGPU_DRIVER_MANAGED_H
 
