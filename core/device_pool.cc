@@ -228,6 +228,78 @@ bool managed_memory_supported(int device) {
   return device_attribute_is_set(device, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY);
 }
 
+// Note [Do VMM calls wait?]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// PyTorch's allocator notes (c10/cuda/CUDACachingAllocator.cpp, on expandable segments)
+// that changing mappings "appears to involve at least some synchronous actions with
+// the GPU". If cuMemUnmap, cuMemMap or cuMemSetAccess wait until the device has
+// finished the work already enqueued, every page swap mode remaps drains the queue,
+// and um, whose migrations need no host call per page, can be the faster mode. So
+// OVERSUB_MODE=auto asks the device, once, before the application's first allocation,
+// on memory of its own: 32 MiB of scratch and one 2 MiB page, mapped together. It
+// enqueues 2 GiB of memsets of the scratch on a stream of its own (about a
+// millisecond on an H100, far longer than a remap that does not wait), records an
+// event after them, remaps the page (unmap, map, grant access: what swap mode does
+// to a page) and asks about the event. Done already: the calls waited for the
+// memsets. Not ready: they did not. The page is no kernel's, so the remap races
+// nothing; the scratch is unmapped after the stream is synchronized. Any failure
+// (no memory, a driver error) answers unknown, and auto then takes the calls not to
+// wait. It needs no clock, so it gives the same answer on simgpu (SIMGPU_VMM_WAIT) as
+// on a GPU.
+vmm_wait_answer probe_vmm_waits(int device) {
+  const driver_table& d = driver();
+  if (!d.complete) return vmm_wait_answer::unknown;
+  constexpr std::size_t page = std::size_t{2} << 20;
+  constexpr std::size_t scratch = std::size_t{32} << 20;
+  constexpr int memsets = 64;  // 2 GiB of writes
+  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, device);
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle work = 0, probe = 0;
+  bool work_mapped = false, probe_mapped = false;
+  CUstream stream = nullptr;
+  CUevent done = nullptr;
+  vmm_wait_answer answer = vmm_wait_answer::unknown;
+  if (d.cuMemAddressReserve(&va, scratch + page, 0, 0, 0) == CUDA_SUCCESS &&
+      d.cuMemCreate(&work, scratch, &prop, 0) == CUDA_SUCCESS &&
+      (work_mapped = d.cuMemMap(va, scratch, 0, work, 0) == CUDA_SUCCESS) &&
+      d.cuMemCreate(&probe, page, &prop, 0) == CUDA_SUCCESS &&
+      (probe_mapped = d.cuMemMap(va + scratch, page, 0, probe, 0) == CUDA_SUCCESS) &&
+      d.cuMemSetAccess(va, scratch + page, &access, 1) == CUDA_SUCCESS &&
+      d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+      d.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+    bool queued = true;
+    for (int i = 0; i < memsets && queued; ++i) {
+      queued = d.cuMemsetD8Async(va, static_cast<unsigned char>(i), scratch, stream) == CUDA_SUCCESS;
+    }
+    if (queued && d.cuEventRecord(done, stream) == CUDA_SUCCESS) {
+      probe_mapped = false;
+      if (d.cuMemUnmap(va + scratch, page) == CUDA_SUCCESS &&
+          (probe_mapped = d.cuMemMap(va + scratch, page, 0, probe, 0) == CUDA_SUCCESS) &&
+          d.cuMemSetAccess(va + scratch, page, &access, 1) == CUDA_SUCCESS) {
+        const CUresult q = d.cuEventQuery(done);
+        answer = q == CUDA_SUCCESS           ? vmm_wait_answer::waits
+                 : q == CUDA_ERROR_NOT_READY ? vmm_wait_answer::no_wait
+                                             : vmm_wait_answer::unknown;
+      }
+    }
+  }
+  if (stream != nullptr) {
+    d.cuStreamSynchronize(stream);
+    d.cuStreamDestroy(stream);
+  }
+  if (done != nullptr) d.cuEventDestroy(done);
+  if (probe_mapped) d.cuMemUnmap(va + scratch, page);
+  if (work_mapped) d.cuMemUnmap(va, scratch);
+  if (probe != 0) d.cuMemRelease(probe);
+  if (work != 0) d.cuMemRelease(work);
+  if (va != 0) d.cuMemAddressFree(va, scratch + page);
+  return answer;
+}
+
 namespace {
 
 // See Note [Long-lived layout from a profile] in policy/placement.h: the block laid out

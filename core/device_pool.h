@@ -49,6 +49,11 @@ void configure(const pool_settings& s);
 bool host_vmm_supported(int device);
 bool managed_memory_supported(int device);
 
+// See Note [Do VMM calls wait?] (core/device_pool.cc): whether the device's VMM calls
+// waited for the work already enqueued, measured once on a page of its own.
+enum class vmm_wait_answer { no_wait, waits, unknown };
+vmm_wait_answer probe_vmm_waits(int device);
+
 // False when the driver could not be loaded: the hooks forward to CUDA then.
 bool available();
 

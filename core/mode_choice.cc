@@ -31,8 +31,15 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
   // (pool_setup.cc): 25 GB/s, 10 us per copy, 2 TB/s device memory; a managed fault
   // as simgpu's A100 model has it (25 us per 64 KiB) and a page's remapping as measured
   // on an A100 (policy::mode_costs).
+  // See Note [Do VMM calls wait?] in core/device_pool.cc.
+  policy::mode_costs costs;
+  costs.vmm_waits = core::probe_vmm_waits(0) == core::vmm_wait_answer::waits;
+  const std::string waits =
+      costs.vmm_waits ? "; this device's VMM calls wait for its queued work, so swap's remaps "
+                        "cannot overlap it (measured at start)"
+                      : "";
   const policy::mode_prediction r =
-      policy::predict_modes(p, static_cast<std::size_t>(capacity), policy::mode_costs{});
+      policy::predict_modes(p, static_cast<std::size_t>(capacity), costs);
   const std::string& path = current_config().profile_in;
   if (!r.swap_error.empty() && !r.um_error.empty()) {
     line = fmt::format("mode auto -> swap (no prediction from the profile {}: {}; swap learns "
@@ -41,7 +48,8 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
     return run_mode::swap;
   }
   const run_mode chosen = r.um_faster ? run_mode::um : run_mode::swap;
-  const std::string at = fmt::format("at {}, from the profile {}", format_bytes(capacity), path);
+  const std::string at =
+      fmt::format("at {}, from the profile {}{}", format_bytes(capacity), path, waits);
   if (!r.swap_error.empty() || !r.um_error.empty()) {
     line = fmt::format("mode auto -> {} (predicted {:.3f} ms per iteration; {} not predicted: "
                        "{}; {})",

@@ -12,7 +12,13 @@
 //   fetches or evicts is remapped by one host thread (cuMemUnmap, cuMemMap,
 //   cuMemSetAccess), remap_ns each, one after another, an eviction's after its copy
 //   out and before its room is free, a fetch's before its copy in (Note [Virtual
-//   time model] in policy/simulate.h); never below the replay without it.
+//   time model] in policy/simulate.h); never below the replay without it. Where the
+//   device's VMM calls wait until the device has finished the work already enqueued
+//   (mode_costs::vmm_waits, measured at start: Note [Do VMM calls wait?] in
+//   core/mode_choice.cc), a remap drains the device's queue, so nothing overlaps:
+//   swap is the unlimited iteration plus every moved byte's copy plus every remap,
+//   one after another (at 1/8 of ResNet-50 and GPT-2 under SIMGPU_VMM_WAIT=1 this
+//   came within 4% of the library: 1.67x against 1.61x at 1.5x, 2.40x against 2.47x).
 // - um: the learner's cost schedule over whole buffers (Note [What the learner moves]
 //   in core/schedule_internal.h), planned at the same planning capacity (Note
 //   [Headroom] in policy/schedule.h) and replayed. The um backend leaves a buffer
@@ -50,6 +56,9 @@ struct mode_costs {
   // 1.5 us and cuMemSetAccess 36 us per page as kvcached's bench_vmm measured them on an
   // A100 (the figures of simgpu's device models).
   std::uint64_t remap_ns = 63'500;
+  // The device's VMM calls wait for the work already enqueued (Note [Predicting swap
+  // against um]).
+  bool vmm_waits = false;
 };
 
 struct mode_prediction {

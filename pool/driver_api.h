@@ -44,6 +44,7 @@ namespace oversub::pool {
   X(cuStreamDestroy)                \
   X(cuStreamWaitEvent)              \
   X(cuMemcpyAsync)                  \
+  X(cuMemsetD8Async)                \
   X(cuMemAllocManaged)              \
   X(cuMemFree)                      \
   X(cuMemPrefetchAsync)             \

@@ -12,6 +12,9 @@ detector aborting at the first unordered access:
    report it;
 3. OVERSUB_PROFILE twice: the first run says it writes the profile, the second chooses
    from it;
+4. the weight-heavy profile with VMM calls that wait for the device
+   (SIMGPU_VMM_WAIT=1) and without: the probe at start finds which, the line says so
+   when they wait, swap is predicted slower with them, and the faster is taken;
 in each, the loss bits are those of the run with unlimited memory. Last, a malformed
 mode is refused with exit status 2 and a message listing the accepted forms, auto
 among them.
@@ -35,7 +38,9 @@ WRITES_RE = re.compile(r"^oversub: mode auto -> swap \(no profile yet: .* this r
                        r"its profile to (\S+) \(OVERSUB_PROFILE\)", re.M)
 CHOSEN_RE = re.compile(r"^oversub: mode auto -> (swap|um) \(predicted ([0-9.]+) ms per "
                        r"iteration against (swap|um) ([0-9.]+) ms, ([0-9.]+) ms with enough "
-                       r"memory; at .*, from the profile (\S+)\)$", re.M)
+                       r"memory; at .*, from the profile (\S+?)(; this device's VMM calls "
+                       r"wait for its queued work, so swap's remaps cannot overlap it "
+                       r"\(measured at start\))?\)$", re.M)
 ACCEPTED = "Accepted: off | track | pool | swap | um | auto"
 SHAPE = ["--depth", "32", "--width", "512", "--batch", "16"]
 SMALL = ["--depth", "8", "--width", "512", "--batch", "128"]
@@ -100,7 +105,7 @@ def main() -> int:
             m = CHOSEN_RE.search(proc.stderr)
             if m is None:
                 fail("no line giving the predicted iterations of swap and um", proc)
-            chosen, chosen_ms, other, other_ms, unlimited_ms, path = m.groups()
+            chosen, chosen_ms, other, other_ms, unlimited_ms, path = m.groups()[:6]
             if chosen == other or path != str(prof):
                 fail(f"the line names {chosen} against {other}, profile {path}", proc)
             swap_ms, um_ms = ((chosen_ms, other_ms) if chosen == "swap" else (other_ms, chosen_ms))
@@ -114,6 +119,31 @@ def main() -> int:
                      else check_um(stats, shape_device))
             summary.append(f"{' '.join(shape)} with its profile: {chosen} ({chosen_ms} ms "
                            f"predicted against {other} {other_ms} ms), losses identical; {moved}")
+
+        # 4. VMM calls that wait for the device (SIMGPU_VMM_WAIT=1), measured at start:
+        # the line says so, swap is predicted slower than without them (its remaps
+        # cannot overlap the device's work), and the faster prediction is taken.
+        prof = Path(tmp) / f"{SHAPE[1]}.oprof"
+        swap_ms = {}
+        for wait in ("0", "1"):
+            proc, stats = auto_run(args, cmd, device, want, stats_file,
+                                   {"OVERSUB_PROFILE_IN": str(prof), "SIMGPU_VMM_WAIT": wait},
+                                   f"SIMGPU_VMM_WAIT={wait}")
+            m = CHOSEN_RE.search(proc.stderr)
+            if m is None or (m.group(7) is not None) != (wait == "1"):
+                fail(f"SIMGPU_VMM_WAIT={wait}: the line does not say whether VMM calls wait "
+                     f"as measured", proc)
+            chosen, chosen_ms, other, other_ms = m.group(1), m.group(2), m.group(3), m.group(4)
+            swap_ms[wait] = float(chosen_ms if chosen == "swap" else other_ms)
+            um = float(other_ms if chosen == "swap" else chosen_ms)
+            if chosen != ("um" if um < swap_ms[wait] else "swap") or mode_of(stats, proc) != chosen:
+                fail(f"SIMGPU_VMM_WAIT={wait}: took {chosen} (statistics: "
+                     f"{mode_of(stats, proc)}), not the faster prediction", proc)
+        if not swap_ms["1"] > swap_ms["0"]:
+            fail(f"swap predicted {swap_ms['1']} ms with VMM calls waiting, not slower than "
+                 f"{swap_ms['0']} ms without", proc)
+        summary.append(f"VMM calls waiting (measured): swap predicted {swap_ms['1']} ms against "
+                       f"{swap_ms['0']} ms without, {chosen} taken, losses identical")
 
         # 3. OVERSUB_PROFILE: written by the first run, chosen from by the second.
         one = Path(tmp) / "one.oprof"
