@@ -25,7 +25,7 @@ from pathlib import Path
 
 from oversub_simulate import (SIMULATOR, SimulatorError, batch_from_name, choose, find_simulator,
                               fmt_bytes, run_simulator, tune_rows)
-from png_plot import Canvas, _fmt_bytes
+from png_plot import Canvas, _fmt_bytes, log_ratio_axes
 
 GiB = 1 << 30
 PAGE = 2 << 20  # the arena's page
@@ -288,25 +288,12 @@ def plot(path: Path, plan: dict) -> None:
     xmin, xmax = 0, max(xs) * 1.05
     slow = [s for pts in curves for _, s in pts] or [1.0]
     ymax_log = max(math.log10(max(slow)) * 1.05, math.log10(2.5))
-    px = lambda x: left + round((w - left - right) * (x - xmin) / (xmax - xmin))  # noqa: E731
-    py = lambda s: h - bottom - round((h - top - bottom) * math.log10(max(s, 1.0)) / ymax_log)  # noqa: E731,E501
-    grey, black, red = (200, 200, 200), (0, 0, 0), (200, 0, 0)
-    for s in [1, 1.1, 1.5, 2, 5, 10, 20, 50, 100]:
-        if math.log10(s) > ymax_log:
-            break
-        c.line(left, py(s), w - right, py(s), grey)
-        label = f"{s:g}x"
-        c.text(left - 8 - Canvas.text_width(label), py(s) - 5, label)
-    for k in range(6):
-        x = xmin + (xmax - xmin) * k / 5
-        c.line(px(x), h - bottom, px(x), h - bottom + 5, black)
-        label = _fmt_bytes(x)
-        c.text(px(x) - Canvas.text_width(label) // 2, h - bottom + 10, label)
+    px, py = log_ratio_axes(c, (left, right, top, bottom), xmin, xmax, ymax_log,
+                            [1, 1.1, 1.5, 2, 5, 10, 20, 50, 100], lambda s: f"{s:g}x")
+    red = (200, 0, 0)
     dm = px(plan["device_memory_bytes"])
     c.line(dm, top, dm, h - bottom, red)
     c.text(dm + 4, top, "device", red)
-    c.line(left, top, left, h - bottom, black, 2)
-    c.line(left, h - bottom, w - right, h - bottom, black, 2)
     for i, (r, pts) in enumerate(zip(plan["traces"], curves)):
         color = PALETTE[i % len(PALETTE)]
         for (x0, s0), (x1, s1) in zip(pts, pts[1:]):

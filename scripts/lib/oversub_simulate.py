@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from png_plot import Canvas, _fmt_bytes
+from png_plot import Canvas, _fmt_bytes, log_ratio_axes
 
 SIMULATOR = "oversub-simulate"
 POLICIES = ["cost", "vdnn-all", "lru", "um-naive"]
@@ -175,23 +175,9 @@ def plot_overhead(path: Path, result: dict, title: str) -> None:
         xmin, xmax = xmin * 0.9, xmax * 1.1 + 1
     slow = [s for pts in series.values() for _, s in pts] or [1.0]
     ymax_log = max(math.log10(max(slow)) * 1.05, math.log10(2.0))
-    px = lambda x: left + round((w - left - right) * (x - xmin) / (xmax - xmin))  # noqa: E731
-    py = lambda s: h - bottom - round((h - top - bottom) * math.log10(max(s, 1.0)) / ymax_log)  # noqa: E731,E501
-    grey, black = (200, 200, 200), (0, 0, 0)
     ticks = [m * 10 ** e for e in range(0, int(ymax_log) + 2) for m in (1, 2, 5)]
-    for s in ticks:
-        if math.log10(s) > ymax_log:
-            break
-        c.line(left, py(s), w - right, py(s), grey)
-        label = f"+{round((s - 1) * 100)}%"
-        c.text(left - 8 - Canvas.text_width(label), py(s) - 5, label)
-    for k in range(6):
-        x = xmin + (xmax - xmin) * k / 5
-        c.line(px(x), h - bottom, px(x), h - bottom + 5, black)
-        label = _fmt_bytes(x)
-        c.text(px(x) - Canvas.text_width(label) // 2, h - bottom + 10, label)
-    c.line(left, top, left, h - bottom, black, 2)
-    c.line(left, h - bottom, w - right, h - bottom, black, 2)
+    px, py = log_ratio_axes(c, (left, right, top, bottom), xmin, xmax, ymax_log, ticks,
+                            lambda s: f"+{round((s - 1) * 100)}%")
     for i, name in enumerate(POLICIES):
         pts = sorted(series.get(name, []))
         color = COLORS[name]

@@ -7,6 +7,7 @@ horizontal line, labels in a 3x5 pixel font) does not need it.
 """
 from __future__ import annotations
 
+import math
 import struct
 import zlib
 from pathlib import Path
@@ -100,6 +101,33 @@ def _fmt_bytes(v: float) -> str:
         if v >= div:
             return f"{v / div:.1f} {unit}"
     return f"{int(v)} B"
+
+
+def log_ratio_axes(c: Canvas, box: tuple[int, int, int, int], xmin: float, xmax: float,
+                   ymax_log: float, ticks: list[float], label) -> tuple:
+    """Axes of a plot of a ratio (1 and up, log scale) against bytes: grey lines at the
+    ticks up to 10**ymax_log, each labelled label(tick), six byte ticks below, the two
+    axes. box: the margins (left, right, top, bottom). Answers the functions from a
+    byte count and from a ratio to pixels."""
+    left, right, top, bottom = box
+    w, h = c.w, c.h
+    px = lambda x: left + round((w - left - right) * (x - xmin) / (xmax - xmin))  # noqa: E731
+    py = lambda s: h - bottom - round((h - top - bottom) * math.log10(max(s, 1.0)) / ymax_log)  # noqa: E731,E501
+    grey, black = (200, 200, 200), (0, 0, 0)
+    for s in ticks:
+        if math.log10(s) > ymax_log:
+            break
+        c.line(left, py(s), w - right, py(s), grey)
+        text = label(s)
+        c.text(left - 8 - Canvas.text_width(text), py(s) - 5, text)
+    for k in range(6):
+        x = xmin + (xmax - xmin) * k / 5
+        c.line(px(x), h - bottom, px(x), h - bottom + 5, black)
+        text = _fmt_bytes(x)
+        c.text(px(x) - Canvas.text_width(text) // 2, h - bottom + 10, text)
+    c.line(left, top, left, h - bottom, black, 2)
+    c.line(left, h - bottom, w - right, h - bottom, black, 2)
+    return px, py
 
 
 def plot_live_bytes(path: Path, live: list[int], capacity: int, title: str) -> None:
