@@ -75,7 +75,9 @@ void recorder::on_copy_time(std::uint32_t correlation_id, copy_kind kind, std::u
                             std::uint64_t ns) {
   std::lock_guard<std::mutex> lock(mutex_);
   copy_ns_[correlation_id] += ns;
-  if ((kind == copy_kind::h2d || kind == copy_kind::d2h) && ns > 0) {
+  // See Note [A link rate from large copies only] in profiler/recorder.h.
+  if ((kind == copy_kind::h2d || kind == copy_kind::d2h) && ns > 0 &&
+      bytes >= link_sample_min_bytes) {
     const int i = kind == copy_kind::h2d ? 0 : 1;
     link_bytes_[i] += bytes;
     link_ns_[i] += ns;

@@ -40,6 +40,17 @@
 
 namespace oversub::profiler {
 
+// Note [A link rate from large copies only]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A profile's link rate (h2d_bytes_per_s, d2h_bytes_per_s) is the bytes of the run's
+// timed copies over their time. A copy of a few KiB takes its setup time, not its
+// bytes' (16 KiB of tokens in 10 us reads as 1.6 GB/s on a 50 GB/s link), and a rate
+// that low made OVERSUB_MODE=auto predict GPT-2's iteration ten times too slow in both
+// modes. So only copies of at least link_sample_min_bytes (1 MiB: about 20 us at 50
+// GB/s) count; a run without one records no rate, and its readers take their
+// stand-in.
+inline constexpr std::uint64_t link_sample_min_bytes = std::uint64_t{1} << 20;
+
 struct periodic_stretch;
 
 class recorder {
@@ -131,7 +142,9 @@ class recorder {
   std::vector<std::vector<std::uintptr_t>> sites_;
   std::unordered_map<std::uint32_t, std::uint64_t> kernel_ns_;
   std::unordered_map<std::uint32_t, std::uint64_t> copy_ns_;
-  std::uint64_t link_bytes_[2] = {0, 0};  // h2d, d2h bytes with a measured duration
+  // h2d, d2h bytes with a measured duration, copies of link_sample_min_bytes or more
+  // (Note [A link rate from large copies only]).
+  std::uint64_t link_bytes_[2] = {0, 0};
   std::uint64_t link_ns_[2] = {0, 0};
   // The last automatic search.
   std::uint64_t searched_at_ = 0;

@@ -32,6 +32,35 @@ void step(recorder& r, std::uint32_t f, std::uint32_t g, std::uint32_t h, int i,
 
 recorder::frame_resolver no_frames() { return {}; }
 
+// See Note [A link rate from large copies only] in profiler/recorder.h: small copies
+// give no rate; large ones give bytes over time.
+TEST(Recorder, LinkRateFromLargeCopiesOnly) {
+  for (const bool large : {false, true}) {
+    recorder r;
+    r.on_alloc(weights, 4096, nullptr, 0);
+    const std::uint32_t f = r.add_function("f(float*)");
+    const std::uint32_t g = r.add_function("g(float*)");
+    const std::uint32_t h = r.add_function("h(float*)");
+    std::uint32_t corr = 0;
+    for (int i = 0; i < 4; ++i) {
+      step(r, f, g, h, i, corr);
+      // 16 KiB in 10 us (setup-bound), or 4 MiB in 84 us (50 GB/s).
+      r.on_copy_time(corr, copy_kind::h2d, large ? 4u << 20 : 16u << 10,
+                     large ? 83'886 : 10'000);
+      r.on_copy_time(corr, copy_kind::d2h, 4, 5'000);  // a loss read back
+    }
+    std::string why;
+    const auto p = r.build({}, true, "prog", no_frames(), &why);
+    ASSERT_TRUE(p) << why;
+    if (large) {
+      EXPECT_NEAR(static_cast<double>(p->device.h2d_bytes_per_s), 50e9, 0.01e9);
+    } else {
+      EXPECT_EQ(p->device.h2d_bytes_per_s, 0u);
+    }
+    EXPECT_EQ(p->device.d2h_bytes_per_s, 0u);
+  }
+}
+
 TEST(Recorder, AutomaticIterationAndBufferIdentity) {
   recorder r;
   const std::uintptr_t site[] = {0x1234, 0x5678};
