@@ -15,7 +15,7 @@
 //   time model] in policy/simulate.h); never below the replay without it. Where the
 //   device's VMM calls wait until the device has finished the work already enqueued
 //   (mode_costs::vmm_waits, measured at start: Note [Do VMM calls wait?] in
-//   core/mode_choice.cc), a remap drains the device's queue, so nothing overlaps:
+//   core/device_pool.cc), a remap drains the device's queue, so nothing overlaps:
 //   swap is the unlimited iteration plus every moved byte's copy plus every remap,
 //   one after another (at 1/8 of ResNet-50 and GPT-2 under SIMGPU_VMM_WAIT=1 this
 //   came within 4% of the library: 1.67x against 1.61x at 1.5x, 2.40x against 2.47x).
