@@ -23,8 +23,8 @@ import re
 import sys
 from pathlib import Path
 
-from oversub_simulate import (SIMULATOR, SimulatorError, batch_from_name, choose, find_simulator,
-                              fmt_bytes, run_simulator, tune_rows)
+from oversub_simulate import (SIMULATOR, SimulatorError, batch_from_name, choose, device_arguments,
+                              find_simulator, fmt_bytes, run_simulator, tune_rows)
 from png_plot import Canvas, _fmt_bytes, log_ratio_axes
 
 GiB = 1 << 30
@@ -425,11 +425,7 @@ def add_parser(sub: argparse._SubParsersAction, repo: Path) -> None:
                     "size). docs/guide/simulate.md.")
     p.add_argument("profiles", type=Path, nargs="+", metavar="TRACE",
                    help="profiles (.oprof or .oprof.gz), e.g. one model at several batch sizes")
-    p.add_argument("--device", default="h100-pcie",
-                   help="device model: a name in tests/simgpu/devices (h100-pcie, a100, "
-                        "titanx-maxwell, k40) or a .model file (default: h100-pcie)")
-    p.add_argument("--device-dir", type=Path, metavar="DIR",
-                   help="where device model names are looked up")
+    device_arguments(p)
     p.add_argument("--memory", metavar="SIZE",
                    help="the device's memory instead of the model's (a GPU of the same speed "
                         f"with less memory): {SIZE_FORMS}")

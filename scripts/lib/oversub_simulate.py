@@ -357,12 +357,17 @@ def command_tune_batch(args: argparse.Namespace, repo: Path) -> int:
 
 # ---- argument parsers -------------------------------------------------------------
 
-def _common(p: argparse.ArgumentParser) -> None:
+def device_arguments(p: argparse.ArgumentParser) -> None:
+    """--device and --device-dir, as every command that runs the simulator takes them."""
     p.add_argument("--device", default="h100-pcie",
                    help="device model: a name in tests/simgpu/devices (h100-pcie, a100, "
                         "titanx-maxwell, k40) or a .model file (default: h100-pcie)")
     p.add_argument("--device-dir", type=Path, metavar="DIR",
                    help="where device model names are looked up")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    device_arguments(p)
     p.add_argument("--durations", choices=["auto", "model"], default="auto",
                    help="auto: the profile's measured kernel durations, modeled where 0; "
                         "model: every duration modeled on the device (docs/simulate.md)")
