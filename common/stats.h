@@ -43,6 +43,7 @@ namespace oversub::stats {
   X(memsets, event, "memsets")                                                        \
   X(syncs, event, "synchronisations and queries")                                     \
   X(graph_launches, event, "CUDA graph launches")                                     \
+  X(graph_replays_prefetched, event, "swap and um modes: graph launches whose footprint seen at capture was made resident first") \
   X(pool_allocations, event, "device allocations served by the pool (OVERSUB_MODE=pool)") \
   X(pool_planned, event, "pool allocations served at a planned offset")               \
   X(pool_deviations, event, "planned iterations that deviated and fell back to online") \

@@ -415,9 +415,9 @@ residency_backend* backend_of(int device) {
 }  // namespace
 
 residency::prepare_result device_prepare(int device, std::span<const residency::byte_range> ranges, CUstream stream,
-                              bool writes) noexcept {
+                              bool writes, const residency::victim_rank& rank) noexcept {
   residency_backend* b = backend_of(device);
-  return b == nullptr ? residency::prepare_result{} : b->prepare(ranges, stream, writes);
+  return b == nullptr ? residency::prepare_result{} : b->prepare(ranges, stream, writes, rank);
 }
 
 void device_touch_all(int device, CUstream stream) noexcept {

@@ -73,7 +73,7 @@ void note_work(CUstream stream) noexcept;
 // them resident and order the work after their fetches (residency_backend::prepare).
 // In pool mode, or for memory that is not the pool's, ok and nothing moves.
 residency::prepare_result device_prepare(int device, std::span<const residency::byte_range> ranges, CUstream stream,
-                              bool writes) noexcept;
+                              bool writes, const residency::victim_rank& rank = {}) noexcept;
 // Swap mode: work on stream that may use any of device's pages (Note [A launch that
 // may touch anything] in residency/swap_engine.h).
 void device_touch_all(int device, CUstream stream) noexcept;

@@ -13,7 +13,9 @@
 #include "common/stats.h"
 #include "common/units.h"
 #include "core/error_codes.h"
+#include "core/graph_footprint.h"
 #include "core/refusal.h"
+#include "core/schedule_internal.h"
 #include "core/schedule.h"
 #include "profiler/launch_scan.h"
 
@@ -106,6 +108,8 @@ cudaError_t make_resident(const resident_call& at, const residency::byte_range* 
   if (r.code == residency::residency_errc::too_large) {
     r = prepare_oversized(at, ranges, n, writes, r);
   }
+  // See Note [A graph's footprint] in core/graph_footprint.h.
+  if (r.capturing) core::graph_capture_ranges(at.stream, {ranges, n});
   if (r) return cudaSuccess;
   if (r.code == residency::residency_errc::driver_error) stats::global().swap_refusals.count();
   return refuse(at, r);
@@ -161,8 +165,27 @@ cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
   return make_resident(at, ranges.data(), k, true);
 }
 
-cudaError_t make_all_reachable(const resident_call& at) {
+cudaError_t make_graph_resident(const resident_call& at, CUgraphExec exec) {
+  // See Note [A graph's footprint] in core/graph_footprint.h: a prefetch; the replay
+  // may still touch any page.
   core::device_touch_all(at.device, at.stream);
+  const std::vector<residency::byte_range> footprint = core::graph_footprint(exec);
+  if (!footprint.empty() && core::graph_fetch_now(exec, at.stream)) {
+    // See Note [Replays come round in turn] in core/graph_footprint.h.
+    const residency::prepare_result r =
+        core::device_prepare(at.device, footprint, at.stream, true,
+                             core::graph_replay_rank(exec, core::schedule_internal::page_bytes));
+    if (r) {
+      stats::global().graph_replays_prefetched.count();
+      return cudaSuccess;
+    }
+    // Larger than the capacity: the replay reaches what is not resident on the host,
+    // as one whose footprint is unknown does (the same Note).
+    if (r.code != residency::residency_errc::too_large) {
+      if (r.code == residency::residency_errc::driver_error) stats::global().swap_refusals.count();
+      return refuse(at, r);
+    }
+  }
   return make_resident(at, nullptr, 0, true);
 }
 

@@ -47,9 +47,11 @@ cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
                                  const std::uint64_t* words, std::size_t n_words,
                                  bool unreadable);
 
-// Work that may use any page: a graph replay (see Note [A launch that may touch
-// anything] in residency/swap_engine.h).
-cudaError_t make_all_reachable(const resident_call& at);
+// A replay of exec: work that may use any page (see Note [A launch that may touch
+// anything] in residency/swap_engine.h), whose footprint seen at capture is made
+// resident first (Note [A graph's footprint] in core/graph_footprint.h). Allocates
+// (may throw).
+cudaError_t make_graph_resident(const resident_call& at, CUgraphExec exec);
 
 }  // namespace oversub
 

@@ -504,8 +504,39 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuGraphLaunch>, driver_hook_id
                        CUstream stream) {
   return driver_work(
       id, stream,
-      [&](call_site at, int device) { return swap_graph_launch(at, device, stream); },
+      [&](call_site at, int device) { return swap_graph_launch(at, device, exec, stream); },
       [&] { return real(exec, stream); });
+}
+
+// ---- graph instantiation: what a replay prefetches (Note [A graph's footprint] in
+// core/graph_footprint.h)
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuGraphInstantiateWithFlags>, driver_hook_id,
+                       real_driver<driver_hook_id::cuGraphInstantiateWithFlags> real,
+                       CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  const CUresult rc = real(exec, graph, flags);
+  if (rc == CUDA_SUCCESS && exec != nullptr) swap_graph_instantiated(*exec, graph);
+  return rc;
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuGraphInstantiateWithParams>, driver_hook_id,
+                       real_driver<driver_hook_id::cuGraphInstantiateWithParams> real,
+                       CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  const CUresult rc = real(exec, graph, params);
+  if (rc == CUDA_SUCCESS && exec != nullptr) swap_graph_instantiated(*exec, graph);
+  return rc;
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuGraphExecDestroy>, driver_hook_id,
+                       real_driver<driver_hook_id::cuGraphExecDestroy> real, CUgraphExec exec) {
+  swap_graph_exec_destroyed(exec);
+  return real(exec);
+}
+
+CUresult handle_driver(driver_tag<driver_hook_id::cuGraphDestroy>, driver_hook_id,
+                       real_driver<driver_hook_id::cuGraphDestroy> real, CUgraph graph) {
+  swap_graph_destroyed(graph);
+  return real(graph);
 }
 
 }  // namespace

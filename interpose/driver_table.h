@@ -32,7 +32,7 @@
 namespace oversub::interpose {
 
 enum class driver_family : std::uint8_t {
-  alloc, free, info, vmm, launch, copy, memset, graph, lookup
+  alloc, free, info, vmm, launch, copy, memset, graph, graph_build, lookup
 };
 
 enum class driver_hook_id : std::uint16_t {

@@ -49,6 +49,17 @@ cudaError_t handle(hook_tag<hook_id::cudaFreeAsync>, hook_id id, void* devPtr,
                    cudaStream_t stream);
 cudaError_t handle(hook_tag<hook_id::cudaMemGetInfo>, hook_id id, size_t* free_bytes,
                    size_t* total_bytes);
+// Graph instantiation and destruction (Note [A graph's footprint] in
+// core/graph_footprint.h; swap_hooks.cc).
+cudaError_t handle(hook_tag<hook_id::cudaGraphInstantiate>, hook_id id,
+                   cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t handle(hook_tag<hook_id::cudaGraphInstantiateWithFlags>, hook_id id,
+                   cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t handle(hook_tag<hook_id::cudaGraphInstantiateWithParams>, hook_id id,
+                   cudaGraphExec_t* exec, cudaGraph_t graph,
+                   cudaGraphInstantiateParams* params);
+cudaError_t handle(hook_tag<hook_id::cudaGraphExecDestroy>, hook_id id, cudaGraphExec_t exec);
+cudaError_t handle(hook_tag<hook_id::cudaGraphDestroy>, hook_id id, cudaGraph_t graph);
 // The runtime's way to the driver: its answer, replaced by our hook where the
 // version table says so (driver_real.cc).
 cudaError_t handle(hook_tag<hook_id::cudaGetDriverEntryPoint>, hook_id id, const char* symbol,

@@ -17,7 +17,9 @@
 
 namespace oversub::interpose {
 
-enum class hook_family : std::uint8_t { alloc, free, info, launch, copy, memset, sync, graph, lookup };
+enum class hook_family : std::uint8_t {
+  alloc, free, info, launch, copy, memset, sync, graph, graph_build, lookup
+};
 
 enum class hook_id : std::uint16_t {
 #define OVERSUB_EMIT(family, ret, symbol, base, params, args) symbol,

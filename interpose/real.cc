@@ -98,6 +98,7 @@ void count_call(hook_id id) noexcept {
     case hook_family::graph: c.graph_launches.count(); break;
     case hook_family::alloc:
     case hook_family::free:
+    case hook_family::graph_build:
     case hook_family::info:
     case hook_family::lookup: break;
   }

@@ -16,9 +16,11 @@
 #include "common/tracker.h"
 #include "common/units.h"
 #include "interpose/abi_guard.h"
+#include "interpose/handlers.h"
 #include "interpose/pool_hooks.h"
 #include "interpose/profile_hooks.h"
 #include "interpose/real.h"
+#include "core/graph_footprint.h"
 #include "core/launch_residency.h"
 #include "profiler/launch_scan.h"
 #include "profiler/session.h"
@@ -145,12 +147,58 @@ cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bo
   return make_resident(resident(at, device, stream), ranges, 2, writes);
 }
 
-cudaError_t swap_graph_launch(call_site at, int device, cudaStream_t stream) {
-  return make_all_reachable(resident(at, device, stream));
+cudaError_t swap_graph_launch(call_site at, int device, cudaGraphExec_t exec, cudaStream_t stream) {
+  return make_graph_resident(resident(at, device, stream), exec);
 }
 
-cudaError_t swap_graph_launch(hook_id id, cudaStream_t stream) {
-  return swap_graph_launch(site_of(id), current_device(), stream);
+cudaError_t swap_graph_launch(hook_id id, cudaGraphExec_t exec, cudaStream_t stream) {
+  return swap_graph_launch(site_of(id), current_device(), exec, stream);
+}
+
+void swap_graph_instantiated(cudaGraphExec_t exec, cudaGraph_t graph) noexcept {
+  if (residency_mode()) core::graph_instantiated(exec, graph);
+}
+
+void swap_graph_destroyed(cudaGraph_t graph) noexcept {
+  if (residency_mode()) core::graph_destroyed(graph);
+}
+
+void swap_graph_exec_destroyed(cudaGraphExec_t exec) noexcept {
+  if (residency_mode()) core::graph_exec_destroyed(exec);
+}
+
+cudaError_t handle(hook_tag<hook_id::cudaGraphInstantiate>, hook_id id, cudaGraphExec_t* exec,
+                   cudaGraph_t graph, unsigned long long flags) {
+  const cudaError_t rc = call_real<hook_id::cudaGraphInstantiate>(id, exec, graph, flags);
+  if (rc == cudaSuccess && exec != nullptr) swap_graph_instantiated(*exec, graph);
+  return rc;
+}
+
+cudaError_t handle(hook_tag<hook_id::cudaGraphInstantiateWithFlags>, hook_id id,
+                   cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
+  const cudaError_t rc =
+      call_real<hook_id::cudaGraphInstantiateWithFlags>(id, exec, graph, flags);
+  if (rc == cudaSuccess && exec != nullptr) swap_graph_instantiated(*exec, graph);
+  return rc;
+}
+
+cudaError_t handle(hook_tag<hook_id::cudaGraphInstantiateWithParams>, hook_id id,
+                   cudaGraphExec_t* exec, cudaGraph_t graph,
+                   cudaGraphInstantiateParams* params) {
+  const cudaError_t rc =
+      call_real<hook_id::cudaGraphInstantiateWithParams>(id, exec, graph, params);
+  if (rc == cudaSuccess && exec != nullptr) swap_graph_instantiated(*exec, graph);
+  return rc;
+}
+
+cudaError_t handle(hook_tag<hook_id::cudaGraphExecDestroy>, hook_id id, cudaGraphExec_t exec) {
+  swap_graph_exec_destroyed(exec);
+  return call_real<hook_id::cudaGraphExecDestroy>(id, exec);
+}
+
+cudaError_t handle(hook_tag<hook_id::cudaGraphDestroy>, hook_id id, cudaGraph_t graph) {
+  swap_graph_destroyed(graph);
+  return call_real<hook_id::cudaGraphDestroy>(id, graph);
 }
 
 cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,

@@ -69,8 +69,13 @@ cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bo
                         cudaStream_t stream);
 // A graph replay on stream: its kernels may use any page (Note [A launch that may
 // touch anything] in residency/swap_engine.h); they reach what is on the host where it is.
-cudaError_t swap_graph_launch(call_site at, int device, cudaStream_t stream);
-cudaError_t swap_graph_launch(hook_id id, cudaStream_t stream);
+cudaError_t swap_graph_launch(call_site at, int device, cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t swap_graph_launch(hook_id id, cudaGraphExec_t exec, cudaStream_t stream);
+// A graph instantiated, or a graph or executable graph destroyed: what a replay
+// prefetches (Note [A graph's footprint] in core/graph_footprint.h).
+void swap_graph_instantiated(cudaGraphExec_t exec, cudaGraph_t graph) noexcept;
+void swap_graph_destroyed(cudaGraph_t graph) noexcept;
+void swap_graph_exec_destroyed(cudaGraphExec_t exec) noexcept;
 cudaError_t swap_ranges(hook_id id, swap_range a, swap_range b, bool writes,
                         cudaStream_t stream);
 
@@ -110,7 +115,7 @@ cudaError_t swap_before(hook_id id, A... args) {
     return swap_ranges(id, pitched(std::get<0>(t), std::get<1>(t), std::get<3>(t), std::get<4>(t)),
                        {}, true, s);
   } else if constexpr (Base == hook_id::cudaGraphLaunch) {
-    return swap_graph_launch(id, std::get<1>(t));
+    return swap_graph_launch(id, std::get<0>(t), std::get<1>(t));
   } else {
     // 3D copies and memsets, peer copies: a possible write, ranges not computed
     // (their stream does not matter for an empty prepare).

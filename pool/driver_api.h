@@ -38,7 +38,9 @@ namespace oversub::pool {
   X(cuEventRecord)                  \
   X(cuEventQuery)                   \
   X(cuEventSynchronize)             \
+  X(cuEventElapsedTime)             \
   X(cuStreamIsCapturing)            \
+  X(cuStreamGetCaptureInfo)         \
   X(cuStreamSynchronize)            \
   X(cuStreamCreate)                 \
   X(cuStreamDestroy)                \

@@ -73,6 +73,9 @@ struct prepare_result {
   residency_errc code = residency_errc::ok;
   std::uint64_t needed_bytes = 0;  // too_large: the pages the ranges span
   CUresult driver = CUDA_SUCCESS;
+  // The stream was capturing a graph: nothing was enqueued, the ranges are the graph's
+  // (Note [A graph's footprint] in core/graph_footprint.h).
+  bool capturing = false;
   explicit operator bool() const { return code == residency_errc::ok; }
 };
 
@@ -108,8 +111,10 @@ class residency_backend {
   // the work runs, and the work is ordered after the moves (writes: the work may
   // write; Note [What counts as a write] in residency/swap_engine.h). Memory that is
   // not the backend's is ignored.
+  // rank: which pages the fetches' own evictions take first (as for prefetch_now;
+  // empty: the least recently used).
   virtual prepare_result prepare(std::span<const byte_range> ranges, CUstream stream,
-                                 bool writes = true) = 0;
+                                 bool writes = true, const victim_rank& rank = {}) = 0;
   // Work on stream whose ranges are unknown (Note [A launch that may touch anything]
   // in residency/swap_engine.h).
   virtual void touch_all(CUstream stream) = 0;

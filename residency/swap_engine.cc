@@ -82,7 +82,7 @@ struct unpin_at_exit {
 }  // namespace
 
 prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream stream,
-                                         bool writes) {
+                                         bool writes, const victim_rank& rank) {
   std::lock_guard<std::mutex> lock(mutex_);
   prepare_result result;
   fetch_epoch_ = write_epoch_;  // this work's own writes come after its fetches
@@ -109,7 +109,10 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
   const bool reaches = std::any_of(ranges.begin(), ranges.end(),
                                    [](const byte_range& r) { return r.reach && r.bytes != 0; });
   if (wanted.empty() && !reaches) return result;
-  if (pool::stream_is_capturing(stream)) return result;  // nothing may be enqueued for us now
+  if (pool::stream_is_capturing(stream)) {  // nothing may be enqueued for us now
+    result.capturing = true;
+    return result;
+  }
   // See Note [The mover] in residency/swap_engine.h: its driver error, heard once here.
   if (mover_error_ != CUDA_SUCCESS) {
     result.driver = mover_error_;
@@ -131,7 +134,7 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
   }
   if (!missing.empty()) {
     std::sort(missing.begin(), missing.end());
-    if (CUresult r = fetch_locked(std::move(missing), true, nullptr); r != CUDA_SUCCESS) {
+    if (CUresult r = fetch_locked(std::move(missing), true, nullptr, rank); r != CUDA_SUCCESS) {
       ++stats_.failures;
       result.driver = r;
       result.code = r == CUDA_ERROR_OUT_OF_MEMORY ? residency_errc::no_room

@@ -400,7 +400,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // is capturing nothing is moved (pages on the host are reached through their
   // mapping). Never throws.
   prepare_result prepare(std::span<const byte_range> ranges, CUstream stream,
-                         bool writes = true) override;
+                         bool writes = true, const victim_rank& rank = {}) override;
   // Schedule-driven moves (policy/): start evicting, or start fetching, the pages of
   // ranges, without making any stream wait. Pages in use by queued work are ordered
   // after it. Returns false on a driver error or when room could not be made.

@@ -173,14 +173,17 @@ CUresult um_engine::move_locked(std::uintptr_t base, buffer& b, bool to_device,
 }
 
 prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream stream,
-                                          bool) {
+                                          bool, const victim_rank&) {
   std::lock_guard<std::mutex> lock(mutex_);
   prepare_result result;
   if (naive_ || buffers_.empty() || !stats_.concurrent_access) return result;
   // A capturing stream's work runs at replay: nothing is enqueued for it now (a wait
   // on another stream's work would break the capture's isolation); the driver pages
   // its memory on demand when the graph runs.
-  if (pool::stream_is_capturing(stream)) return result;
+  if (pool::stream_is_capturing(stream)) {
+    result.capturing = true;
+    return result;
+  }
   // Note [Large managed buffers]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // The driver pages managed memory on demand, so

@@ -73,7 +73,7 @@ class um_engine final : public backend_with_stats<um_stats> {
   // the work on stream (never refused: Note [Large managed buffers] in residency/um_engine.cc).
   // writes is not asked: the driver keeps managed memory coherent.
   prepare_result prepare(std::span<const byte_range> ranges, CUstream stream,
-                         bool writes = true) override;
+                         bool writes = true, const victim_rank& rank = {}) override;
   // Work whose buffers are unknown: the driver pages what it touches on demand.
   void touch_all(CUstream) override {}
 

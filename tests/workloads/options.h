@@ -26,6 +26,7 @@ struct options {
   bool caching = false;     // a caching allocator (segments or expandable)
   bool expandable = false;  // --caching expandable: segments the program maps itself
   bool graphs = false;      // the step captured once and replayed as a CUDA graph
+  int graph_layers = 0;     // --graphs: a new graph every N layers of each pass (0: one graph)
   bool pointer_arrays = false;  // Adam: one kernel chasing a device array of pointers
   bool foreach = false;     // Adam: one kernel over a >4 KiB tensor list by value
   int streams = 1;
@@ -69,6 +70,11 @@ inline constexpr spec kSpecs[] = {
      "capture the step once on a non-default stream (allocating from a private pool) "
      "and replay it with cudaGraphLaunch each iteration",
      kind::flag, nullptr, 0, 0, &options::graphs},
+    {"graph-layers", "N",
+     "with --graphs: end the graph and capture the next every N layers of the forward "
+     "and of the backward pass, as torch.compile splits a model into several graphs "
+     "(0: the whole step is one graph; --streams 1 only)",
+     kind::integer, &options::graph_layers, 0, 1000000},
     {"pointer-arrays", nullptr,
      "Adam as one kernel per step reading a device array of pointers to the parameter, "
      "gradient and moment buffers",
@@ -260,6 +266,9 @@ inline options parse_options(int argc, char** argv) {
       usage_error(prog, "--" + std::string(name) + " needs a value (" + found->value + ")");
     }
     apply(prog, *found, value.c_str(), out);
+  }
+  if (out.graph_layers != 0 && (!out.graphs || out.streams != 1)) {
+    usage_error(prog, "--graph-layers needs --graphs and --streams 1");
   }
   if (out.pointer_arrays && out.foreach) {
     usage_error(prog, "--pointer-arrays and --foreach are two ways of one Adam step: pick one");

@@ -3,6 +3,7 @@
 
 The variants (tests/workloads/README.md, Note [PyTorch-like variants] in simtrain.cu):
   graphs          --graphs: the step captured once, replayed with cudaGraphLaunch
+  graph-layers    --graphs --graph-layers 4: eight graphs replayed in turn (one stream)
   pointer-arrays  --pointer-arrays: Adam chases a device array of pointers
   foreach         --foreach: Adam over a tensor list in a >4 KiB parameter block
   expandable      --caching expandable: the program maps its own VMM segments
@@ -24,8 +25,12 @@ Cases:
             device pointer table) with plenty of memory (checksums those of
             --pointer-arrays 0), then at its peak / --ratio under --mode (swap or um):
             the same checksums, SIMGPU_RACE=abort
+  choice    graph-layers over 14 iterations at 3x under --mode (swap or um) with
+            OVERSUB_VERBOSE=1: the timed trial of Note [Fetch or reach, by
+            measurement] (core/graph_footprint.h) chose the way it measured faster
+            and said so; loss bits identical
   matrix    every variant x mode (--modes: pool, swap, um) x ratio (--ratios) x
-            streams (1, 2) as `oversub`, one line per case and a table at the end;
+            streams (1, 2; graph-layers 1) as `oversub`, one line per case and a table at the end;
             exit 1 if any failed (by hand or from scripts: 10-40 s a case)
 
   pytorch_like_test.py --case plain --variant graphs --simtrain build/tests/workloads/simtrain
@@ -48,6 +53,8 @@ from swap_checks import LOSS_BITS_RE, OOM_RE, PEAK_BYTES_RE, check_swap, check_u
 
 VARIANTS = {
     "graphs": ["--graphs"],
+    # torch.compile's split: a graph every 4 layers of each pass, replayed in turn.
+    "graph-layers": ["--graphs", "--graph-layers", "4"],
     "pointer-arrays": ["--pointer-arrays"],
     "foreach": ["--foreach"],
     "expandable": ["--caching", "expandable"],
@@ -63,8 +70,10 @@ CONFIGS = {
     # no room in 2 MiB pages.
     "deep": ["--depth", "32", "--width", "512", "--batch", "16", "--iters", "3"],
 }
-CONFIG_OF = {"graphs": "chain", "pointer-arrays": "chain", "foreach": "many",
-             "expandable": "chain"}
+CONFIG_OF = {"graphs": "chain", "graph-layers": "deep", "pointer-arrays": "chain",
+             "foreach": "many", "expandable": "chain"}
+# Variants that run on one stream only.
+ONE_STREAM = {"graph-layers"}
 # Smaller for the plain case (no oversubscription to reach).
 PLAIN_CONFIG = ["--depth", "6", "--width", "96", "--batch", "48", "--iters", "4"]
 MiB = 1 << 20
@@ -89,6 +98,8 @@ def losses(proc, what: str) -> list[str]:
 def case_plain(simtrain: Path, variant: str) -> str:
     by_streams = {}
     for streams in ("1", "2"):
+        if streams != "1" and variant in ONE_STREAM:
+            continue
         base_cmd = [str(simtrain), *PLAIN_CONFIG, "--streams", streams]
         want = losses(run(base_cmd, {"SIMGPU_RACE": "abort"}, None), "the plain run")
         proc = run(base_cmd + VARIANTS[variant], {"SIMGPU_RACE": "abort"}, None)
@@ -100,7 +111,7 @@ def case_plain(simtrain: Path, variant: str) -> str:
             if peak == 0 or peak % (2 * MiB) != 0:
                 raise Failure(f"expandable segments hold whole 2 MiB pages, peak {peak}", proc)
         by_streams[streams] = got
-    if by_streams["1"] != by_streams["2"]:
+    if len(by_streams) == 2 and by_streams["1"] != by_streams["2"]:
         raise Failure(f"--{variant}: 1 and 2 streams differ: {by_streams}")
     return f"--{variant}: loss bits identical to the plain run on 1 and 2 streams"
 
@@ -143,7 +154,11 @@ def case_oversub(simtrain: Path, lib: Path, variant: str, mode: str, ratio: floa
     if mode == "swap":
         # The chased buffers and the sub-allocated ones are not all found whole by
         # the argument scan: a kernel may reach a swapped-out page (slow, not wrong).
-        moved = check_swap(stats, proc, device, False, False)
+        # One graph holding the whole step is larger than the capacity: its replays
+        # reach on the host what is not resident, and need not fetch anything (Note [A
+        # graph's footprint] in core/graph_footprint.h).
+        moved = check_swap(stats, proc, device, False, False,
+                           expect_fetches=variant != "graphs")
     elif mode == "um":
         moved = check_um(stats, device)
     else:
@@ -151,8 +166,50 @@ def case_oversub(simtrain: Path, lib: Path, variant: str, mode: str, ratio: floa
         if counters["allocations"]["current"] != 0:
             raise Failure(f"allocations left live: {counters['allocations']}", proc)
         moved = "pool served the run"
+    if variant == "graph-layers" and mode != "pool":
+        # Replays of a graph that fits make its footprint resident first (at 10x some
+        # of the four-layer graphs do not fit, and are reached on the host).
+        prefetched = stats["counters"]["graph_replays_prefetched"]["total"]
+        graph_launches = stats["counters"]["graph_launches"]["total"]
+        if prefetched == 0 or (ratio < 10 and prefetched != graph_launches):
+            raise Failure(f"--{variant} under {where}: {prefetched} of {graph_launches} "
+                          "replays prefetched their footprint", proc)
+        moved += f"; {prefetched} of {graph_launches} replays prefetched their footprint"
     return (f"--{variant} under {where}: peak {peak} bytes, loss bits identical over "
             f"{len(want)} iterations; {moved}")
+
+
+CHOICE_RE = re.compile(r"oversub: graph replays: a cycle of them took ([0-9.]+) ms on the device "
+                       r"fetching each footprint first and ([0-9.]+) ms (?:reaching it on the "
+                       r"host|leaving it to demand paging); from now on they (.*)$", re.M)
+
+
+def case_choice(simtrain: Path, lib: Path, mode: str) -> str:
+    """--graph-layers over 14 iterations at 3x: the timed trial (cycles 1-8) chose
+    fetching or not and said so with OVERSUB_VERBOSE=1; the loss bits are those of the
+    run with plenty of memory."""
+    cmd = [str(simtrain), *CONFIGS["deep"], "--streams", "1", *VARIANTS["graph-layers"]]
+    cmd[cmd.index("--iters") + 1] = "14"
+    ref = run(cmd, {"SIMGPU_RACE": "abort"}, None)
+    want = losses(ref, "--graph-layers with plenty of memory")
+    peak = int(PEAK_BYTES_RE.search(ref.stdout).group(1))
+    settings = {"SIMGPU_RACE": "abort", "OVERSUB_MODE": mode, "OVERSUB_VERBOSE": "1",
+                "SIMGPU_MEMORY": str(int(peak / 3))}
+    proc = run(cmd, settings, lib)
+    if proc.returncode != 0:
+        raise Failure(f"--graph-layers fails under OVERSUB_MODE={mode} at 3x", proc)
+    got = LOSS_BITS_RE.findall(proc.stdout)
+    if got != want:
+        raise Failure(f"--graph-layers: loss bits differ under {mode}: {got} != {want}", proc)
+    choices = CHOICE_RE.findall(proc.stdout + proc.stderr)
+    if len(choices) != 1:
+        raise Failure(f"want one choice line from the timed trial, got {len(choices)}", proc)
+    fetch, other, way = choices[0]
+    if (way == "fetch it") != (float(fetch) <= float(other)):
+        raise Failure(f"the trial measured {fetch} ms fetching, {other} ms not, and chose "
+                      f"'{way}'", proc)
+    return (f"--graph-layers under {mode} at 3x, 14 iterations: {fetch} ms a cycle fetching, "
+            f"{other} ms not; they {way}; loss bits identical")
 
 
 CHECKSUM_RE = re.compile(r"^iter \d+ checksum .*$", re.M)
@@ -213,7 +270,8 @@ def attempt(fn, *args) -> tuple[bool, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", choices=["plain", "oversub", "randprog", "matrix"], required=True)
+    ap.add_argument("--case", choices=["plain", "oversub", "randprog", "matrix", "choice"],
+                    required=True)
     ap.add_argument("--simtrain", type=Path, help="simtrain (plain, oversub, matrix)")
     ap.add_argument("--randprog", type=Path, help="randprog (randprog)")
     ap.add_argument("--seed", default="1", help="randprog: its seed")
@@ -239,6 +297,8 @@ def main() -> int:
         ap.error("--lib is needed")
     if args.case == "plain":
         ok, line = attempt(case_plain, args.simtrain, args.variant)
+    elif args.case == "choice":
+        ok, line = attempt(case_choice, args.simtrain, args.lib.resolve(), args.mode)
     elif args.case in ("oversub", "randprog"):
         if args.case == "oversub":
             ok, line = attempt(case_oversub, args.simtrain, args.lib.resolve(), args.variant,
@@ -262,7 +322,7 @@ def main() -> int:
         for variant in args.variants.split(","):
             for mode in args.modes.split(","):
                 for ratio in ([0.0] if mode == "pool" else [float(r) for r in args.ratios.split(",")]):
-                    for streams in ("1", "2"):
+                    for streams in ("1",) if variant in ONE_STREAM else ("1", "2"):
                         ok, line = attempt(case_oversub, args.simtrain, args.lib.resolve(),
                                            variant, mode, ratio, streams, args.check_plain)
                         first = line.splitlines()[0]

@@ -23,6 +23,8 @@
 //                     pool during capture, and replayed with cudaGraphLaunch; each
 //                     iteration copies its batch into the graph's static inputs and
 //                     its Adam bias corrections into a static device buffer first;
+//                     with --graph-layers N, a graph every N layers of each pass,
+//                     replayed in turn, as torch.compile splits a model;
 //   --pointer-arrays  Adam is one launch per step chasing a device array of pointers;
 //   --foreach         Adam is one launch per step over a tensor list passed by value
 //                     in a parameter block over 4 KiB;
@@ -198,8 +200,8 @@ class trainer {
 
   ~trainer() {
     CUDA_CHECK(cudaDeviceSynchronize());
-    if (graph_exec_ != nullptr) CUDA_CHECK(cudaGraphExecDestroy(graph_exec_));
-    if (graph_ != nullptr) CUDA_CHECK(cudaGraphDestroy(graph_));
+    for (cudaGraphExec_t e : graph_execs_) CUDA_CHECK(cudaGraphExecDestroy(e));
+    for (cudaGraph_t g : graphs_captured_) CUDA_CHECK(cudaGraphDestroy(g));
     layers_.clear();
     for (tensor* t : {&static_x_, &static_t_, &static_loss_, &step_scalars_, &pointer_table_,
                       &tensor_counts_}) {
@@ -221,8 +223,8 @@ class trainer {
   float step(int iter) {
     if (graphs_) {
       upload_batch(iter, static_x_, static_t_);
-      if (graph_exec_ == nullptr) capture(iter);
-      CUDA_CHECK(cudaGraphLaunch(graph_exec_, main_));
+      if (graph_execs_.empty()) capture(iter);
+      for (cudaGraphExec_t e : graph_execs_) CUDA_CHECK(cudaGraphLaunch(e, main_));
       return read_loss(static_loss_);
     }
     tensor x, target;
@@ -232,21 +234,44 @@ class trainer {
   }
 
  private:
-  // Captures forward_backward into graph_exec_ on main_, its tensors from the
-  // private pool (Note [PyTorch-like variants]).
+  // Captures forward_backward into graph_execs_ on main_ (one graph, or one every
+  // --graph-layers layers: split_capture), its tensors from the private pool (Note
+  // [PyTorch-like variants]). The graphs share the pool and are replayed in the
+  // order captured, so a block one frees and the next reuses is reused in the same
+  // order at every replay.
   void capture(int iter) {
     graph_pool_->begin_capture();
     step_alloc_ = graph_pool_;
+    capturing_ = true;
     CUDA_CHECK(cudaStreamBeginCapture(main_, cudaStreamCaptureModeGlobal));
     static_loss_ = forward_backward(static_x_, static_t_, iter);
     if (two_streams_) {
       CUDA_CHECK(cudaEventRecord(side_joined_, side_));
       CUDA_CHECK(cudaStreamWaitEvent(main_, side_joined_, 0));
     }
-    CUDA_CHECK(cudaStreamEndCapture(main_, &graph_));
+    end_graph();
+    capturing_ = false;
     step_alloc_ = &alloc_;
     graph_pool_->end_capture();
-    CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+    for (cudaGraph_t g : graphs_captured_) {
+      cudaGraphExec_t e = nullptr;
+      CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+      graph_execs_.push_back(e);
+    }
+  }
+
+  void end_graph() {
+    cudaGraph_t g = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(main_, &g));
+    graphs_captured_.push_back(g);
+  }
+
+  // --graph-layers: at the start of layer l of a pass (counted from the pass's first
+  // layer), ends the graph being captured and begins the next.
+  void split_capture(int l) {
+    if (!capturing_ || opt_.graph_layers == 0 || l == 0 || l % opt_.graph_layers != 0) return;
+    end_graph();
+    CUDA_CHECK(cudaStreamBeginCapture(main_, cudaStreamCaptureModeGlobal));
   }
 
   float read_loss(const tensor& loss) {
@@ -270,6 +295,7 @@ class trainer {
     tensor block_in;
     for (int l = 0; l < depth; ++l) {
       const layer& ly = layers_[static_cast<std::size_t>(l)];
+      split_capture(l);
       wait_for_update(l);
       if (l % 2 == 0) block_in = h;
       tensor a = make(bw);
@@ -328,6 +354,7 @@ class trainer {
     for (int l = depth - 1; l >= 0; --l) {
       const layer& ly = layers_[static_cast<std::size_t>(l)];
       saved_tensors& s = saved[static_cast<std::size_t>(l)];
+      split_capture(depth - l);
       if (l % 2 == 1) skip = g;
       tensor dz = make(bw);
       LAUNCH(relu_backward, grid_for(bw), kThreadsPerBlock, main_, g.data(), s.act.data(),
@@ -572,8 +599,9 @@ class trainer {
   tensor pointer_table_;  // --pointer-arrays: float* [4 * layers]
   tensor tensor_counts_;  // --pointer-arrays: int [layers]
   tensor static_x_, static_t_, static_loss_;  // --graphs
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t graph_exec_ = nullptr;
+  std::vector<cudaGraph_t> graphs_captured_;
+  std::vector<cudaGraphExec_t> graph_execs_;
+  bool capturing_ = false;
   float* host_scalars_ = nullptr;  // pinned
   float* host_x_ = nullptr;  // pinned
   float* host_t_ = nullptr;  // pinned
