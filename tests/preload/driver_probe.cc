@@ -22,6 +22,13 @@
 //              memory created and mapped outside oversub, then more cudaMalloc memory
 //              than fits, each buffer written: without counting the foreign bytes the
 //              device would overflow; the foreign buffer keeps its bytes and address.
+//   graph-driver (OVERSUB_MODE=swap, PROBE_DEVICE_BYTES = the device) four graphs
+//              captured and instantiated through the driver entry points that
+//              cuGetProcAddress_v2 answers (cuStreamBeginCapture, cuMemsetD32Async,
+//              cuStreamEndCapture, cuGraphInstantiateWithFlags, cuGraphLaunch), each
+//              filling three buffers of its own, together twice the device; each graph
+//              fits. Replayed in turn three times, every buffer then holds its graph's
+//              value (driver_test.py checks that replays fetched their footprint);
 //   throw      (OVERSUB_TEST_THROW, throw_test.py) prints what each kind of entry
 //              point returns when oversub's work inside it throws: cudaMalloc twice,
 //              cuMemAlloc_v2 through cuGetProcAddress_v2, cuGetProcAddress_v2's and
@@ -305,6 +312,74 @@ void case_vmm_swap(std::size_t device_bytes) {
               foreign_bytes, buffers.size(), each, device_bytes);
 }
 
+void case_graph_driver(std::size_t device_bytes) {
+  expect(cudaFree(nullptr) == cudaSuccess, "runtime context");
+  using begin_t = CUresult (*)(CUstream, CUstreamCaptureMode);
+  using memset_t = CUresult (*)(CUdeviceptr, unsigned, size_t, CUstream);
+  using end_t = CUresult (*)(CUstream, CUgraph*);
+  using instantiate_t = CUresult (*)(CUgraphExec*, CUgraph, unsigned long long);
+  using launch_t = CUresult (*)(CUgraphExec, CUstream);
+  using exec_destroy_t = CUresult (*)(CUgraphExec);
+  using destroy_t = CUresult (*)(CUgraph);
+  const auto begin = reinterpret_cast<begin_t>(query("cuStreamBeginCapture", 13000, 0));
+  const auto memset32 = reinterpret_cast<memset_t>(query("cuMemsetD32Async", 13000, 0));
+  const auto end = reinterpret_cast<end_t>(query("cuStreamEndCapture", 13000, 0));
+  const auto instantiate =
+      reinterpret_cast<instantiate_t>(query("cuGraphInstantiateWithFlags", 13000, 0));
+  const auto launch = reinterpret_cast<launch_t>(query("cuGraphLaunch", 13000, 0));
+  const auto exec_destroy = reinterpret_cast<exec_destroy_t>(query("cuGraphExecDestroy", 13000, 0));
+  const auto destroy = reinterpret_cast<destroy_t>(query("cuGraphDestroy", 13000, 0));
+  if (!begin || !memset32 || !end || !instantiate || !launch || !exec_destroy || !destroy) {
+    expect(false, "cuGetProcAddress_v2 answers every graph entry point");
+    return;
+  }
+  expect(object_of(reinterpret_cast<void*>(instantiate)) == "liboversub.so",
+         "cuGraphInstantiateWithFlags is our hook, not " +
+             object_of(reinterpret_cast<void*>(instantiate)));
+  cudaStream_t s = nullptr;
+  expect(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  const CUstream cs = reinterpret_cast<CUstream>(s);
+  constexpr int graphs = 4;
+  constexpr int per_graph = 3;
+  const size_t each = (device_bytes / (graphs * per_graph / 2)) & ~((size_t{2} << 20) - 1);
+  std::vector<void*> buffers;
+  for (int i = 0; i < graphs * per_graph; ++i) {
+    void* p = nullptr;
+    expect(cudaMalloc(&p, each) == cudaSuccess, "cudaMalloc " + std::to_string(i));
+    buffers.push_back(p);
+  }
+  std::vector<CUgraph> g(graphs, nullptr);
+  std::vector<CUgraphExec> e(graphs, nullptr);
+  for (int k = 0; k < graphs; ++k) {
+    expect(begin(cs, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS, "cuStreamBeginCapture");
+    for (int j = 0; j < per_graph; ++j) {
+      const auto p = reinterpret_cast<CUdeviceptr>(buffers[k * per_graph + j]);
+      expect(memset32(p, 0x1000u + k, each / 4, cs) == CUDA_SUCCESS, "captured memset");
+    }
+    expect(end(cs, &g[k]) == CUDA_SUCCESS, "cuStreamEndCapture");
+    expect(instantiate(&e[k], g[k], 0) == CUDA_SUCCESS, "cuGraphInstantiateWithFlags");
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (int k = 0; k < graphs; ++k) expect(launch(e[k], cs) == CUDA_SUCCESS, "cuGraphLaunch");
+  }
+  expect(cudaStreamSynchronize(s) == cudaSuccess, "synchronize");
+  for (int i = 0; i < graphs * per_graph; ++i) {
+    std::uint32_t w = 0;
+    expect(cudaMemcpy(&w, static_cast<char*>(buffers[i]) + each - 4, 4, cudaMemcpyDeviceToHost) ==
+                   cudaSuccess &&
+               w == 0x1000u + static_cast<unsigned>(i / per_graph),
+           "buffer " + std::to_string(i) + " holds its graph's value");
+  }
+  for (int k = 0; k < graphs; ++k) {
+    expect(exec_destroy(e[k]) == CUDA_SUCCESS, "cuGraphExecDestroy");
+    expect(destroy(g[k]) == CUDA_SUCCESS, "cuGraphDestroy");
+  }
+  for (void* p : buffers) cudaFree(p);
+  expect(cudaStreamDestroy(s) == cudaSuccess, "stream destroyed");
+  std::printf("%d graphs of %d buffers of %zu bytes replayed in turn on a %zu-byte device\n",
+              graphs, per_graph, each, device_bytes);
+}
+
 std::size_t env_bytes(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr ? std::strtoull(v, nullptr, 10) : 0;
@@ -356,6 +431,7 @@ int main(int argc, char** argv) {
   else if (c == "vmm-limit") case_vmm_limit(env_bytes("PROBE_LIMIT_BYTES"));
   else if (c == "vmm-swap") case_vmm_swap(env_bytes("PROBE_DEVICE_BYTES"));
   else if (c == "throw") case_throw();
+  else if (c == "graph-driver") case_graph_driver(env_bytes("PROBE_DEVICE_BYTES"));
   else {
     std::fprintf(stderr, "driver_probe: unknown case %s\n", c.c_str());
     return 2;

@@ -44,6 +44,9 @@ def main() -> int:
         alone = run(cmd, {"SIMGPU_MEMORY": str(device), "PROBE_DEVICE_BYTES": str(device)}, None)
         if alone.returncode == 0:
             fail("without oversub the vmm-swap probe should run out of device memory", alone)
+    elif args.case == "graph-driver":
+        settings = {"OVERSUB_MODE": "swap", "SIMGPU_MEMORY": str(device),
+                    "SIMGPU_RACE": "abort", "PROBE_DEVICE_BYTES": str(device)}
     elif args.case == "rtld-next":
         alone = run(cmd, {}, None)
         if alone.returncode != 0:
@@ -72,6 +75,15 @@ def main() -> int:
             fail(f"want 2 tracked frees and 1 untracked: {stats['counters']}", proc)
         if counter(stats, "pool_allocations") < 2:
             fail("the pool did not serve the driver allocation", proc)
+    if args.case == "graph-driver":
+        if calls.get("cuGraphInstantiateWithFlags", 0) != 4 or calls.get("cuGraphLaunch", 0) != 12:
+            fail(f"the graph entry points did not reach the hooks (calls: {calls})", proc)
+        # Each graph fits: its replays fetch its footprint (until the timed trial of
+        # Note [Fetch or reach, by measurement] ends, after more cycles than this).
+        if counter(stats, "graph_replays_prefetched") != 12:
+            fail(f"want all 12 replays to fetch their footprint: {stats['counters']}", proc)
+        if stats["pool"]["device0"]["swap"]["fetches"] == 0:
+            fail(f"nothing was fetched: {stats['pool']['device0']['swap']}", proc)
     if args.case in ("vmm-limit", "vmm-swap"):
         foreign = stats["counters"]["foreign_vmm_bytes"]
         if int(foreign["peak"]) == 0 or int(foreign["current"]) != 0:
