@@ -116,6 +116,18 @@ def case_plain(simtrain: Path, variant: str) -> str:
     return f"--{variant}: loss bits identical to the plain run on 1 and 2 streams"
 
 
+def run_same_bits(cmd: list[str], settings: dict, lib: Path, want: list[str], variant: str,
+                  where: str):
+    """cmd under the library with settings: exits 0 with the loss bits want."""
+    proc = run(cmd, settings, lib)
+    if proc.returncode != 0:
+        raise Failure(f"--{variant} fails under {where} (exit {proc.returncode})", proc)
+    got = LOSS_BITS_RE.findall(proc.stdout)
+    if got != want:
+        raise Failure(f"--{variant}: loss bits differ under {where}: {got} != {want}", proc)
+    return proc
+
+
 def case_oversub(simtrain: Path, lib: Path, variant: str, mode: str, ratio: float,
                  streams: str, check_plain: bool = False) -> str:
     config = CONFIG_OF[variant]
@@ -144,12 +156,7 @@ def case_oversub(simtrain: Path, lib: Path, variant: str, mode: str, ratio: floa
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
         settings["OVERSUB_STATS_FILE"] = str(stats_file)
-        proc = run(cmd, settings, lib)
-        if proc.returncode != 0:
-            raise Failure(f"--{variant} fails under {where} (exit {proc.returncode})", proc)
-        got = LOSS_BITS_RE.findall(proc.stdout)
-        if got != want:
-            raise Failure(f"--{variant}: loss bits differ under {where}: {got} != {want}", proc)
+        proc = run_same_bits(cmd, settings, lib, want, variant, where)
         stats = read_stats(stats_file, proc)
     if mode == "swap":
         # The chased buffers and the sub-allocated ones are not all found whole by
@@ -195,12 +202,7 @@ def case_choice(simtrain: Path, lib: Path, mode: str) -> str:
     peak = int(PEAK_BYTES_RE.search(ref.stdout).group(1))
     settings = {"SIMGPU_RACE": "abort", "OVERSUB_MODE": mode, "OVERSUB_VERBOSE": "1",
                 "SIMGPU_MEMORY": str(int(peak / 3))}
-    proc = run(cmd, settings, lib)
-    if proc.returncode != 0:
-        raise Failure(f"--graph-layers fails under OVERSUB_MODE={mode} at 3x", proc)
-    got = LOSS_BITS_RE.findall(proc.stdout)
-    if got != want:
-        raise Failure(f"--graph-layers: loss bits differ under {mode}: {got} != {want}", proc)
+    proc = run_same_bits(cmd, settings, lib, want, "graph-layers", f"OVERSUB_MODE={mode} at 3x")
     choices = CHOICE_RE.findall(proc.stdout + proc.stderr)
     if len(choices) != 1:
         raise Failure(f"want one choice line from the timed trial, got {len(choices)}", proc)
