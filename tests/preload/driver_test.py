@@ -78,8 +78,9 @@ def main() -> int:
     if args.case == "graph-driver":
         if calls.get("cuGraphInstantiateWithFlags", 0) != 4 or calls.get("cuGraphLaunch", 0) != 12:
             fail(f"the graph entry points did not reach the hooks (calls: {calls})", proc)
-        # Each graph fits: its replays fetch its footprint (until the timed trial of
-        # Note [Fetch or reach, by measurement] ends, after more cycles than this).
+        # Each graph fits: its replays fetch their footprint until the timed trial
+        # ends, after more cycles than this (see Note [Fetch or reach, by
+        # measurement] in core/graph_footprint.h).
         if counter(stats, "graph_replays_prefetched") != 12:
             fail(f"want all 12 replays to fetch their footprint: {stats['counters']}", proc)
         if stats["pool"]["device0"]["swap"]["fetches"] == 0:
