@@ -62,7 +62,7 @@ bool overlaps(const intervals& m, std::uintptr_t begin, std::uintptr_t end) {
 }
 
 struct exec_entry {
-  std::shared_ptr<const std::vector<residency::byte_range>> ranges;
+  graph_ranges ranges;
   std::shared_ptr<const intervals> merged;
 };
 
@@ -108,7 +108,7 @@ registry& the_registry() {
 // The graph stream's capture is building, or null.
 CUgraph capturing_graph(CUstream stream) noexcept {
   const pool::driver_table& d = pool::driver();
-  if (!d.complete || d.cuStreamGetCaptureInfo == nullptr) return nullptr;
+  if (!d.complete) return nullptr;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
   CUgraph graph = nullptr;
@@ -253,16 +253,11 @@ bool graph_fetch_now(CUgraphExec exec, CUstream stream) noexcept {
   return t.fetching;
 }
 
-std::vector<residency::byte_range> graph_footprint(CUgraphExec exec) {
-  std::shared_ptr<const std::vector<residency::byte_range>> f;
-  {
-    registry& r = the_registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    const auto it = r.execs.find(exec);
-    if (it == r.execs.end()) return {};
-    f = it->second.ranges;
-  }
-  return *f;
+graph_ranges graph_footprint(CUgraphExec exec) {
+  registry& r = the_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.execs.find(exec);
+  return it == r.execs.end() ? nullptr : it->second.ranges;
 }
 
 residency::victim_rank graph_replay_rank(CUgraphExec exec, std::uintptr_t page_bytes) {

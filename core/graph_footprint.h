@@ -57,6 +57,7 @@
 
 #include <cuda.h>
 
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -77,8 +78,9 @@ void graph_destroyed(CUgraph graph) noexcept;
 void graph_exec_destroyed(CUgraphExec exec) noexcept;
 
 // The footprint a replay of exec makes resident, required ranges in the order
-// captured; empty when unknown. Allocates (may throw std::bad_alloc).
-std::vector<residency::byte_range> graph_footprint(CUgraphExec exec);
+// captured (never empty); null when unknown. Shared, not copied, per replay.
+using graph_ranges = std::shared_ptr<const std::vector<residency::byte_range>>;
+graph_ranges graph_footprint(CUgraphExec exec);
 
 // A replay of exec (which has a footprint) is about to be enqueued on stream: whether
 // it fetches its footprint first (Note [Fetch or reach, by measurement]).

@@ -100,6 +100,14 @@ launch_scratch* scratch() noexcept {
   return s.get();
 }
 
+// What the call gets for a prepare's result: success, or its refusal (counted when a
+// driver call failed).
+cudaError_t answer(const resident_call& at, const residency::prepare_result& r) {
+  if (r) return cudaSuccess;
+  if (r.code == residency::residency_errc::driver_error) stats::global().swap_refusals.count();
+  return refuse(at, r);
+}
+
 }  // namespace
 
 cudaError_t make_resident(const resident_call& at, const residency::byte_range* ranges, std::size_t n,
@@ -110,9 +118,7 @@ cudaError_t make_resident(const resident_call& at, const residency::byte_range* 
   }
   // See Note [A graph's footprint] in core/graph_footprint.h.
   if (r.capturing) core::graph_capture_ranges(at.stream, {ranges, n});
-  if (r) return cudaSuccess;
-  if (r.code == residency::residency_errc::driver_error) stats::global().swap_refusals.count();
-  return refuse(at, r);
+  return answer(at, r);
 }
 
 std::uint64_t* launch_words() noexcept {
@@ -169,22 +175,16 @@ cudaError_t make_graph_resident(const resident_call& at, CUgraphExec exec) {
   // See Note [A graph's footprint] in core/graph_footprint.h: a prefetch; the replay
   // may still touch any page.
   core::device_touch_all(at.device, at.stream);
-  const std::vector<residency::byte_range> footprint = core::graph_footprint(exec);
-  if (!footprint.empty() && core::graph_fetch_now(exec, at.stream)) {
+  const core::graph_ranges footprint = core::graph_footprint(exec);
+  if (footprint && core::graph_fetch_now(exec, at.stream)) {
     // See Note [Replays come round in turn] in core/graph_footprint.h.
     const residency::prepare_result r =
-        core::device_prepare(at.device, footprint, at.stream, true,
+        core::device_prepare(at.device, *footprint, at.stream, true,
                              core::graph_replay_rank(exec, core::schedule_internal::page_bytes));
-    if (r) {
-      stats::global().graph_replays_prefetched.count();
-      return cudaSuccess;
-    }
+    if (r) stats::global().graph_replays_prefetched.count();
     // Larger than the capacity: the replay reaches what is not resident on the host,
     // as one whose footprint is unknown does (the same Note).
-    if (r.code != residency::residency_errc::too_large) {
-      if (r.code == residency::residency_errc::driver_error) stats::global().swap_refusals.count();
-      return refuse(at, r);
-    }
+    if (r.code != residency::residency_errc::too_large) return answer(at, r);
   }
   return make_resident(at, nullptr, 0, true);
 }
