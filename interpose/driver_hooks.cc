@@ -160,6 +160,8 @@ CUresult handle_driver(driver_tag<driver_hook_id::cuMemAllocFromPoolAsync>, driv
                        real_driver<driver_hook_id::cuMemAllocFromPoolAsync> real,
                        CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                        CUstream stream) {
+  // A null pool is CUDA's invalid value, not a request for ours: CUDA answers it.
+  if (pool == nullptr) return real(dptr, bytesize, pool, stream);
   return driver_alloc(id, dptr, bytesize, alloc_kind::async, stream,
                       [&](CUdeviceptr* p) { return real(p, bytesize, pool, stream); });
 }

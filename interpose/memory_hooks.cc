@@ -75,7 +75,9 @@ cudaError_t handle(hook_tag<hook_id::cudaMallocFromPoolAsync>, hook_id id, void*
   auto forward = [&] {
     return call_real<hook_id::cudaMallocFromPoolAsync>(id, ptr, size, pool, stream);
   };
-  if (ptr == nullptr) return forward();
+  // A null pool is CUDA's cudaErrorInvalidValue (a real runtime 13.0 says so), not a
+  // request for the pool mode's arena: CUDA answers it.
+  if (ptr == nullptr || pool == nullptr) return forward();
   return tracked_alloc(site_of(id), current_device(), ptr, size, alloc_kind::async, stream,
                        forward);
 }

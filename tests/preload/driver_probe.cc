@@ -93,11 +93,13 @@ get_proc_v2_t get_proc() {
   return reinterpret_cast<get_proc_v2_t>(dlsym(libcuda(), "cuGetProcAddress_v2"));
 }
 
-void* query(const char* symbol, int version, cuuint64_t flags, CUresult* rc = nullptr) {
+void* query(const char* symbol, int version, cuuint64_t flags, CUresult* rc = nullptr,
+            CUdriverProcAddressQueryResult* found = nullptr) {
   void* p = nullptr;
   CUdriverProcAddressQueryResult status{};
   const CUresult r = get_proc()(symbol, &p, version, flags, &status);
   if (rc != nullptr) *rc = r;
+  if (found != nullptr) *found = status;
   return r == CUDA_SUCCESS ? p : nullptr;
 }
 
@@ -132,10 +134,14 @@ void case_versions() {
   void* ctx = query("cuCtxGetCurrent", 13000, CU_GET_PROC_ADDRESS_DEFAULT);
   expect(ctx != nullptr && ctx == dlsym(libcuda(), "cuCtxGetCurrent"),
          "cuCtxGetCurrent (not hooked) is the driver's, got " + object_of(ctx));
-  CUresult rc = CUDA_SUCCESS;
-  expect(query("cuNoSuchFunction", 13000, CU_GET_PROC_ADDRESS_DEFAULT, &rc) == nullptr &&
-             rc == CUDA_ERROR_NOT_FOUND,
-         "an unknown symbol is the driver's CUDA_ERROR_NOT_FOUND");
+  // The driver answers a symbol it lacks with success, a null pointer and
+  // SYMBOL_NOT_FOUND (as a real driver 580 does); under the library the same.
+  CUresult rc = CUDA_ERROR_UNKNOWN;
+  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SUCCESS;
+  expect(query("cuNoSuchFunction", 13000, CU_GET_PROC_ADDRESS_DEFAULT, &rc, &found) == nullptr &&
+             rc == CUDA_SUCCESS && found == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+         "an unknown symbol is the driver's success, null and SYMBOL_NOT_FOUND, got rc " +
+             std::to_string(rc) + ", status " + std::to_string(found));
   // The v1 ABI of cuGetProcAddress answers the same way.
   auto get_v1 = reinterpret_cast<get_proc_v1_t>(dlsym(libcuda(), "cuGetProcAddress"));
   void* p = nullptr;

@@ -238,9 +238,12 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
   }
   *pfn = nullptr;
   if (best == nullptr) {
+    // A real driver (580, CUDA 13.0) answers a symbol it lacks, or one too new for
+    // the version asked, with success and a null pointer; only the status says why
+    // (cuGetProcAddress in the driver API reference, "Driver Entry Point Access").
     if (status) *status = found ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                                 : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return CUDA_ERROR_NOT_FOUND;
+    return CUDA_SUCCESS;
   }
   *pfn = (per_thread && best->per_thread) ? best->per_thread : best->legacy;
   if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;

@@ -155,9 +155,9 @@ static int basic() {
   EXPECT(fn == (void*)&cuMemAlloc_v2 && st == CU_GET_PROC_ADDRESS_SUCCESS);
   CHECK(cuGetProcAddress("cuLaunchKernel", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
   EXPECT(fn != (void*)&cuLaunchKernel);
-  EXPECT(cuGetProcAddress("cuNoSuch", &fn, 13000, 0, &st) == CUDA_ERROR_NOT_FOUND &&
+  EXPECT(cuGetProcAddress("cuNoSuch", &fn, 13000, 0, &st) == CUDA_SUCCESS && fn == nullptr &&
          st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-  EXPECT(cuGetProcAddress("cuMemAdvise", &fn, 12000, 0, &st) == CUDA_ERROR_NOT_FOUND &&
+  EXPECT(cuGetProcAddress("cuMemAdvise", &fn, 12000, 0, &st) == CUDA_SUCCESS && fn == nullptr &&
          st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
 
   CHECK(cuMemFree(x));
