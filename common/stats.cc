@@ -20,6 +20,7 @@ namespace {
 constinit counters g_counters{};
 
 std::atomic<std::uint64_t> g_calls[max_entry_points];
+std::atomic<std::uint64_t> g_call_ns[max_entry_points];
 const char* const* g_entry_names = nullptr;
 std::size_t g_entry_count = 0;
 
@@ -56,6 +57,14 @@ void count_call(std::size_t entry_point) noexcept {
 
 std::uint64_t calls(std::size_t entry_point) noexcept {
   return entry_point < max_entry_points ? g_calls[entry_point].load(std::memory_order_relaxed) : 0;
+}
+
+void add_call_time(std::size_t entry_point, std::uint64_t ns) noexcept {
+  if (entry_point < max_entry_points) g_call_ns[entry_point].fetch_add(ns, std::memory_order_relaxed);
+}
+
+std::uint64_t call_time(std::size_t entry_point) noexcept {
+  return entry_point < max_entry_points ? g_call_ns[entry_point].load(std::memory_order_relaxed) : 0;
 }
 
 namespace {
@@ -212,6 +221,12 @@ std::vector<line> report_lines(const config& cfg, int pid) {
     if (n != 0) calls_line.fields.push_back({g_entry_names[i], g_entry_names[i], field_kind::count, n, 0.0, {}});
   }
   lines.push_back(std::move(calls_line));
+  line time_line{line::style::labelled, "time in calls", {"call_ns"}, {}};
+  for (std::size_t i = 0; i < g_entry_count; ++i) {
+    const std::uint64_t ns = call_time(i);
+    if (ns != 0) time_line.fields.push_back({g_entry_names[i], g_entry_names[i], field_kind::nanoseconds, ns, 0.0, {}});
+  }
+  if (!time_line.fields.empty()) lines.push_back(std::move(time_line));
   for (const auto& [root, fn_slot] : {std::pair{"pool", &g_pool_section},
                                       std::pair{"schedule", &g_schedule_section}}) {
     const section_fn fn = fn_slot->load(std::memory_order_acquire);
@@ -302,6 +317,7 @@ void reset_all() noexcept {
   OVERSUB_COUNTERS(OVERSUB_COUNTER_RESET)
 #undef OVERSUB_COUNTER_RESET
   for (auto& n : g_calls) n.store(0, std::memory_order_relaxed);
+  for (auto& n : g_call_ns) n.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace oversub::stats

@@ -13,6 +13,7 @@
 //   {"oversub_stats":1,"pid":N,"mode":"track","device_limit":"none"|"<bytes>"|"<fraction>",
 //    "counters":{"allocations":{"current":0,"peak":3,"total":10},"frees":{"total":10},...},
 //    "calls":{"cudaMalloc":10,...},            (only entry points called at least once)
+//    "call_ns":{"cudaMalloc":52000,...},       (time inside those hooks, CUDA's call included)
 //    "pool":{...},"schedule":{...}}            (sections, when their layer registered one)
 #ifndef OVERSUB_COMMON_STATS_H
 #define OVERSUB_COMMON_STATS_H
@@ -93,6 +94,10 @@ constexpr std::size_t max_entry_points = 256;
 void set_entry_points(const char* const* names, std::size_t count) noexcept;
 void count_call(std::size_t entry_point) noexcept;
 std::uint64_t calls(std::size_t entry_point) noexcept;
+// Wall time spent inside an entry point's hook, CUDA's own call included (reported as
+// "call_ns", only for entry points with time recorded).
+void add_call_time(std::size_t entry_point, std::uint64_t ns) noexcept;
+std::uint64_t call_time(std::size_t entry_point) noexcept;
 
 // Note [One field list for text and JSON]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

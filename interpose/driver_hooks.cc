@@ -572,6 +572,7 @@ std::size_t driver_hook_names_count() noexcept { return driver_hook_count; }
       if (!ip::hooks_active()) return real args;                                            \
       ip::reentrancy_guard guard;                                                           \
       ip::count(id);                                                                        \
+      const ip::call_clock clock(ip::hook_count + ip::index(id));                           \
       ip::test_throw_point(#symbol);                                                        \
       return ip::handle_driver(ip::driver_tag<ip::driver_hook_id::base>{}, id,              \
                                real OVERSUB_COMMA_ARGS args);                               \

@@ -34,6 +34,7 @@ using oversub::interpose::hook_tag;
       if (!ip::hooks_active()) return ip::call_real<hook_id::base>(id OVERSUB_COMMA_ARGS args); \
       ip::reentrancy_guard guard;                                                      \
       ip::count_call(id);                                                              \
+      const ip::call_clock clock(ip::index(id));                                       \
       ip::test_throw_point(#symbol);                                                   \
       return ip::handle(hook_tag<hook_id::base>{}, id OVERSUB_COMMA_ARGS args);        \
     } catch (...) {                                                                    \

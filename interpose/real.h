@@ -19,7 +19,11 @@
 #define OVERSUB_INTERPOSE_REAL_H
 
 #include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 
+#include "common/stats.h"
 #include "interpose/hook_table.h"
 
 namespace oversub {
@@ -86,6 +90,26 @@ tracker& core() noexcept;
 
 // Counts a call of hook id in the per-entry-point and per-family counters.
 void count_call(hook_id id) noexcept;
+
+// Adds the wall time of the hook it lives in, CUDA's own call included, to the
+// entry point's "call_ns" (common/stats.h): what a slow call costs is then in the
+// stats of any run, on a GPU too. Two reads of the monotonic clock per call.
+class call_clock {
+ public:
+  explicit call_clock(std::size_t entry_point) noexcept
+      : entry_(entry_point), start_(std::chrono::steady_clock::now()) {}
+  ~call_clock() {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - start_).count();
+    stats::add_call_time(entry_, static_cast<std::uint64_t>(ns));
+  }
+  call_clock(const call_clock&) = delete;
+  call_clock& operator=(const call_clock&) = delete;
+
+ private:
+  std::size_t entry_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace oversub::interpose
 

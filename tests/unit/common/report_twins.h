@@ -204,6 +204,8 @@ inline std::vector<std::string> twin_problems(const std::string& text, const std
       unsigned n = 0;
       if (title == "calls" || title == "schedule") {
         object = at({title});
+      } else if (title == "time in calls") {
+        object = at({"call_ns"});
       } else if (std::sscanf(title.c_str(), "pool device %u", &n) == 1) {
         device = object = at({"pool", fmt::format("device{}", n)});
       } else if (std::sscanf(title.c_str(), "swap device %u", &n) == 1) {
