@@ -171,15 +171,34 @@ void end_layout(int device) {
   else log::info("{}", line);
 }
 
+// Note [No one-page iteration]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// On a GPU, PyTorch's first launches (a model's initialisation: many small
+// parameters filled in place, their pages shared) gave the same page set sixteen
+// times in a row, and the first search took that as an iteration of one launch over
+// one page. The schedule planned from it moved nothing, and what followed ran on
+// demand. A training step launches a forward, a backward and an update over more
+// than one page set, so a period shorter than min_period launches, or one whose
+// launches all touch the same pages, is not taken for the iteration.
+constexpr std::size_t min_period = 4;
+
+bool could_be_iteration(const std::vector<std::uint32_t>& trace,
+                        const profiler::periodic_stretch& s) {
+  if (s.period < min_period) return false;
+  const auto last = trace.begin() + static_cast<std::ptrdiff_t>(s.end);
+  const auto first = last - static_cast<std::ptrdiff_t>(s.period);
+  return std::any_of(first, last, [&](std::uint32_t t) { return t != *first; });
+}
+
 // The last period of the trace, planned; the schedule is followed from the next
 // launch (the period's first position).
 bool learn(learner& l, int device) {
   const std::optional<profiler::periodic_stretch> s = profiler::find_period(l.trace);
   // The repeating stretch must reach the present and cover at least half of what
   // was seen since learning (re)started: two identical launches in a row repeat
-  // too, but they are not the training iteration.
+  // too, but they are not the training iteration. See Note [No one-page iteration].
   if (!s || s->end != l.trace.size() || s->repetitions() < 2 ||
-      2 * (s->end - s->begin) < l.trace.size()) {
+      2 * (s->end - s->begin) < l.trace.size() || !could_be_iteration(l.trace, *s)) {
     return false;
   }
   l.learned.assign(l.trace.end() - static_cast<std::ptrdiff_t>(s->period), l.trace.end());
