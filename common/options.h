@@ -113,7 +113,7 @@ struct config {
     "allocations from oversub's arena; swap: pool, and move pages to host memory "  \
     "so the job may own more than the device holds; um: managed memory prefetched " \
     "ahead of each launch; auto: swap or um, whichever the profile loaded at start " \
-    "(OVERSUB_PROFILE) predicts faster at the device's capacity, swap without one; " \
+    "(OVERSUB_PROFILE) predicts faster at the device's capacity, um without one (swap without concurrent managed access); " \
     "to run past the device's memory without knowing which to choose, take auto "  \
     "with OVERSUB_PROFILE)")                                                       \
   X(DEVICE_LIMIT, limit, parse_device_limit, "none",                                \

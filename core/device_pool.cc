@@ -228,6 +228,10 @@ bool managed_memory_supported(int device) {
   return device_attribute_is_set(device, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY);
 }
 
+bool concurrent_managed_access(int device) {
+  return device_attribute_is_set(device, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS);
+}
+
 // Note [Do VMM calls wait?]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // PyTorch's allocator notes (c10/cuda/CUDACachingAllocator.cpp, on expandable segments)

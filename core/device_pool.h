@@ -48,6 +48,9 @@ void configure(const pool_settings& s);
 // CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY (device ordinal); false when it cannot be asked.
 bool host_vmm_supported(int device);
 bool managed_memory_supported(int device);
+// Whether the device and the CPU can use managed memory at once, pages migrating on
+// fault (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS).
+bool concurrent_managed_access(int device);
 
 // See Note [Do VMM calls wait?] (core/device_pool.cc): whether the device's VMM calls
 // waited for the work already enqueued, measured once on a page of its own.

@@ -67,6 +67,16 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
 
 }  // namespace
 
+// Note [Without a profile, um]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Without a profile nothing predicts either mode, and what decides is how each runs
+// before it has learned the iteration. On an H200 (driver 580), PyTorch's CNN of
+// scripts/gpu/torch_train.py at half its peak ran at 1.00x of its unlimited speed
+// under um and at 0.02x under swap (docs/gpu-results.md): on demand, swap moves one
+// page per batch from the launching thread, each with a host wait for the GPU, and a
+// loop larger than the capacity evicts every page before its next use. um's faults
+// are served by the device while the host goes on. So auto takes um where the device
+// has concurrent managed access, and swap only where it has not.
 run_mode resolve_auto_mode(std::uint64_t limit_bytes, memory_query ask) {
   const config& cfg = current_config();
   run_mode chosen = run_mode::swap;
@@ -94,16 +104,25 @@ run_mode resolve_auto_mode(std::uint64_t limit_bytes, memory_query ask) {
       chosen = run_mode::swap;
       line += "; swap, as this device or driver has no managed memory";
     }
-  } else if (!cfg.profile.empty() && cfg.profile_out == cfg.profile && cfg.profile_in.empty()) {
-    line = fmt::format("mode auto -> swap (no profile yet: swap learns the iteration as the job "
-                       "runs and moves pages on demand until then; this run writes its profile "
-                       "to {} (OVERSUB_PROFILE), so that the next run can choose)",
-                       cfg.profile);
   } else {
-    line = fmt::format("mode auto -> swap (no profile{}: swap learns the iteration as the job "
-                       "runs and moves pages on demand until then; set OVERSUB_PROFILE=path so "
-                       "that the next run can choose)",
-                       cfg.profile_in.empty() ? "" : " (" + cfg.profile_in + " refused)");
+    // See Note [Without a profile, um] below.
+    const bool um = core::concurrent_managed_access(0);
+    chosen = um ? run_mode::um : run_mode::swap;
+    const std::string why =
+        um ? "um: the device migrates pages on demand while um learns the iteration, where "
+             "swap would move them one at a time from the launching thread until then"
+           : "swap learns the iteration as the job runs and moves pages on demand until then; "
+             "this device has no concurrent managed access for um";
+    if (!cfg.profile.empty() && cfg.profile_out == cfg.profile && cfg.profile_in.empty()) {
+      line = fmt::format("mode auto -> {} (no profile yet: {}; this run writes its profile to "
+                         "{} (OVERSUB_PROFILE), so that the next run can choose)",
+                         to_string(chosen), why, cfg.profile);
+    } else {
+      line = fmt::format("mode auto -> {} (no profile{}: {}; set OVERSUB_PROFILE=path so that "
+                         "the next run can choose)",
+                         to_string(chosen),
+                         cfg.profile_in.empty() ? "" : " (" + cfg.profile_in + " refused)", why);
+    }
   }
   say(line);
   set_effective_mode(chosen);

@@ -4,8 +4,9 @@ core/mode_choice.h).
 
 simtrain's weight-heavy shape at 3x past the device's memory, with simgpu's race
 detector aborting at the first unordered access:
-1. no profile (a first run, or a job that never repeats): swap runs, and the verbose
-   line says why and how to let the next run choose;
+1. no profile (a first run, or a job that never repeats): um runs (simgpu's device has
+   concurrent managed access), and the verbose line says why and how to let the next
+   run choose;
 2. with a profile of the same shape (OVERSUB_PROFILE_IN, profiled in pool mode with
    plenty of memory), for that shape and a smaller one: the line gives both predicted
    iterations, the mode taken is the one predicted faster, and the exit statistics
@@ -31,10 +32,10 @@ from pathlib import Path
 
 from swap_checks import LOSS_BITS_RE, check_swap, check_um, fail, read_stats, reference, run
 
-NO_PROFILE_RE = re.compile(r"^oversub: mode auto -> swap \(no profile: swap learns the "
-                           r"iteration as the job runs .*set OVERSUB_PROFILE=path so that "
+NO_PROFILE_RE = re.compile(r"^oversub: mode auto -> um \(no profile: um: the device migrates "
+                           r"pages on demand .*set OVERSUB_PROFILE=path so that "
                            r"the next run can choose\)$", re.M)
-WRITES_RE = re.compile(r"^oversub: mode auto -> swap \(no profile yet: .* this run writes "
+WRITES_RE = re.compile(r"^oversub: mode auto -> um \(no profile yet: .* this run writes "
                        r"its profile to (\S+) \(OVERSUB_PROFILE\)", re.M)
 CHOSEN_RE = re.compile(r"^oversub: mode auto -> (swap|um) \(predicted ([0-9.]+) ms per "
                        r"iteration against (swap|um) ([0-9.]+) ms, ([0-9.]+) ms with enough "
@@ -80,14 +81,14 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
-        # 1. No profile: swap, said so.
+        # 1. No profile: um (simgpu's device has concurrent managed access), said so.
         proc, stats = auto_run(args, cmd, device, want, stats_file, {}, "no profile")
         if NO_PROFILE_RE.search(proc.stderr) is None:
-            fail("no line saying auto runs swap without a profile", proc)
-        if mode_of(stats, proc) != "swap":
-            fail(f"auto without a profile ran {mode_of(stats, proc)}, not swap", proc)
-        moved = check_swap(stats, proc, device, True, True)
-        summary = [f"no profile: swap, losses identical; {moved}"]
+            fail("no line saying auto runs um without a profile", proc)
+        if mode_of(stats, proc) != "um":
+            fail(f"auto without a profile ran {mode_of(stats, proc)}, not um", proc)
+        moved = check_um(stats, device)
+        summary = [f"no profile: um, losses identical; {moved}"]
 
         # 2. With a profile: the mode predicted faster. Two shapes: at 3x the weight-heavy
         # one is predicted faster in swap, the smaller one (buffers under a page, which
