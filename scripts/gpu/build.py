@@ -93,7 +93,8 @@ def with_nvcc(k: kit, work: Path, arch: str) -> programs:
               "-Xlinker", "-rpath", "-Xlinker", str(libdir)]
     preload = REPO / "tests" / "preload"
     jobs = {
-        "gpu_facts": [REPO / "tests" / "gpu" / "gpu_facts.cc"],
+        "gpu_facts": [f"-arch={arch}", "-x", "cu", "-I", REPO / "tests" / "gpu" / "nvcc_include",
+                      REPO / "tests" / "gpu" / "gpu_facts.cc"],
         "simtrain": [f"-arch={arch}", REPO / "tests" / "workloads" / "simtrain.cu"],
         "stress_probe": [f"-arch={arch}", "-x", "cu", "-I", REPO / "tests" / "gpu" / "nvcc_include",
                          preload / "stress_probe.cc"],
@@ -115,7 +116,8 @@ def with_nvcc(k: kit, work: Path, arch: str) -> programs:
 
     def build_driver_probe() -> tuple[str, Path, str]:
         # libprobe_next_b.so, then libprobe_next_a.so (wraps b's through RTLD_NEXT),
-        # then driver_probe linked to both, in that order (the rtld-next case).
+        # then driver_probe linked to both, in that order (the rtld-next case). Not
+        # linked to libcuda: the dlsym case needs libcuda opened privately (RTLD_LOCAL).
         for lib, extra in (("probe_next_b", []), ("probe_next_a", ["-ldl"])):
             out = work / f"lib{lib}.so"
             proc = k.run([*common, "-shared", "-Xcompiler", "-fPIC", str(preload / f"{lib}.cc"),
@@ -124,7 +126,7 @@ def with_nvcc(k: kit, work: Path, arch: str) -> programs:
                 return "driver_probe", out, f"nvcc failed: {proc.stderr.strip()[-300:]}"
         out = work / "driver_probe"
         proc = k.run([*common, str(preload / "driver_probe.cc"), "-L", str(work), "-Xlinker",
-                      "--no-as-needed", "-lprobe_next_a", "-lprobe_next_b", "-ldl", "-lcuda",
+                      "--no-as-needed", "-lprobe_next_a", "-lprobe_next_b", "-ldl",
                       "-Xlinker", "-rpath", "-Xlinker", str(work), "-o", str(out)],
                      timeout_s=300, label="build driver_probe")
         if proc.returncode != 0 or not out.is_file():

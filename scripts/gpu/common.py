@@ -74,6 +74,7 @@ class kit:
         self.lib = lib
         self.commands: list[str] = []
         self.deadline: float | None = None     # time.monotonic() past which no run starts
+        self.ballast = False                   # step 4: --ballast (see torch_step.py)
         self._lock = threading.Lock()
         outdir.mkdir(parents=True, exist_ok=True)
         self._log = (outdir / "log.txt").open("w")

@@ -1,8 +1,11 @@
 """Steps 1, 2, 3 and 5 of gpu-validate: facts, preload tests, simtrain, profiler.
 
 Each step returns a step_result and never claims more than it ran:
-- facts: gpu_facts' JSON (device, versions, pinned bandwidth, VMM latency, managed
-  prefetch bandwidth); a section the program could not measure fails the step;
+- facts: gpu_facts' JSON (device, versions, pinned bandwidth each way and both at
+  once, VMM latency, VMM calls' p50/p99 for a page, 16 calls and one 16-page call on
+  an idle GPU and beside a 50 ms kernel (and whether they returned before it ended),
+  event costs, empty-kernel launch rate, host-located VMM, managed prefetch and fault
+  throughput); a section the program could not measure fails the step;
 - preload: tests/preload/preload_test.py, case by case, against the programs of
   this run (real CUDA runtime on a GPU, simgpu with --sim);
 - simtrain: unlimited, then OVERSUB_MODE=off|track at the job's own peak, then
@@ -84,6 +87,103 @@ def facts(k: kit, progs: programs) -> step_result:
     else:
         res.rows.append([f"managed prefetch to device / to host, {fmt_bytes(managed['bytes'])} ({clock})",
                          f"{managed['to_device_gbps']:.1f} / {managed['to_host_gbps']:.1f} GB/s"])
+    # The per-call VMM, event, launch, both-ways, host VMM and managed-fault sections:
+    # an error in one fails the step, except host_vmm's copy and double-map checks
+    # (what the platform allows is the figure there).
+    call_fields = ("create_us", "map_us", "set_access_us", "unmap_us", "release_us")
+    call_kinds = ("create", "map", "set_access", "unmap", "release")
+
+    def section(key: str, what: str) -> dict | None:
+        part = data.get(key)
+        if part is None:
+            res.fail(f"{what}: missing from gpu_facts' output")
+            return None
+        if "error" in part:
+            res.rows.append([what, f"error: {part['error']}"])
+            res.fail(f"{what}: {part['error']}")
+            return None
+        return part
+
+    def p50_p99(d: dict) -> str:
+        return f"{d['p50']:.3g} ({d['p99']:.3g})"
+
+    vmm = section("vmm_calls", "VMM calls")
+    if vmm is not None:
+        page = fmt_bytes(vmm["page_bytes"])
+        busy_what = f"while a {vmm['spin_target_ms']:.0f} ms spin kernel runs on another stream"
+        names = "create / map / set access / unmap / release"
+        for case, label in (("page", f"one {page} page"), ("run16_separate", "16 pages as 16 calls"),
+                            ("run16_one_call", "16 pages as one call")):
+            part = vmm[case]
+            for state in ("idle", "busy"):
+                if "error" in part[state]:
+                    res.rows.append([f"VMM {label}, {state}", f"error: {part[state]['error']}"])
+                    res.fail(f"VMM calls {case} {state}: {part[state]['error']}")
+                    continue
+                if case != "page":
+                    continue  # the 16-page cases are compared in one row below
+                res.rows.append([f"VMM {label}, {state if state == 'idle' else busy_what}: {names}, "
+                                 f"p50 (p99) of {vmm['iters']}, host wall clock",
+                                 " / ".join(p50_p99(part[state][f]) for f in call_fields) + " us"])
+        sep, one = vmm["run16_separate"], vmm["run16_one_call"]
+        for state in ("idle", "busy"):
+            if "error" in sep[state] or "error" in one[state]:
+                continue
+            res.rows.append([f"VMM 16 pages, 16 calls vs one call, {state}: {names}, p50 (all 16 calls together)",
+                             " / ".join(f"{sep[state][f]['p50']:.0f} vs {one[state][f]['p50']:.0f}"
+                                        for f in call_fields) + " us"])
+        flags = []
+        for case in ("page", "run16_separate", "run16_one_call"):
+            busy = vmm[case]["busy"]
+            if "returned_before_kernel_end" in busy:
+                flags.append(case + " " + "".join("y" if busy["returned_before_kernel_end"][k] else "n"
+                                                  for k in call_kinds))
+        res.rows.append([f"VMM call returned before the spin kernel ended, every time "
+                         f"(create, map, set access, unmap, release; spin kernel {vmm['spin_kernel_ms']:.1f} ms)",
+                         ", ".join(flags)])
+    events = section("events", "event calls")
+    if events is not None:
+        res.rows.append([f"cudaEventRecord / cudaEventQuery / cudaEventSynchronize (completed) / "
+                         f"cudaStreamWaitEvent, p50 (p99) of {events['reps']}, host wall clock",
+                         " / ".join(p50_p99(events[f]) for f in
+                                    ("record_us", "query_completed_us", "synchronize_completed_us",
+                                     "stream_wait_us")) + " us"])
+    launch = section("launch_rate", "launch rate")
+    if launch is not None:
+        res.rows.append([f"empty kernel launches, {launch['launches']} on one stream then one synchronize",
+                         f"{launch['empty_kernel_launches_per_s']:.0f}/s ({launch['us_per_launch']:.2f} us "
+                         f"per launch; {launch['device_us_per_launch']:.2f} us by events)"])
+    both = section("pinned_both_ways", "pinned both ways")
+    if both is not None:
+        res.rows.append([f"pinned H2D and D2H at once on two streams, {fmt_bytes(both['bytes_each_way'])} "
+                         f"each, median of {both['reps']} ({clock})",
+                         f"{both['aggregate_gbps']:.1f} GB/s together (H2D {both['h2d_gbps']:.1f}, "
+                         f"D2H {both['d2h_gbps']:.1f})"])
+    host = section("host_vmm", "host VMM")
+    if host is not None:
+        if not host.get("supported"):
+            res.rows.append(["host VMM (host-located cuMemCreate)",
+                             f"unsupported (attribute {host.get('attribute')})"])
+        else:
+            shown = [f"supported, {host['location_type']} granularity {fmt_bytes(host['granularity_bytes'])}",
+                     "double map ok" if host.get("double_map_ok") else
+                     f"double map failed: {host.get('double_map_error', '?')}"]
+            if "copy_error" in host:
+                shown.append(f"copies failed: {host['copy_error']}")
+            else:
+                shown.append(f"device -> host VMM {host['device_to_host_vmm_gbps']:.1f} GB/s, back "
+                             f"{host['host_vmm_to_device_gbps']:.1f} GB/s ({fmt_bytes(host['copy_bytes'])}, "
+                             f"{clock})")
+            res.rows.append(["host VMM (host-located cuMemCreate)", "; ".join(shown)])
+    faults = section("managed_faults", "managed faults")
+    if faults is not None:
+        if "skipped" in faults:
+            res.rows.append(["managed fault throughput", f"skipped: {faults['skipped']}"])
+        else:
+            res.rows.append([f"managed fault throughput: a kernel writing one word per "
+                             f"{fmt_bytes(faults['touch_stride_bytes'])} of {fmt_bytes(faults['bytes'])} "
+                             f"{faults['from']}, median of {faults['reps']} ({clock})",
+                             f"{faults['migrated_gbps']:.1f} GB/s"])
     return res
 
 

@@ -1,0 +1,144 @@
+"""A simgpu device model from the facts a GPU gave (gpu_facts's JSON, step 1).
+
+`calibrate(facts, base_model_text)` returns the text of a model in simgpu's format
+(tests/simgpu/devices/*.model, read by tests/simgpu/driver/device_model.cc): the
+measured figures replace the base model's, each with its provenance in a comment,
+and the keys no fact measures (compute rate, memory bandwidth, clocks, caches,
+pageable copies) keep the base model's values, said so. A facts file that lacks a
+field the model needs is refused with the field's name, and nothing is written.
+
+VMM costs: simgpu charges a call `<family>_ns + <family>_per_2mib_ns * pages`. One
+2 MiB page costs a + b and a run of N pages in one call a + N * b, so the two points
+gpu_facts measures (one page; 64 MiB, or 16 pages in one call) give a and b. Where
+the facts have them, the figures measured while a kernel runs are taken: training
+keeps the GPU busy, and the calls cost more then.
+
+  python3 scripts/gpu/calibrate.py facts.json tests/simgpu/devices/h100-pcie.model > out.model
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+VMM = (("create", "vmm_create"), ("map", "vmm_map"), ("set_access", "vmm_set_access"),
+       ("unmap", "vmm_unmap"), ("release", "vmm_release"))
+PAGE = 2 << 20
+
+
+class missing_field(ValueError):
+    """A facts file without a field the model needs (its dotted path)."""
+
+
+def field(facts: dict, path: str):
+    node = facts
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node or node[part] in (None, "error"):
+            raise missing_field(path)
+        node = node[part]
+    return node
+
+
+def vmm_points(facts: dict) -> tuple[dict[str, float], dict[str, float], int, str]:
+    """(one page's us per call family, the larger point's, its pages, where from)."""
+    calls = facts.get("vmm_calls")
+    if isinstance(calls, dict) and "page" in calls and "run16_one_call" in calls:
+        # While a kernel runs, as it does all through training: the calls return before
+        # it ends, but cost several times their idle figure (an H200: set access 124 us
+        # busy against 27 idle).
+        page = {n: float(field(facts, f"vmm_calls.page.busy.{n}_us.p50")) for n, _ in VMM}
+        run = {n: float(field(facts, f"vmm_calls.run16_one_call.busy.{n}_us.p50")) for n, _ in VMM}
+        return page, run, 16, ("vmm_calls (p50, a kernel running on another stream): one page, "
+                               "and 16 pages in one call")
+    granule = field(facts, "vmm_latency.granule")
+    large = field(facts, "vmm_latency.large")
+    pages = int(field(facts, "vmm_latency.large.bytes")) // PAGE
+    page = {n: float(field(facts, f"vmm_latency.granule.{n}_us")) for n, _ in VMM}
+    run = {n: float(field(facts, f"vmm_latency.large.{n}_us")) for n, _ in VMM}
+    del granule, large
+    return page, run, pages, f"vmm_latency (median): one 2 MiB page, and {pages} pages in one call"
+
+
+def calibrate(facts: dict, base: str, source: str = "facts.json") -> str:
+    name = str(field(facts, "device.name"))
+    values: dict[str, tuple[str, str]] = {}   # key -> (value, provenance)
+    values["name"] = (name, "device.name")
+    values["memory"] = (str(int(field(facts, "device.total_bytes"))), "device.total_bytes")
+    values["sm_count"] = (str(int(field(facts, "device.sm_count"))), "device.sm_count")
+    values["compute_capability"] = (str(field(facts, "device.compute_capability")),
+                                    "device.compute_capability")
+    h2d = float(field(facts, "pinned_bandwidth.h2d_gbps"))
+    d2h = float(field(facts, "pinned_bandwidth.d2h_gbps"))
+    values["h2d_pinned_bandwidth"] = (f"{h2d * 1e9:.4g}", "pinned_bandwidth.h2d_gbps (events)")
+    values["d2h_pinned_bandwidth"] = (f"{d2h * 1e9:.4g}", "pinned_bandwidth.d2h_gbps (events)")
+    page, run, pages, where = vmm_points(facts)
+    for fam, key in VMM:
+        per_page = max(0.0, (run[fam] - page[fam]) / (pages - 1)) if pages > 1 else 0.0
+        per_call = max(0.0, page[fam] - per_page)
+        values[f"{key}_ns"] = (str(round(per_call * 1000)), f"{where}: {fam}")
+        values[f"{key}_per_2mib_ns"] = (str(round(per_page * 1000)), f"{where}: {fam}")
+    events = facts.get("events")
+    if isinstance(events, dict):
+        for key, fact in (("event_record_ns", "record_us"), ("event_query_ns", "query_completed_us"),
+                          ("event_sync_ns", "synchronize_completed_us"),
+                          ("stream_wait_event_ns", "stream_wait_us")):
+            try:
+                values[key] = (str(round(float(field(facts, f"events.{fact}.p50")) * 1000)),
+                               f"events.{fact}.p50")
+            except missing_field:
+                pass
+    # launch_rate is not taken for launch_enqueue_ns: 20000 empty kernels in a row are
+    # paced by the device (an H200: 4.6 us a launch on the host and on the device
+    # alike), not by the host's enqueue cost the key stands for.
+    host = facts.get("host_vmm")
+    if isinstance(host, dict) and "supported" in host:
+        values["host_vmm_supported"] = ("1" if host["supported"] else "0", "host_vmm.supported")
+
+    out = [f"# {name}: measured by scripts/gpu-validate (tests/gpu/gpu_facts.cc), written by",
+           f"# scripts/gpu/calibrate.py from {source}. Keys marked 'measured' come from",
+           "# the GPU; the others keep the base model's values (its comments follow them).",
+           f"# Driver {facts.get('nvidia_smi', facts.get('driver_version', '?'))}, runtime "
+           f"{facts.get('runtime_version', '?')}."]
+    seen = set()
+    for line in base.splitlines():
+        m = re.match(r"^([a-z_0-9]+)\s*=\s*(.*?)\s*(#.*)?$", line)
+        if m is None:
+            if line.startswith("#") and line.lstrip("# ").startswith(("NVIDIA", "Sources")):
+                out.append("# base model: " + line.lstrip("# "))
+            else:
+                out.append(line)
+            continue
+        key = m.group(1)
+        if key in values:
+            value, why = values[key]
+            out.append(f"{key} = {value}   # measured: {why}")
+            seen.add(key)
+        else:
+            out.append(line)
+    for key, (value, why) in values.items():
+        if key not in seen:
+            out.append(f"{key} = {value}   # measured: {why}")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    if len(sys.argv) != 3:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    facts_path, base_path = Path(sys.argv[1]), Path(sys.argv[2])
+    try:
+        facts = json.loads(facts_path.read_text())
+        text = calibrate(facts, base_path.read_text(), facts_path.name)
+    except missing_field as e:
+        print(f"calibrate: {facts_path} has no field '{e.args[0]}': no model written", file=sys.stderr)
+        return 1
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"calibrate: {e}: no model written", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""scripts/gpu/calibrate.py: a device model from gpu_facts' figures.
+
+1. Round trip on simgpu: gpu_facts run on the h200-measured model gives facts from
+   which calibrate writes a model whose device figures (name, memory, SMs, compute
+   capability) equal that model's and whose pinned bandwidths, timed with events in
+   simgpu's virtual time, are within 5% of it. (The VMM and event costs gpu_facts
+   times with the host's clock, which on simgpu is the CPU's, not the model's: they
+   cannot round-trip here.)
+2. A facts file missing a field the model needs: refused (exit 1) with the field's
+   dotted name, and nothing written on stdout.
+
+  calibrate_test.py --facts-exe build/tests/gpu/gpu_facts --devices build/tests/simgpu/devices
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CALIBRATE = REPO / "scripts" / "gpu" / "calibrate.py"
+
+
+def keys(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_0-9]+)\s*=\s*(.*?)\s*(#.*)?$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def number(v: str) -> float:
+    m = re.match(r"^([0-9.e+]+)\s*(GiB|MiB|KiB)?$", v)
+    scale = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, None: 1}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--facts-exe", type=Path, required=True)
+    ap.add_argument("--devices", type=Path, required=True)
+    args = ap.parse_args()
+    env = {**os.environ, "SIMGPU_DEVICE": "h200-measured", "SIMGPU_DEVICE_DIR": str(args.devices)}
+    proc = subprocess.run([str(args.facts_exe), "--mib", "64", "--reps", "3", "--vmm-iters", "5"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        print(f"FAIL: gpu_facts exit {proc.returncode}: {proc.stderr[-500:]}")
+        return 1
+    facts = json.loads(proc.stdout)
+    facts_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"calibrate_test_{os.getpid()}.json"
+    facts_path.write_text(json.dumps(facts))
+    try:
+        base = REPO / "tests" / "simgpu" / "devices" / "h100-pcie.model"
+        out = subprocess.run([sys.executable, str(CALIBRATE), str(facts_path), str(base)],
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            print(f"FAIL: calibrate exit {out.returncode}: {out.stderr}")
+            return 1
+        got = keys(out.stdout)
+        want = keys((args.devices / "h200-measured.model").read_text())
+        problems = []
+        for k in ("name", "sm_count", "compute_capability"):
+            if got.get(k) != want.get(k):
+                problems.append(f"{k}: {got.get(k)!r}, the model has {want.get(k)!r}")
+        if abs(number(got["memory"]) - number(want["memory"])) > 0.05 * number(want["memory"]):
+            problems.append(f"memory {got['memory']} against {want['memory']}")
+        for k in ("h2d_pinned_bandwidth", "d2h_pinned_bandwidth"):
+            g, w = float(got[k]), float(want[k])
+            if abs(g - w) > 0.05 * w:
+                problems.append(f"{k} {g:.4g} against the model's {w:.4g} (more than 5% off)")
+        if problems:
+            print("FAIL: round trip:\n  " + "\n  ".join(problems))
+            return 1
+        print(f"round trip: {got['name']}, bandwidths {float(got['h2d_pinned_bandwidth']):.4g} / "
+              f"{float(got['d2h_pinned_bandwidth']):.4g} B/s against {float(want['h2d_pinned_bandwidth']):.4g} / "
+              f"{float(want['d2h_pinned_bandwidth']):.4g}")
+        # 2. A missing field.
+        del facts["pinned_bandwidth"]["d2h_gbps"]
+        facts_path.write_text(json.dumps(facts))
+        bad = subprocess.run([sys.executable, str(CALIBRATE), str(facts_path), str(base)],
+                             capture_output=True, text=True, timeout=60)
+        if bad.returncode != 1 or bad.stdout or "'pinned_bandwidth.d2h_gbps'" not in bad.stderr:
+            print(f"FAIL: a facts file without pinned_bandwidth.d2h_gbps: exit {bad.returncode}, "
+                  f"stdout {len(bad.stdout)} bytes, stderr {bad.stderr!r}")
+            return 1
+        print(f"refused: {bad.stderr.strip()}")
+    finally:
+        facts_path.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
