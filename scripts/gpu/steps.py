@@ -132,6 +132,18 @@ def facts(k: kit, progs: programs) -> step_result:
             res.rows.append([f"VMM 16 pages, 16 calls vs one call, {state}: {names}, p50 (all 16 calls together)",
                              " / ".join(f"{sep[state][f]['p50']:.0f} vs {one[state][f]['p50']:.0f}"
                                         for f in call_fields) + " us"])
+        # A finding either way, never a failure: whether one set access and one unmap may
+        # span 16 separately mapped one-page handles (a run of pages swap moved).
+        ranged = vmm.get("run16_handles_ranged")
+        for state in ("idle", "busy") if ranged else ():
+            what = (f"VMM 16 one-page handles mapped one by one, then one set access and one unmap "
+                    f"over their 32 MiB, {state}")
+            if "error" in ranged[state]:
+                res.rows.append([what, f"refused: {ranged[state]['error']}"])
+            else:
+                res.rows.append([what + ": map (16 calls) / set access / unmap, p50 (p99)",
+                                 " / ".join(p50_p99(ranged[state][f])
+                                            for f in ("map_us", "set_access_us", "unmap_us")) + " us"])
         flags = []
         for case in ("page", "run16_separate", "run16_one_call"):
             busy = vmm[case]["busy"]

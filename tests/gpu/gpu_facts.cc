@@ -10,7 +10,8 @@
 //   functions come from cudaGetDriverEntryPointByVersion: this program links only the
 //   runtime, never libcuda (the same way oversub reaches the driver);
 // - VMM calls (vmm_calls): p50/p99 of each of those calls for one 2 MiB page and for
-//   16 pages as 16 calls or as one, with the GPU idle and while a spin kernel runs on
+//   16 pages as 16 calls or as one, and for 16 one-page handles with one set access
+//   and one unmap over their span, with the GPU idle and while a spin kernel runs on
 //   another stream, and whether each call returned before that kernel ended;
 // - managed prefetch bandwidth: cudaMemPrefetchAsync of --mib MiB of managed memory
 //   to the device and back to the host, timed with events, median of --reps;
@@ -392,8 +393,11 @@ constexpr const char* kVmmCallFunctions[kVmmCalls] = {"cuMemCreate", "cuMemMap",
 // finds it already ended (so a call that waited for the device does not make the
 // ones after it look as if they waited too), and each call is followed by a query
 // of that stream: a call returned before the kernel ended when it still runs.
+// With `one_call_ranges`, set access and unmap are one call each over the whole span
+// of the `calls` handles mapped side by side (what batching a run of separately mapped
+// pages would do; an error here answers whether the driver allows it).
 std::string vmm_sequence(const vmm_api& api, int device, size_t bytes, int calls, int iters,
-                         spinner* spin) {
+                         spinner* spin, bool one_call_ranges = false) {
   const size_t span = bytes * static_cast<size_t>(calls);
   CUdeviceptr base = 0;
   CUresult rc = api.reserve(&base, span, 0, 0, 0);
@@ -420,7 +424,8 @@ std::string vmm_sequence(const vmm_api& api, int device, size_t bytes, int calls
         error = "launching the spin kernel";
         return false;
       }
-      for (int c = 0; c < calls; ++c) {
+      const bool ranged = one_call_ranges && (kind == 2 || kind == 3);
+      for (int c = 0; c < (ranged ? 1 : calls); ++c) {
         const auto t0 = clock_type::now();
         const CUresult r = call(static_cast<size_t>(c));
         sum[kind] += us_since(t0);
@@ -443,8 +448,16 @@ std::string vmm_sequence(const vmm_api& api, int device, size_t bytes, int calls
           mapped[c] = r == CUDA_SUCCESS;
           return r;
         }) &&
-        stage(2, [&](size_t c) { return api.set_access(base + c * bytes, bytes, &access, 1); }) &&
+        stage(2, [&](size_t c) {
+          return one_call_ranges ? api.set_access(base, span, &access, 1)
+                                 : api.set_access(base + c * bytes, bytes, &access, 1);
+        }) &&
         stage(3, [&](size_t c) {
+          if (one_call_ranges) {
+            const CUresult r = api.unmap(base, span);
+            if (r == CUDA_SUCCESS) std::fill(mapped.begin(), mapped.end(), 0);
+            return r;
+          }
           const CUresult r = api.unmap(base + c * bytes, bytes);
           if (r == CUDA_SUCCESS) mapped[c] = 0;
           return r;
@@ -500,16 +513,23 @@ std::string vmm_calls(const options& opt, int device, spinner* spin, cudaEvent_t
                 "{\"page_bytes\": %zu, \"iters\": %d, \"spin_target_ms\": %.4g, \"spin_kernel_ms\": %.4g",
                 page, opt.vmm_iters, static_cast<double>(spin->ns) / 1e6, spin_ms);
   std::string out = head;
+  // run16_handles_ranged: 16 one-page handles mapped one by one, then one set access
+  // and one unmap over the 32 MiB they span: whether a run of pages swap moved could
+  // be unmapped in one call, and what it costs.
   const struct {
     const char* name;
     size_t bytes;
     int calls;
-  } cases[] = {{"page", page, 1}, {"run16_separate", page, 16}, {"run16_one_call", page * 16, 1}};
+    bool ranged;
+  } cases[] = {{"page", page, 1, false},
+               {"run16_separate", page, 16, false},
+               {"run16_one_call", page * 16, 1, false},
+               {"run16_handles_ranged", page, 16, true}};
   for (const auto& c : cases) {
     out += std::string(",\n   \"") + c.name + "\": {\"bytes_per_call\": " + std::to_string(c.bytes) +
            ", \"calls\": " + std::to_string(c.calls) +
-           ",\n    \"idle\": " + vmm_sequence(api, device, c.bytes, c.calls, opt.vmm_iters, nullptr) +
-           ",\n    \"busy\": " + vmm_sequence(api, device, c.bytes, c.calls, opt.vmm_iters, spin) + "}";
+           ",\n    \"idle\": " + vmm_sequence(api, device, c.bytes, c.calls, opt.vmm_iters, nullptr, c.ranged) +
+           ",\n    \"busy\": " + vmm_sequence(api, device, c.bytes, c.calls, opt.vmm_iters, spin, c.ranged) + "}";
   }
   return out + "}";
 }
