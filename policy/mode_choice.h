@@ -52,10 +52,13 @@ struct mode_costs {
   double memory_bandwidth = 2e12;         // kernels the profile did not time
   std::uint64_t managed_fault_ns = 25'000;
   std::size_t managed_page_bytes = 64 * 1024;
-  // Host time to remap one 2 MiB page of swap mode's arena: cuMemUnmap 26 us, cuMemMap
-  // 1.5 us and cuMemSetAccess 36 us per page as kvcached's bench_vmm measured them on an
-  // A100 (the figures of simgpu's device models).
-  std::uint64_t remap_ns = 63'500;
+  // Host time to remap one 2 MiB page of swap mode's arena: cuMemUnmap 64 us, cuMemMap
+  // 11 us and cuMemSetAccess 124 us, the p50s an H200 (driver 580) gave while a kernel
+  // ran on another stream (docs/gpu-results.md; tests/simgpu/devices/h200-measured.model).
+  // Training keeps the GPU busy, and the calls cost three to eight times their idle
+  // figures then; the A100's published idle figures (63.5 us) made swap look cheaper
+  // than a GPU runs it.
+  std::uint64_t remap_ns = 199'000;
   // The device's VMM calls wait for the work already enqueued (Note [Predicting swap
   // against um]).
   bool vmm_waits = false;
