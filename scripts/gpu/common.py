@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -75,6 +76,7 @@ class kit:
         self.commands: list[str] = []
         self.deadline: float | None = None     # time.monotonic() past which no run starts
         self.ballast = False                   # step 4: --ballast (see torch_step.py)
+        self.crashes = 0                       # kept in crash.txt (keep_crash)
         self._lock = threading.Lock()
         outdir.mkdir(parents=True, exist_ok=True)
         self._log = (outdir / "log.txt").open("w")
@@ -124,6 +126,8 @@ class kit:
         except OSError as error:
             rc, out, err = 127, "", f"cannot run: {error}"
         seconds = time.monotonic() - start
+        if preload and (timed_out or rc < 0 or rc >= 128):
+            self.keep_crash(cmd, extra or {}, line, rc, timed_out, timeout_s, cwd)
         status = "timed out" if timed_out else f"exit {rc}"
         self.log(f"  $ {line}  -> {status}, {seconds:.2f} s{'  [' + label + ']' if label else ''}")
         with self._lock:
@@ -131,6 +135,39 @@ class kit:
                             f"----- stdout\n{out}----- stderr\n{err}\n")
             self._raw.flush()
         return run_output(cmd, rc, out, err, seconds, timed_out)
+
+    def keep_crash(self, cmd: list[str], extra: dict[str, str], line: str, rc: int,
+                   timed_out: bool, timeout_s: float, cwd: Path | None) -> None:
+        """A run under the library that crashed (a signal) or timed out: the command
+        again with OVERSUB_LOG=debug, and crash.txt gets the one-line reproducer, the
+        last 200 lines of that log and the exit statistics (one file for every crash of
+        the run, at most 8 crashes kept)."""
+        if self.crashes >= 8:
+            return
+        self.crashes += 1
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "debug.log"
+            stats = Path(tmp) / "stats.json"
+            env = self.env({**extra, "OVERSUB_LOG": "debug", "OVERSUB_LOG_FILE": str(log),
+                            "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats)}, True)
+            again = "not run"
+            try:
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                      timeout=min(timeout_s, 120), check=False, cwd=cwd,
+                                      errors="replace")
+                again = f"exit {proc.returncode}"
+            except subprocess.TimeoutExpired:
+                again = "timed out"
+            except OSError as error:
+                again = f"cannot run: {error}"
+            tail = log.read_text(errors="replace").splitlines()[-200:] if log.exists() else []
+            stats_text = stats.read_text(errors="replace").strip() if stats.exists() else "(none written)"
+        with (self.outdir / "crash.txt").open("a") as out:
+            out.write(f"===== {'timed out' if timed_out else f'exit {rc}'}: reproduce with\n"
+                      f"{line}\n"
+                      f"----- again with OVERSUB_LOG=debug: {again}; its last {len(tail)} log lines\n"
+                      + "\n".join(tail) + f"\n----- its exit statistics\n{stats_text}\n\n")
+        self.log(f"  crash kept in {self.outdir / 'crash.txt'} (reproducer, debug log tail, statistics)")
 
     def close(self) -> None:
         self._log.close()
