@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -150,16 +150,18 @@ class kit:
             stats = Path(tmp) / "stats.json"
             env = self.env({**extra, "OVERSUB_LOG": "debug", "OVERSUB_LOG_FILE": str(log),
                             "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats)}, True)
-            again = "not run"
+            again = "not run (time budget spent)"
             try:
+                if self.out_of_time():
+                    raise OSError("time budget spent")
                 proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                      timeout=min(timeout_s, 120), check=False, cwd=cwd,
+                                      timeout=min(timeout_s, 60), check=False, cwd=cwd,
                                       errors="replace")
                 again = f"exit {proc.returncode}"
             except subprocess.TimeoutExpired:
                 again = "timed out"
             except OSError as error:
-                again = f"cannot run: {error}"
+                again = f"not run: {error}"
             tail = log.read_text(errors="replace").splitlines()[-200:] if log.exists() else []
             stats_text = stats.read_text(errors="replace").strip() if stats.exists() else "(none written)"
         with (self.outdir / "crash.txt").open("a") as out:
