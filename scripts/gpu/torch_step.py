@@ -12,6 +12,16 @@ with --ballast beside a process that leaves the device no more free memory than 
 limit and a margin (Note [A limit the device enforces]). A run that ends must give the
 reference loss bits.
 
+Then, while time remains, what users train with (USER_CONFIGS): transformers'
+Llama with bf16 autocast and foreach AdamW, and (unless --quick) gpt with SDPA and
+bf16, and gpt under torch.compile's default and reduce-overhead modes; each without
+the library, under track unlimited, then swap (long enough for its schedule's tuning),
+um and auto at 1/2 of that peak, with the caching allocator. These references are not
+deterministic (bf16, compiled kernels): losses are compared bit for bit only when
+torch_train.py says "deterministic": true, and otherwise by their largest relative
+difference, which is reported, not failed. Last, one run with torch.profiler under the
+library says whether the profiler still records CUDA events there (a note).
+
 Every run under the library writes its exit statistics; the step keeps a digest of
 each (where the hooks' time went, by entry point; pages moved each way and the
 host's waits; the learned schedule's state) in results.json and as a note, so that a
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -121,6 +132,22 @@ class ballast:
                 self.proc.kill()
 
 
+def run_under(k: kit, cmd: list[str], extra: dict[str, str], mode: str, limit: int | None,
+              timeout_s: float, label: str):
+    """One run under LD_PRELOAD in OVERSUB_MODE=mode (at OVERSUB_DEVICE_LIMIT=limit, with
+    --ballast beside it): the output and its exit statistics."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stats_file = Path(tmp) / "stats.json"
+        env = {**BASE_ENV, **extra, "OVERSUB_MODE": mode, "OVERSUB_STATS": "json",
+               "OVERSUB_STATS_FILE": str(stats_file)}
+        if limit is not None:
+            env["OVERSUB_DEVICE_LIMIT"] = str(limit)
+        use_ballast = k.ballast and limit is not None
+        with ballast(k, limit + BALLAST_MARGIN) if use_ballast else contextlib.nullcontext():
+            proc = k.run(cmd, env, preload=True, timeout_s=timeout_s, label=label)
+        return proc, read_stats(stats_file)
+
+
 def digest(stats: dict | None) -> str:
     """One line from a run's exit statistics: where the hooks' time went (call_ns),
     what moved, the host's waits and the learned schedule's state."""
@@ -152,6 +179,180 @@ def digest(stats: dict | None) -> str:
                      f"{sc.get('pages')}, followed {sc.get('followed')}, deviations "
                      f"{sc.get('deviations')}, tune {sc.get('tune_status')}")
     return "; ".join(parts)
+
+
+# What users train with, after the plain-torch models: transformers' Llama with bf16
+# autocast and foreach AdamW, gpt with SDPA, gpt under torch.compile (Inductor's
+# kernels, and CUDA graphs with reduce-overhead). (label, torch_train.py arguments,
+# run with --quick too.) None of these is deterministic (bf16 rounding, compiled
+# kernels): their losses under the library are compared by the largest relative
+# difference, which is reported and not failed, unless the reference run says
+# "deterministic": true.
+USER_CONFIGS = [
+    ("llama bf16", ["--model", "llama", "--optimizer", "adamw", "--amp", "bf16"], True),
+    ("gpt sdpa bf16", ["--model", "gpt", "--sdpa", "--optimizer", "adamw", "--amp", "bf16"], False),
+    ("gpt compile", ["--model", "gpt", "--compile", "default"], False),
+    ("gpt compile reduce-overhead", ["--model", "gpt", "--compile", "reduce-overhead"], False),
+]
+USER_ITERS = 20
+USER_SWAP_ITERS = 80  # swap's schedule learns, then tunes its variants (step 3 takes 64)
+USER_QUICK_ITERS = 12
+
+
+def compare_losses(got: dict, ref: dict) -> tuple[str, str | None]:
+    """The losses cell for a run against its reference, and why it fails (None when it
+    does not). Runs longer than the reference are compared over the reference's
+    iterations."""
+    n = min(len(got["bits"]), len(ref["bits"]))
+    span = f" (first {n} of {len(got['bits'])})" if len(got["bits"]) != n else ""
+    if ref.get("deterministic"):
+        if got["bits"][:n] == ref["bits"][:n]:
+            return "bit-identical" + span, None
+        return f"DIFFER ({max_rel_diff(got, ref)}){span}", "losses differ from the run without the library"
+    cell = f"{max_rel_diff(got, ref)}{span}, reference not deterministic"
+    # Rounding may differ from run to run; a NaN or an infinity the reference did not
+    # have is memory gone wrong, not rounding.
+    if (not all(math.isfinite(v) for v in got["losses"][:n])
+            and all(math.isfinite(v) for v in ref["losses"][:n])):
+        return cell + ", NON-FINITE losses", "non-finite losses where the reference's are finite"
+    return cell, None
+
+
+def users(k: kit, res: step_result, limit_modes: list[str]) -> None:
+    """USER_CONFIGS: each without the library, then under track unlimited (the peak),
+    then under each limited mode at 1/2 of that peak, with PyTorch's caching
+    allocator; then one run with --profiler under the library."""
+    configs = [c for c in USER_CONFIGS if c[2] or not k.quick]
+    base_iters = USER_QUICK_ITERS if k.quick else USER_ITERS
+    swap_iters = USER_QUICK_ITERS if k.quick else USER_SWAP_ITERS
+    store = res.data.setdefault("users", {})
+    profiled = None  # (label, arguments, mode, limit, shown limit, iterations, reference)
+    for label, args, _ in configs:
+        if k.out_of_time():
+            res.notes.append(f"{label}: skipped: time budget spent")
+            continue
+        compiled = "--compile" in args
+        timeout = 600 if compiled else (180 if k.quick else 300)
+
+        def cmd(iters: int, extra: tuple[str, ...] = ()) -> list[str]:
+            return [sys.executable, str(SCRIPT), *args, *extra, "--iters", str(iters)]
+
+        ref_proc = k.run(cmd(base_iters), BASE_ENV, timeout_s=timeout, label=f"torch {label} without the library")
+        ref = parse(ref_proc.stdout)
+        if ref_proc.returncode == 4:
+            why = last_line(ref_proc.stderr)
+            res.rows.append([label, "no library", "-", "skipped: transformers missing", "", "", "", "", ""])
+            res.notes.append(f"{label}: skipped: {why}")
+            continue
+        if ref_proc.returncode != 0 or ref is None:
+            res.rows.append([label, "no library", "-",
+                             "timed out" if ref_proc.timed_out else f"FAIL exit {ref_proc.returncode}",
+                             last_line(ref_proc.stderr, 120), "", "", "", ""])
+            res.fail(f"{label} fails without the library: {last_line(ref_proc.stderr)}")
+            continue
+        deterministic = bool(ref.get("deterministic"))
+        res.rows.append([label, "no library", "-", "ran",
+                         f"{len(ref['bits'])} iterations (reference, "
+                         f"{'deterministic' if deterministic else 'not deterministic'})",
+                         f"{ref['samples_per_s']:.1f}", "1.00", fmt_bytes(ref["max_memory_allocated"]), ""])
+        store[label] = {"reference": ref, "runs": {}}
+        peak = 0
+        for mode, fraction, shown in [("track", None, "none")] + [(m, 2, "1/2") for m in limit_modes]:
+            iters = swap_iters if mode == "swap" else base_iters
+            name = f"{mode}, caching" + (f", {iters} iterations" if iters != base_iters else "")
+            if k.out_of_time():
+                res.rows.append([label, name, shown, "skipped: time budget spent", "", "", "", "", ""])
+                res.notes.append(f"{label} {mode} {shown}: skipped: time budget spent")
+                continue
+            if fraction is not None and peak == 0:
+                res.rows.append([label, name, shown, "skipped: no peak measured", "", "", "", "", ""])
+                continue
+            limit = None if fraction is None else max(1 << 20, peak // fraction)
+            proc, stats = run_under(k, cmd(iters), {}, mode, limit, timeout,
+                                    f"torch {label} {mode} limit {shown}")
+            got = parse(proc.stdout)
+            seen = (stats or {}).get("counters", {}).get("device_bytes", {}).get("peak")
+            if fraction is None:
+                peak = seen or (got or {}).get("max_memory_allocated", 0)
+            limit_cell = shown if limit is None else f"{limit} ({shown} of {fmt_bytes(peak)})"
+            summary_line = digest(stats)
+            res.data.setdefault("stats", {})[f"{label} {name} {shown}"] = {"digest": summary_line, "stats": stats}
+            res.notes.append(f"{label} {name} {shown}: {summary_line}")
+            store[label]["runs"][f"{name} {shown}"] = got
+            if proc.returncode == 0 and got is not None:
+                cell, why = compare_losses(got, ref)
+                res.rows.append([label, name, limit_cell, "ran", cell, f"{got['samples_per_s']:.1f}",
+                                 f"{got['samples_per_s'] / ref['samples_per_s']:.2f}" if ref["samples_per_s"] else "",
+                                 fmt_bytes(got["max_memory_allocated"]), fmt_bytes(seen) if seen else ""])
+                if why:
+                    res.fail(f"{label} {name} limit {shown}: {why}")
+                # The profiler run takes swap's (its schedule holds CUPTI), else the first
+                # limited mode that ran, else track unlimited.
+                wanted = limit is not None and (mode == "swap" or "swap" not in limit_modes)
+                if profiled is None or (profiled[3] is None and wanted):
+                    profiled = (label, args, mode, limit, limit_cell, iters, ref)
+            elif proc.returncode == 3 and "out of memory" in proc.stderr:
+                expected = mode == "track" and limit is not None
+                res.rows.append([label, name, limit_cell,
+                                 "PyTorch OOM" + (" (expected: track does not move memory)" if expected else ""),
+                                 "", "", "", "", fmt_bytes(seen) if seen else ""])
+                if not expected:
+                    res.fail(f"{label} {name} limit {shown}: out of memory")
+            else:
+                res.rows.append([label, name, limit_cell,
+                                 "timed out" if proc.timed_out else f"FAIL exit {proc.returncode}",
+                                 last_line(proc.stderr, 120), "", "", "", ""])
+                res.fail(f"{label} {name} limit {shown}: "
+                         + ("timed out" if proc.timed_out else f"exit {proc.returncode}"))
+    if profiled is not None:
+        profiler_run(k, res, *profiled)
+    elif configs:
+        res.notes.append("torch.profiler under the library: not run (no run of a users' "
+                         "configuration under the library ended)")
+
+
+def profiler_run(k: kit, res: step_result, label: str, args: list[str], mode: str, limit: int | None,
+                 limit_cell: str, iters: int, ref: dict) -> None:
+    """One run with --profiler (its last two iterations under torch.profiler with CPU and
+    CUDA activities) under the library: does the profiler still get CUDA events while
+    oversub's schedule holds CUPTI? When it gets none, the same run without the library
+    tells whether it gets any here at all."""
+    if k.out_of_time():
+        res.notes.append("torch.profiler under the library: skipped: time budget spent")
+        return
+    cmd = [sys.executable, str(SCRIPT), *args, "--profiler", "--iters", str(iters)]
+    timeout = 600 if "--compile" in args else (180 if k.quick else 300)
+    name = f"{mode}, caching, --profiler"
+    proc, stats = run_under(k, cmd, {}, mode, limit, timeout, f"torch {label} {mode} with torch.profiler")
+    got = parse(proc.stdout)
+    res.data.setdefault("stats", {})[f"{label} {name}"] = {"digest": digest(stats), "stats": stats}
+    res.notes.append(f"{label} {name}: {digest(stats)}")
+    if proc.returncode != 0 or got is None:
+        res.rows.append([label, name, limit_cell, "timed out" if proc.timed_out else f"FAIL exit {proc.returncode}",
+                         last_line(proc.stderr, 120), "", "", "", ""])
+        res.fail(f"{label} {mode} with --profiler: " + ("timed out" if proc.timed_out else f"exit {proc.returncode}"))
+        return
+    events = got.get("profiler_cuda_events", 0)
+    span = got.get("profiler_iterations", ["?", "?"])
+    res.data.setdefault("users", {})["profiler"] = got
+    cell, why = compare_losses(got, ref)
+    res.rows.append([label, name, limit_cell, "ran", f"{events} CUDA events; {cell}",
+                     f"{got['samples_per_s']:.1f}", "", fmt_bytes(got["max_memory_allocated"]), ""])
+    if why:
+        res.fail(f"{label} {mode} with --profiler: {why}")
+    if got.get("profiler_error"):
+        res.notes.append(f"torch.profiler under {mode}: failed to profile: {got['profiler_error']}")
+    elif events:
+        res.notes.append(f"torch.profiler under {mode} ({label}, iterations {span[0]}..{span[1]}): still "
+                         f"records CUDA events: {events} (e.g. {', '.join(got.get('profiler_cuda_names', []))})")
+    else:
+        base = parse(k.run(cmd, BASE_ENV, timeout_s=timeout,
+                           label=f"torch {label} with torch.profiler, without the library").stdout)
+        alone = (base or {}).get("profiler_cuda_events")
+        res.data["users"]["profiler_without_library"] = base
+        res.notes.append(f"torch.profiler under {mode} ({label}, iterations {span[0]}..{span[1]}): recorded "
+                         f"NO CUDA events; without the library: "
+                         + ("the run failed" if base is None else f"{alone} CUDA events"))
 
 
 def pytorch(k: kit) -> step_result:
@@ -217,17 +418,8 @@ def pytorch(k: kit) -> step_result:
                 if fraction is not None and peak == 0:
                     res.rows.append([model, name, shown, "skipped: no peak measured", "", "", "", "", ""])
                     continue
-                with tempfile.TemporaryDirectory() as tmp:
-                    stats_file = Path(tmp) / "stats.json"
-                    env = {**BASE_ENV, **alloc_env, "OVERSUB_MODE": mode, "OVERSUB_STATS": "json",
-                           "OVERSUB_STATS_FILE": str(stats_file)}
-                    if limit is not None:
-                        env["OVERSUB_DEVICE_LIMIT"] = str(limit)
-                    use_ballast = k.ballast and limit is not None
-                    with ballast(k, limit + BALLAST_MARGIN) if use_ballast else contextlib.nullcontext():
-                        proc = k.run(cmd, env, preload=True, timeout_s=120 if k.quick else 300,
-                                     label=f"torch {model} {mode} {allocator} limit {shown}")
-                    stats = read_stats(stats_file)
+                proc, stats = run_under(k, cmd, alloc_env, mode, limit, 120 if k.quick else 300,
+                                        f"torch {model} {mode} {allocator} limit {shown}")
                 got = parse(proc.stdout)
                 seen = (stats or {}).get("counters", {}).get("device_bytes", {}).get("peak")
                 if fraction is None:
@@ -259,6 +451,10 @@ def pytorch(k: kit) -> step_result:
                                      last_line(proc.stderr, 120), "", "", "", ""])
                     res.fail(f"{model} {name} limit {shown}: "
                              + ("timed out" if proc.timed_out else f"exit {proc.returncode}"))
+    if k.out_of_time():
+        res.notes.append("users' configurations: skipped: time budget spent")
+    else:
+        users(k, res, limit_modes)
     res.notes.append(f"limited runs use OVERSUB_MODE={', '.join(limit_modes)}")
     if not k.ballast:
         res.notes.append("no ballast (--ballast not given): the GPU had room for more than the "
