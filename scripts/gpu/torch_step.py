@@ -178,6 +178,12 @@ def digest(stats: dict | None) -> str:
         parts.append(f"schedule learned {sc.get('learned')}, period {sc.get('period')}, pages "
                      f"{sc.get('pages')}, followed {sc.get('followed')}, deviations "
                      f"{sc.get('deviations')}, tune {sc.get('tune_status')}")
+        # The plan's iteration against the device's, where the schedule timed one.
+        predicted, measured = sc.get("predicted_ns") or 0, (sc.get("chosen_measured_ns")
+                                                             or sc.get("first_measured_ns") or 0)
+        if predicted:
+            parts.append(f"iteration predicted {predicted / 1e6:.3f} ms"
+                         + (f", measured {measured / 1e6:.3f} ms" if measured else ", not measured"))
     return "; ".join(parts)
 
 
