@@ -5,9 +5,10 @@ the preload probes, gpu_facts) and runs with LD_LIBRARY_PATH at its simgpu
 libraries. On a GPU machine there is no meson: each program is compiled by nvcc
 straight from the sources, with `-cudart shared` (a preloaded library cannot
 interpose calls into a statically linked runtime) and an rpath to the toolkit's
-library folder, into a scratch folder. The simgpu probe with a kernel
-(stress_probe.cc) is compiled as CUDA with tests/gpu/nvcc_include first on the
-include path, where simgpu/kernel.h registers nothing.
+library folder, into a scratch folder. The simgpu probes with kernels
+(stress_probe.cc, tests/gpu/hazard_probe.cc) are compiled as CUDA with
+tests/gpu/nvcc_include first on the include path, where simgpu/kernel.h registers
+nothing.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def from_meson(build: Path) -> programs:
               "gpu_facts": build / "tests" / "gpu" / "gpu_facts"}
     wanted.update({p: build / "tests" / "preload" / p for p in PROBES})
     wanted["oversub-replay"] = build / "tests" / "workloads" / "oversub-replay"
+    wanted["hazard_probe"] = build / "tests" / "gpu" / "hazard_probe"
     for name, path in wanted.items():
         if not path.is_file():
             found.missing[name] = f"{path} not built (run ninja -C {build})"
@@ -81,7 +83,7 @@ def with_nvcc(k: kit, work: Path, arch: str) -> programs:
     found = programs()
     nvcc = find_nvcc()
     if nvcc is None:
-        for name in ("simtrain", "gpu_facts", *PROBES):
+        for name in ("simtrain", "gpu_facts", *PROBES, "hazard_probe"):
             found.missing[name] = "nvcc not found (PATH, CUDA_HOME, /usr/local/cuda/bin)"
         return found
     work.mkdir(parents=True, exist_ok=True)
@@ -98,6 +100,8 @@ def with_nvcc(k: kit, work: Path, arch: str) -> programs:
         "simtrain": [f"-arch={arch}", REPO / "tests" / "workloads" / "simtrain.cu"],
         "stress_probe": [f"-arch={arch}", "-x", "cu", "-I", REPO / "tests" / "gpu" / "nvcc_include",
                          preload / "stress_probe.cc"],
+        "hazard_probe": [f"-arch={arch}", "-x", "cu", "-I", REPO / "tests" / "gpu" / "nvcc_include",
+                         REPO / "tests" / "gpu" / "hazard_probe.cc"],
         "memgetinfo_probe": [preload / "memgetinfo_probe.cc"],
         "fork_probe": [preload / "fork_probe.cc"],
         "real_runtime_probe": [preload / "real_runtime_probe.cc"],
