@@ -148,6 +148,25 @@ def run_under(k: kit, cmd: list[str], extra: dict[str, str], mode: str, limit: i
         return proc, read_stats(stats_file)
 
 
+def failed_row(res: step_result, model: str, name: str, limit_cell: str, shown: str, mode: str,
+               limit: int | None, proc, seen) -> None:
+    """The row of a run that did not end with losses: PyTorch's out-of-memory error
+    (expected only of track under a limit), or a crash or timeout (a failure)."""
+    if proc.returncode == 3 and "out of memory" in proc.stderr:
+        expected = mode == "track" and limit is not None
+        res.rows.append([model, name, limit_cell,
+                         "PyTorch OOM" + (" (expected: track does not move memory)" if expected else ""),
+                         "", "", "", "", fmt_bytes(seen) if seen else ""])
+        if not expected:
+            res.fail(f"{model} {name} limit {shown}: out of memory")
+        return
+    res.rows.append([model, name, limit_cell,
+                     "timed out" if proc.timed_out else f"FAIL exit {proc.returncode}",
+                     last_line(proc.stderr, 120), "", "", "", ""])
+    res.fail(f"{model} {name} limit {shown}: "
+             + ("timed out" if proc.timed_out else f"exit {proc.returncode}"))
+
+
 def digest(stats: dict | None) -> str:
     """One line from a run's exit statistics: where the hooks' time went (call_ns),
     what moved, the host's waits and the learned schedule's state."""
@@ -297,19 +316,8 @@ def users(k: kit, res: step_result, limit_modes: list[str]) -> None:
                 wanted = limit is not None and (mode == "swap" or "swap" not in limit_modes)
                 if profiled is None or (profiled[3] is None and wanted):
                     profiled = (label, args, mode, limit, limit_cell, iters, ref)
-            elif proc.returncode == 3 and "out of memory" in proc.stderr:
-                expected = mode == "track" and limit is not None
-                res.rows.append([label, name, limit_cell,
-                                 "PyTorch OOM" + (" (expected: track does not move memory)" if expected else ""),
-                                 "", "", "", "", fmt_bytes(seen) if seen else ""])
-                if not expected:
-                    res.fail(f"{label} {name} limit {shown}: out of memory")
             else:
-                res.rows.append([label, name, limit_cell,
-                                 "timed out" if proc.timed_out else f"FAIL exit {proc.returncode}",
-                                 last_line(proc.stderr, 120), "", "", "", ""])
-                res.fail(f"{label} {name} limit {shown}: "
-                         + ("timed out" if proc.timed_out else f"exit {proc.returncode}"))
+                failed_row(res, label, name, limit_cell, shown, mode, limit, proc, seen)
     if profiled is not None:
         profiler_run(k, res, *profiled)
     elif configs:
@@ -444,19 +452,8 @@ def pytorch(k: kit) -> step_result:
                                      fmt_bytes(got["max_memory_allocated"]), fmt_bytes(seen) if seen else ""])
                     if not same and repeatable:
                         res.fail(f"{model} {name} limit {shown}: losses differ from the run without the library")
-                elif proc.returncode == 3 and "out of memory" in proc.stderr:
-                    expected = mode == "track" and limit is not None
-                    res.rows.append([model, name, limit_cell,
-                                     "PyTorch OOM" + (" (expected: track does not move memory)" if expected else ""),
-                                     "", "", "", "", fmt_bytes(seen) if seen else ""])
-                    if not expected:
-                        res.fail(f"{model} {name} limit {shown}: out of memory")
                 else:
-                    res.rows.append([model, name, limit_cell,
-                                     "timed out" if proc.timed_out else f"FAIL exit {proc.returncode}",
-                                     last_line(proc.stderr, 120), "", "", "", ""])
-                    res.fail(f"{model} {name} limit {shown}: "
-                             + ("timed out" if proc.timed_out else f"exit {proc.returncode}"))
+                    failed_row(res, model, name, limit_cell, shown, mode, limit, proc, seen)
     if k.out_of_time():
         res.notes.append("users' configurations: skipped: time budget spent")
     else:

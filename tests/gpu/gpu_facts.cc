@@ -39,26 +39,7 @@
 
 #include "simgpu/kernel.h"
 
-// Spins for `ns` nanoseconds of %globaltimer on a GPU. On simgpu the body does
-// nothing and the footprint's `flops` (ns times the rate spin_flops_per_ns measures)
-// give it the same virtual duration; on a GPU `flops` is unused.
-__global__ void facts_spin(unsigned long long ns, double flops) {
-#ifdef __CUDACC__
-  (void)flops;
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  unsigned long long start = 0, now = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-#else
-  (void)ns;
-  (void)flops;
-#endif
-}
-SIMGPU_KERNEL_FOOTPRINT(facts_spin, [](simgpu::footprint& fp, unsigned long long, double flops) {
-  fp.flops(flops);
-});
+#include "spin_kernel.cuh"
 
 // The launch-rate kernel: one block of one thread that does nothing.
 __global__ void facts_empty() {}
@@ -355,7 +336,7 @@ double spin_flops_per_ns(cudaStream_t stream, cudaEvent_t a, cudaEvent_t b) {
     double f = flops[i];
     void* args[] = {&ns, &f};
     const cudaError_t rc = time_ms(stream, a, b, [&] {
-      return launch(reinterpret_cast<const void*>(&facts_spin), dim3(1), dim3(1), args, stream); }, &ms[i]);
+      return launch(reinterpret_cast<const void*>(&gpu_spin), dim3(1), dim3(1), args, stream); }, &ms[i]);
     if (rc != cudaSuccess) return 0.0;
   }
   const double ns = (ms[1] - ms[0]) * 1e6;
@@ -374,7 +355,7 @@ struct spinner {
     double flops = static_cast<double>(ns) * flops_per_ns;
     void* args[] = {&ns, &flops};
     ++launches;
-    return launch(reinterpret_cast<const void*>(&facts_spin), dim3(1), dim3(1), args, stream);
+    return launch(reinterpret_cast<const void*>(&gpu_spin), dim3(1), dim3(1), args, stream);
   }
   bool running() const { return cudaStreamQuery(stream) == cudaErrorNotReady; }
 };

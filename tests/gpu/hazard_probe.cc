@@ -135,26 +135,7 @@ SIMGPU_KERNEL_FOOTPRINT(hz_chase, [](simgpu::footprint& fp, unsigned* const* tab
   fp.write(out, items);
 });
 
-// Spins for `ns` nanoseconds of %globaltimer on a GPU. On simgpu the body does
-// nothing and the footprint's `flops` (ns times the rate spin_rate measures) give
-// it the same virtual duration, as gpu_facts' facts_spin.
-__global__ void hz_spin(unsigned long long ns, double flops) {
-#ifdef __CUDACC__
-  (void)flops;
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  unsigned long long start = 0, now = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-#else
-  (void)ns;
-  (void)flops;
-#endif
-}
-SIMGPU_KERNEL_FOOTPRINT(hz_spin, [](simgpu::footprint& fp, unsigned long long, double flops) {
-  fp.flops(flops);
-});
+#include "spin_kernel.cuh"
 
 namespace {
 
@@ -261,7 +242,7 @@ double spin_rate(cudaStream_t stream) {
   const double flops[2] = {1e12, 3e12};
   for (int i = 0; i < 2; ++i) {
     HZ_CHECK(cudaEventRecord(a, stream));
-    launch(hz_spin, "hz_spin (calibration)", dim3(1), stream, 0ULL, flops[i]);
+    launch(gpu_spin, "gpu_spin (calibration)", dim3(1), stream, 0ULL, flops[i]);
     HZ_CHECK(cudaEventRecord(b, stream));
     HZ_CHECK(cudaEventSynchronize(b));
     float elapsed = 0.0f;
@@ -278,7 +259,7 @@ double spin_rate(cudaStream_t stream) {
 constexpr unsigned long long kSpinNs = 20'000'000;  // ~20 ms
 
 void spin(cudaStream_t stream, double rate) {
-  launch(hz_spin, "hz_spin", dim3(1), stream, kSpinNs, static_cast<double>(kSpinNs) * rate);
+  launch(gpu_spin, "gpu_spin", dim3(1), stream, kSpinNs, static_cast<double>(kSpinNs) * rate);
 }
 
 // ---- Sizes: each case's allocations from N MiB, exact, so --print-total and the run agree.
