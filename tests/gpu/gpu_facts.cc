@@ -111,6 +111,24 @@ cudaError_t time_ms(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, F 
 
 double gb_per_s(size_t bytes, double ms) { return ms > 0.0 ? bytes / (ms * 1e6) : 0.0; }
 
+// `reps` rounds (after one warm-up) of copying `bytes` from host to device and back
+// with cudaMemcpyDefault, each timed with events; GB/s appended to `to_device` and
+// `to_host`. "" or the error, named `what`.
+std::string copy_rates(int reps, cudaStream_t stream, cudaEvent_t a, cudaEvent_t b, void* device,
+                       void* host, size_t bytes, const char* what, std::vector<double>& to_device,
+                       std::vector<double>& to_host) {
+  for (int r = -1; r < reps; ++r) {  // r == -1: warm-up
+    double up = 0, down = 0;
+    cudaError_t rc = time_ms(stream, a, b, [&] {
+      return cudaMemcpyAsync(device, host, bytes, cudaMemcpyDefault, stream); }, &up);
+    if (rc == cudaSuccess) rc = time_ms(stream, a, b, [&] {
+      return cudaMemcpyAsync(host, device, bytes, cudaMemcpyDefault, stream); }, &down);
+    if (rc != cudaSuccess) return cuda_error(rc, what);
+    if (r >= 0) { to_device.push_back(gb_per_s(bytes, up)); to_host.push_back(gb_per_s(bytes, down)); }
+  }
+  return "";
+}
+
 // The nearest-rank percentile q (0 < q <= 1) of v.
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0.0;
@@ -143,15 +161,7 @@ std::string pinned_bandwidth(const options& opt, cudaStream_t stream, cudaEvent_
   if (rc != cudaSuccess) error = cuda_error(rc, "cudaMallocHost");
   if (error.empty() && (rc = cudaMalloc(&dev, bytes)) != cudaSuccess) error = cuda_error(rc, "cudaMalloc");
   if (error.empty()) std::memset(host, 1, bytes);
-  for (int r = -1; error.empty() && r < opt.reps; ++r) {  // r == -1: warm-up
-    double up = 0, down = 0;
-    rc = time_ms(stream, a, b, [&] {
-      return cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream); }, &up);
-    if (rc == cudaSuccess) rc = time_ms(stream, a, b, [&] {
-      return cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream); }, &down);
-    if (rc != cudaSuccess) error = cuda_error(rc, "cudaMemcpyAsync");
-    if (r >= 0) { h2d.push_back(gb_per_s(bytes, up)); d2h.push_back(gb_per_s(bytes, down)); }
-  }
+  if (error.empty()) error = copy_rates(opt.reps, stream, a, b, dev, host, bytes, "cudaMemcpyAsync", h2d, d2h);
   if (dev != nullptr) cudaFree(dev);
   if (host != nullptr) cudaFreeHost(host);
   if (!error.empty()) return "{\"error\": " + quote(error) + "}";
@@ -728,15 +738,9 @@ std::string host_vmm(const options& opt, int device, cudaStream_t stream, cudaEv
   if (error.empty() && (crc = cudaMalloc(&dev_buf, bytes)) != cudaSuccess) error = cuda_error(crc, "cudaMalloc");
   if (error.empty() && (crc = cudaMemset(dev_buf, 3, bytes)) != cudaSuccess) error = cuda_error(crc, "cudaMemset");
   void* host_side = reinterpret_cast<void*>(mapping);
-  for (int r = -1; error.empty() && r < opt.reps; ++r) {  // r == -1: warm-up
-    double ms_to = 0, ms_from = 0;
-    crc = time_ms(stream, a, b, [&] {
-      return cudaMemcpyAsync(host_side, dev_buf, bytes, cudaMemcpyDefault, stream); }, &ms_to);
-    if (crc == cudaSuccess) crc = time_ms(stream, a, b, [&] {
-      return cudaMemcpyAsync(dev_buf, host_side, bytes, cudaMemcpyDefault, stream); }, &ms_from);
-    if (crc != cudaSuccess) error = cuda_error(crc, "cudaMemcpyAsync with the host-located mapping");
-    if (r >= 0) { to_host.push_back(gb_per_s(bytes, ms_to)); from_host.push_back(gb_per_s(bytes, ms_from)); }
-  }
+  if (error.empty())
+    error = copy_rates(opt.reps, stream, a, b, dev_buf, host_side, bytes,
+                       "cudaMemcpyAsync with the host-located mapping", from_host, to_host);
   if (dev_buf != nullptr) cudaFree(dev_buf);
   if (mapped) api.unmap(mapping, bytes);
   if (reserved) api.address_free(mapping, bytes);
