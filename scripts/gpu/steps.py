@@ -196,7 +196,28 @@ def facts(k: kit, progs: programs) -> step_result:
                              f"{fmt_bytes(faults['touch_stride_bytes'])} of {fmt_bytes(faults['bytes'])} "
                              f"{faults['from']}, median of {faults['reps']} ({clock})",
                              f"{faults['migrated_gbps']:.1f} GB/s"])
+    launch_rate_under_modes(k, progs, res)
     return res
+
+
+def launch_rate_under_modes(k: kit, progs: programs, res: step_result) -> None:
+    """The empty-kernel launch rate without the library and under each mode with nothing
+    to move (no limit): what oversub adds to a launch. A mode that fails here is a
+    finding in the table, not a failure of the step."""
+    rates: dict[str, str] = {}
+    for mode in ("none", "off", "track", "pool", "swap", "um"):
+        extra = {} if mode == "none" else {"OVERSUB_MODE": mode}
+        proc = k.run([str(progs.facts), "--only-launch-rate", "1"], {**progs.env, **extra},
+                     preload=mode != "none", timeout_s=120, label=f"launch rate, {mode}")
+        try:
+            rate = json.loads(proc.stdout)["launch_rate"]
+            rates[mode] = f"{rate['us_per_launch']:.2f}"
+        except (json.JSONDecodeError, KeyError, TypeError):
+            rates[mode] = f"exit {proc.returncode}"
+    res.data["launch_rate_by_mode_us"] = rates
+    res.rows.append(["empty-kernel launches, host us per launch: no library / off / track / pool / "
+                     "swap / um (no limit: nothing moves)",
+                     " / ".join(rates[m] for m in ("none", "off", "track", "pool", "swap", "um"))])
 
 
 def preload(k: kit, progs: programs) -> step_result:

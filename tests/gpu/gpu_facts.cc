@@ -63,6 +63,7 @@ struct options {
   size_t mib = 256;
   int reps = 5;
   int vmm_iters = 20;
+  bool only_launch_rate = false;  // --only-launch-rate 1: that section alone (run under each mode)
 };
 
 std::string quote(const std::string& s) {
@@ -817,6 +818,7 @@ bool parse(int argc, char** argv, options* opt) {
     if (std::strcmp(argv[i], "--mib") == 0) opt->mib = static_cast<size_t>(v);
     else if (std::strcmp(argv[i], "--reps") == 0) opt->reps = static_cast<int>(v);
     else if (std::strcmp(argv[i], "--vmm-iters") == 0) opt->vmm_iters = static_cast<int>(v);
+    else if (std::strcmp(argv[i], "--only-launch-rate") == 0) opt->only_launch_rate = true;
     else return false;
   }
   return argc % 2 == 1;
@@ -827,7 +829,7 @@ bool parse(int argc, char** argv, options* opt) {
 int main(int argc, char** argv) {
   options opt;
   if (!parse(argc, argv, &opt)) {
-    std::fprintf(stderr, "usage: gpu_facts [--mib N] [--reps N] [--vmm-iters N]\n");
+    std::fprintf(stderr, "usage: gpu_facts [--mib N] [--reps N] [--vmm-iters N] [--only-launch-rate 1]\n");
     return 2;
   }
   int device = 0, driver = 0, runtime = 0;
@@ -850,6 +852,10 @@ int main(int argc, char** argv) {
   // kernel beside the busy VMM calls, the waiting stream of cudaStreamWaitEvent.
   cudaStream_t other = nullptr;
   cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
+  if (opt.only_launch_rate) {
+    std::printf("{\"launch_rate\": %s}\n", launch_rate(stream, a, b).c_str());
+    return 0;
+  }
   const std::string pinned = pinned_bandwidth(opt, stream, a, b);
   const std::string vmm = vmm_latency(opt, device);
   const std::string managed = managed_prefetch(opt, device, stream, a, b);
