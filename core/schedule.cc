@@ -2,6 +2,7 @@
 #include "core/schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <limits>
 #include <mutex>
@@ -40,7 +41,21 @@ namespace {
 using namespace schedule_internal;
 
 constexpr std::size_t max_trace = std::size_t{1} << 16;         // launches kept while learning
-constexpr std::size_t check_every = 16;                         // launches between searches
+constexpr std::size_t check_every = 16;                         // launches between searches, at least
+
+// Note [Searching for the period less often as the trace grows]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// find_period is linear in the trace. Run every check_every launches on a trace that
+// keeps growing (a job whose iteration does not form, or one launch over the same
+// pages again and again, which Note [No one-page iteration] refuses), it made the
+// launch path quadratic: a third of an empty kernel's launch time in swap mode. The
+// search runs instead when the trace's length is a multiple of an eighth of the power
+// of two below it (16 at least): a constant amount of search per launch, and an
+// iteration found at most an eighth of the trace later.
+bool search_now(std::size_t trace_size) {
+  const std::size_t step = std::max(check_every, std::bit_floor(trace_size) / 8);
+  return trace_size % step == 0;
+}
 // Note [Launch durations]
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // Each launch of the learned iteration is given its kernel's
@@ -608,7 +623,7 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
     l.trace_first += max_trace / 2;
     profiler::timing::forget_before(l.trace_first);
   }
-  if (l.trace.size() % check_every == 0) learn(l, device);
+  if (search_now(l.trace.size())) learn(l, device);
 }
 
 swap_schedule_stats schedule_stats() noexcept {
