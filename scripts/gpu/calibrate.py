@@ -51,12 +51,9 @@ def vmm_points(facts: dict) -> tuple[dict[str, float], dict[str, float], int, st
         run = {n: float(field(facts, f"vmm_calls.run16_one_call.busy.{n}_us.p50")) for n, _ in VMM}
         return page, run, 16, ("vmm_calls (p50, a kernel running on another stream): one page, "
                                "and 16 pages in one call")
-    granule = field(facts, "vmm_latency.granule")
-    large = field(facts, "vmm_latency.large")
     pages = int(field(facts, "vmm_latency.large.bytes")) // PAGE
     page = {n: float(field(facts, f"vmm_latency.granule.{n}_us")) for n, _ in VMM}
     run = {n: float(field(facts, f"vmm_latency.large.{n}_us")) for n, _ in VMM}
-    del granule, large
     return page, run, pages, f"vmm_latency (median): one 2 MiB page, and {pages} pages in one call"
 
 

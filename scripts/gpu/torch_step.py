@@ -148,6 +148,19 @@ def run_under(k: kit, cmd: list[str], extra: dict[str, str], mode: str, limit: i
         return proc, read_stats(stats_file)
 
 
+def skipped(k: kit, res: step_result, model: str, name: str, shown: str, no_peak: bool) -> bool:
+    """Whether a run is skipped, with its row: the time budget is spent, or it needs the
+    peak of a track run that measured none."""
+    why = ("time budget spent" if k.out_of_time()
+           else "no peak measured" if no_peak else "")
+    if not why:
+        return False
+    res.rows.append([model, name, shown, f"skipped: {why}", "", "", "", "", ""])
+    if k.out_of_time():
+        res.notes.append(f"{model} {name} {shown}: skipped: {why}")
+    return True
+
+
 def failed_row(res: step_result, model: str, name: str, limit_cell: str, shown: str, mode: str,
                limit: int | None, proc, seen) -> None:
     """The row of a run that did not end with losses: PyTorch's out-of-memory error
@@ -285,12 +298,7 @@ def users(k: kit, res: step_result, limit_modes: list[str]) -> None:
         for mode, fraction, shown in [("track", None, "none")] + [(m, 2, "1/2") for m in limit_modes]:
             iters = swap_iters if mode == "swap" else base_iters
             name = f"{mode}, caching" + (f", {iters} iterations" if iters != base_iters else "")
-            if k.out_of_time():
-                res.rows.append([label, name, shown, "skipped: time budget spent", "", "", "", "", ""])
-                res.notes.append(f"{label} {mode} {shown}: skipped: time budget spent")
-                continue
-            if fraction is not None and peak == 0:
-                res.rows.append([label, name, shown, "skipped: no peak measured", "", "", "", "", ""])
+            if skipped(k, res, label, name, shown, fraction is not None and peak == 0):
                 continue
             limit = None if fraction is None else max(1 << 20, peak // fraction)
             proc, stats = run_under(k, cmd(iters), {}, mode, limit, timeout,
@@ -425,12 +433,7 @@ def pytorch(k: kit) -> step_result:
             for mode, fraction, shown in plan:
                 limit = None if fraction is None else max(1 << 20, peak // fraction)
                 name = f"{mode}, {allocator}"
-                if k.out_of_time():
-                    res.rows.append([model, name, shown, "skipped: time budget spent", "", "", "", "", ""])
-                    res.notes.append(f"{model} {mode} {allocator} {shown}: skipped: time budget spent")
-                    continue
-                if fraction is not None and peak == 0:
-                    res.rows.append([model, name, shown, "skipped: no peak measured", "", "", "", "", ""])
+                if skipped(k, res, model, name, shown, fraction is not None and peak == 0):
                     continue
                 proc, stats = run_under(k, cmd, alloc_env, mode, limit, 120 if k.quick else 300,
                                         f"torch {model} {mode} {allocator} limit {shown}")
