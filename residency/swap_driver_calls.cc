@@ -5,6 +5,7 @@
 #include "residency/swap_engine.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "pool/driver_api.h"
 
@@ -30,6 +31,16 @@ CUresult swap_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
   access.location.id = cfg_.device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   return pool::driver().cuMemSetAccess(va, pages * cfg_.page_bytes, &access, 1);
+}
+
+// See Note [Remapping runs] in residency/swap_engine.h: the pages of room a fetch waits
+// for before it remaps: enough that their copies take as long as a run's own calls, at
+// most kMaxRunPages; one until both the calls and the link are measured.
+std::size_t swap_engine::batch_pages_locked() const {
+  if (clock_ == nullptr || h2d_rate_ <= 0 || run_fit_.n < 8) return 1;
+  const double page_ns = static_cast<double>(cfg_.page_bytes) / h2d_rate_ * 1e9;
+  const double pages = std::ceil(run_fit_.per_run_ns() / page_ns);
+  return pages <= 1 ? 1 : std::min(kMaxRunPages, static_cast<std::size_t>(pages));
 }
 
 CUresult swap_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {

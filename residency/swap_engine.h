@@ -135,15 +135,45 @@
 //     out go page by page (Note [Evictions copy page by page]);
 //   - one copy event per run, shared by its pages (copy_event, counted), so that work
 //     waiting for one page never waits for the copies queued after it;
-//   - one cuMemSetAccess per run of adjacent pages remapped together (PyTorch's
-//     expandable segments grant access the same way, over several mappings); each
-//     page is still mapped and unmapped on its own, as cuMemUnmap must cover whole
-//     mappings;
+//   - one cuMemUnmap and one cuMemSetAccess per run of adjacent pages remapped
+//     together, one cuMemMap per page (Note [Remapping runs]);
 //   - an evicted page's device memory is kept for the next fetch or new page (Note
 //     [Spare device memory]).
 // A page whose eviction is still under way when it is wanted again is made resident
 // with no host wait: it keeps its device memory, and the work that uses it waits on
 // the eviction's copy event, which is ordered after the page's earlier users.
+//
+// Note [Remapping runs]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A page moved is remapped: its address unmapped, the other memory mapped there, access
+// granted. On a GPU the unmap and the grant cost mostly per call, not per page: the
+// H200 measured, while a kernel ran, 64 us per cuMemUnmap plus 0.4 per 2 MiB and 122 us
+// per cuMemSetAccess plus 1.4 per 2 MiB, where a 2 MiB page's copy takes 38 us
+// (docs/gpu-results.md). So pages adjacent at their addresses and moved together are
+// remapped as a run (remap_runs in residency/page_runs.h): one cuMemUnmap over the run,
+// one cuMemMap per page (each page is its own handle), one cuMemSetAccess over the
+// run. The driver allows both calls over several mappings, as long as no mapping is
+// cut: cuMemUnmap's documentation forbids only a sub-range of one mapping; NVIDIA's
+// vectorAddMMAP sample (cuda-samples, multidevicealloc_memmap.cpp) maps one handle per
+// device and then grants access and unmaps with one call each over all of them;
+// PyTorch's expandable segments grant access over several mappings at once. simgpu
+// checks the same (whole mappings, every byte mapped).
+// Runs form only where moves are made together, and room comes a page at a time (each
+// eviction's own copy out, Note [Evictions copy page by page]). So the engine times
+// each run's unmap and grant on its copy clock (set_copy_clock) and fits them as a part
+// per run plus a part per page (run_cost_fit). Where a run's own part is worth the
+// copies of several pages, a fetch that finds room for fewer than that many of its
+// pages waits for the eviction that frees the last of them (batch_pages_locked: the
+// part per run over a page's copy time, at most kMaxRunPages), and the evictions that
+// wait frees are finished, and the pages fetched, as runs; the mover waits likewise
+// and takes the pages adjacent to its batch's with it. Until both the calls and the
+// link are measured, and where a call costs about the same for one page as for many
+// (simgpu's H100-PCIe model charges the A100's figures per page), the batch is one
+// page and a fetch's first pages still come in while the later evictions go out.
+// ResNet-50 at 1/8 of its bytes, 3x, on the H200's measured model (replayed under
+// swap cost, 9 iterations, lockstep): 140.3 ms per iteration (mean) with every page
+// unmapped alone and the mover finishing one page per batch, 122.4 with runs, 90.9
+// with batches of room.
 //
 // Note [Spare device memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -238,7 +268,8 @@
 // records a hand-off event on a stream of its own, commits the pages as on the host
 // and their device memory as spares tagged with that event, under the lock. It
 // finishes only as many evictions as room is wanted for (make_room found it short),
-// oldest first, one page per batch: an eviction nobody needs the room of stays
+// oldest first, a batch at a time (one page, or a run, Note [Remapping runs]): an
+// eviction nobody needs the room of stays
 // evicting, so that a page wanted again before then is kept with no copy back, as
 // when the launching thread finishes evictions itself. Finishing every eviction at
 // once moved 362 MiB in per iteration against 282 for ResNet-50 at 1/8 and 3x; finishing
@@ -274,11 +305,12 @@
 // for them again only while their use is ahead, Note [Deferred fetches fall due] in
 // core/schedule.cc). The mover takes the first page that is on the host and that only
 // the engine used there (a page with unannounced users needs the host to wait for
-// them: the launching thread fetches it at its use), as soon as a spare and the room
-// are there (otherwise it asks for room and finishes an eviction first), marks it
-// fetching, and without the lock unmaps its host handle, maps the spare, grants
-// access and copies it in on its own stream, whose copy event the page holds from the
-// commit on, like any fetch's. The launching thread's prepare() waits for a page in
+// them: the launching thread fetches it at its use), with the pages after it in the
+// schedule's order that continue its run of addresses, as far as the room goes
+// (otherwise it asks for room and finishes an eviction first), marks them fetching,
+// and without the lock remaps them from their host handles to spares (Note
+// [Remapping runs]) and copies them in on its own stream, behind one copy event that
+// the pages hold from the commit on, like any fetch's. The launching thread's prepare() waits for a page in
 // fetching (its commit), asks about the hand-off, and orders its work after the
 // copy's event (use_after_copy_locked), as for any fetched page. An application thread
 // waiting for room comes first: the mover begins no fetch of its own meanwhile.
@@ -312,6 +344,7 @@
 #include "pool/memory_resource.h"
 #include "pool/vmm_arena.h"
 #include "residency/backend.h"
+#include "residency/page_runs.h"
 
 namespace oversub::residency {
 
@@ -370,6 +403,9 @@ void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
 
 class swap_engine final : public backend_with_stats<swap_stats>, public pool::page_backing {
  public:
+  // See Note [Remapping runs]: the longest run one batch remaps.
+  static constexpr std::size_t kMaxRunPages = 16;
+
   explicit swap_engine(swap_config cfg);
   ~swap_engine() override;
 
@@ -508,7 +544,8 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   std::size_t copy_runs_locked(std::span<const std::uintptr_t> vas, std::span<page* const> ps,
                                std::span<const char> copy, CUstream s, std::span<int> ev,
                                CUresult& error);
-  CUresult wait_oldest_eviction_locked();
+  CUresult wait_eviction_locked(std::size_t nth);
+  std::size_t batch_pages_locked() const;
   bool prefetch_pages(std::span<const byte_range> ranges, std::vector<byte_range>* later,
                       const victim_rank& rank);
   CUresult ensure_host_handle_locked(page& p);
@@ -595,6 +632,8 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // See Note [Not asking too early]: set_copy_clock's figures, and the earliest each copy
   // stream can be done with what was queued on it so far.
   std::uint64_t (*clock_)() noexcept = nullptr;
+  // See Note [Remapping runs]: what the runs' own calls cost, as timed by clock_.
+  run_cost_fit run_fit_;
   double h2d_rate_ = 0;
   double d2h_rate_ = 0;
   std::uint64_t to_host_not_before_ = 0;

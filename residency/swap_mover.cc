@@ -18,8 +18,9 @@ namespace oversub::residency {
 namespace {
 
 constexpr std::size_t kHandoffEvents = 64;
-// Pages per batch (one hand-off event each); see the sort in mover_main.
-constexpr std::size_t kBatchPages = 1;
+// The most pages the mover finishes in one batch (one hand-off event each), a run of
+// adjacent pages (see mover_finish_locked).
+constexpr std::size_t kRunPages = swap_engine::kMaxRunPages;
 
 // Every engine whose mover runs, for the exit handler.
 std::mutex g_movers_mutex;
@@ -127,17 +128,6 @@ void swap_engine::await_page_locked(std::uintptr_t va) {
   observe_locked(it->second.handoff);
 }
 
-namespace {
-
-CUmemAccessDesc device_access(int device) {
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  return access;
-}
-
-}  // namespace
 
 // One batch of evictions finished, if room is wanted and a copy out can be waited for
 // (Note [The mover] in residency/swap_engine.h).
@@ -145,14 +135,19 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
   const pool::driver_table& d = pool::driver();
   // The oldest copy out that an eviction the mover may take waits for.
   // Only while room is wanted.
+  // See Note [Remapping runs] in residency/swap_engine.h: with mapping calls dear, the
+  // copy of the batch's last page, so that the batch is remapped at once.
   const auto wanted = [&](const page& p) { return claimable(p) && room_wanted_ != 0; };
-  int oldest = -1;
+  std::vector<int> waitable;
   for (auto& [va, p] : pages_) {
-    if (wanted(p) && (oldest < 0 || copies_[p.copy].seq < copies_[oldest].seq)) {
-      oldest = p.copy;
-    }
+    if (wanted(p)) waitable.push_back(p.copy);
   }
-  if (oldest < 0) return move::idle;
+  if (waitable.empty()) return move::idle;
+  std::sort(waitable.begin(), waitable.end(),
+            [&](int a, int b) { return copies_[a].seq < copies_[b].seq; });
+  waitable.erase(std::unique(waitable.begin(), waitable.end()), waitable.end());
+  const std::size_t nth = std::min({waitable.size(), room_wanted_, batch_pages_locked()});
+  const int oldest = waitable[std::max<std::size_t>(nth, 1) - 1];
   ++copies_[oldest].refs;  // kept while the lock is let go
   const CUevent event = copies_[oldest].event;
   lock.unlock();
@@ -175,80 +170,59 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
     }
   }
   if (vas.empty()) return move::worked;
-  // The oldest copies first, and a few pages per batch: launching work that waits for
-  // room waits for one batch's remaps, not for every eviction done so far.
-  std::sort(vas.begin(), vas.end(), [&](std::uintptr_t a, std::uintptr_t b) {
-    const std::uint64_t sa = copies_[pages_[a].copy].seq, sb = copies_[pages_[b].copy].seq;
-    return sa != sb ? sa < sb : a < b;
-  });
-  vas.resize(std::min({vas.size(), kBatchPages, room_wanted_}));
-  if (vas.empty()) return move::worked;
-  room_wanted_ -= std::min(room_wanted_, vas.size());
+  // The oldest copy's page first, with the pages adjacent to it whose copies this wait
+  // covers too: one run, remapped at about one page's cost (Note [Remapping runs] in
+  // residency/swap_engine.h). Launching work that waits for room waits for one batch.
+  if (room_wanted_ == 0) return move::worked;
   std::sort(vas.begin(), vas.end());
-  struct item {
-    CUmemGenericAllocationHandle device, host;
-  };
-  std::vector<item> items;
-  items.reserve(vas.size());
+  const std::uintptr_t oldest_va = *std::min_element(
+      vas.begin(), vas.end(), [&](std::uintptr_t a, std::uintptr_t b) {
+        const std::uint64_t sa = copies_[pages_[a].copy].seq, sb = copies_[pages_[b].copy].seq;
+        return sa != sb ? sa < sb : a < b;
+      });
+  const std::size_t at = static_cast<std::size_t>(
+      std::lower_bound(vas.begin(), vas.end(), oldest_va) - vas.begin());
+  const std::size_t cap = std::max(room_wanted_, kRunPages);
+  std::size_t lo = at, hi = at + 1;
+  while (hi - lo < cap) {
+    if (hi < vas.size() && vas[hi] == vas[hi - 1] + cfg_.page_bytes) {
+      ++hi;
+    } else if (lo > 0 && vas[lo - 1] + cfg_.page_bytes == vas[lo]) {
+      --lo;
+    } else {
+      break;
+    }
+  }
+  vas = std::vector<std::uintptr_t>(vas.begin() + static_cast<std::ptrdiff_t>(lo),
+                                    vas.begin() + static_cast<std::ptrdiff_t>(hi));
+  room_wanted_ -= std::min(room_wanted_, vas.size());
+  std::vector<CUmemGenericAllocationHandle> from, to;  // device memory, host handles
   for (std::uintptr_t va : vas) {
     page& p = pages_[va];
     release_copy_locked(p);
     p.where = state::finishing;
-    items.push_back(item{p.device, p.host});
+    from.push_back(p.device);
+    to.push_back(p.host);
   }
   finishing_ += vas.size();
   const std::uint64_t batch = ++next_batch_;
+  std::uint64_t (*const clock)() noexcept = clock_;
   lock.unlock();
 
-  // The remaps, without the lock (the pages are the mover's).
+  // The remaps, without the lock (the pages are the mover's): per run of adjacent
+  // pages, one unmap and one access grant (Note [Remapping runs] in
+  // residency/swap_engine.h).
   std::uint64_t calls = 0;
-  CUresult error = CUDA_SUCCESS;
-  std::vector<char> ok(vas.size(), 0);
-  std::vector<std::uintptr_t> mapped;
-  std::vector<std::size_t> mapped_index;
-  for (std::size_t k = 0; k < vas.size() && error == CUDA_SUCCESS; ++k) {
-    ++calls;
-    if (CUresult r = d.cuMemUnmap(vas[k], cfg_.page_bytes); r != CUDA_SUCCESS) {
-      error = r;
-      break;
-    }
-    ++calls;
-    if (CUresult r = d.cuMemMap(vas[k], cfg_.page_bytes, 0, items[k].host, 0); r != CUDA_SUCCESS) {
-      error = r;
-      // Put the device memory back: the bytes must stay reachable.
-      d.cuMemMap(vas[k], cfg_.page_bytes, 0, items[k].device, 0);
-      break;
-    }
-    mapped.push_back(vas[k]);
-    mapped_index.push_back(k);
-    ok[k] = 1;
-  }
-  const CUmemAccessDesc access = device_access(cfg_.device);
-  for_runs(mapped, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
-    ++calls;
-    if (CUresult r = d.cuMemSetAccess(mapped[first], count * cfg_.page_bytes, &access, 1);
-        r != CUDA_SUCCESS) {
-      for (std::size_t m = first; m < first + count; ++m) {
-        const std::size_t k = mapped_index[m];
-        d.cuMemUnmap(vas[k], cfg_.page_bytes);
-        d.cuMemMap(vas[k], cfg_.page_bytes, 0, items[k].device, 0);
-        ok[k] = 0;
-      }
-      if (error == CUDA_SUCCESS) error = r;
-    }
-  });
-  // A page that went back to its device memory needs access to it again.
-  for (std::size_t k = 0; k < vas.size(); ++k) {
-    if (!ok[k] && error != CUDA_SUCCESS) {
-      d.cuMemSetAccess(vas[k], cfg_.page_bytes, &access, 1);
-    }
-  }
+  std::vector<char> ok;
+  run_cost_fit fit;
+  CUresult error = remap_runs(vas, from, to, cfg_.page_bytes, cfg_.device, ok, calls, clock, &fit);
   // A hand-off that could not be recorded is a driver error like any other: the
   // application hears it at its next call (the pages are committed all the same).
   const CUresult handed = d.cuEventRecord(handoff_[batch % handoff_.size()], mover_stream_);
 
   lock.lock();
   stats_.mapping_calls += calls;
+  run_fit_.merge(fit);
   ++stats_.mover_batches;
   for (std::size_t k = 0; k < vas.size(); ++k) {
     page& p = pages_[vas[k]];
@@ -301,104 +275,134 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
     room_wanted_ = std::max<std::size_t>(room_wanted_, 1);
     return move::idle;
   }
-  const std::uintptr_t va = mover_fetch_.front();
-  mover_fetch_.erase(mover_fetch_.begin());
-  page& p = pages_[va];
-  // The oldest batch's spare, as take_device_locked (the mover's own hand-offs need no
+  // The first page, and those after it in the schedule's order that continue its run
+  // of adjacent addresses, as far as the room goes: one unmap and one access grant for
+  // all of them (Note [Remapping runs] in residency/swap_engine.h).
+  const std::size_t room_pages = (capacity_bytes() - stats_.resident_bytes) / cfg_.page_bytes;
+  std::vector<std::uintptr_t> vas{mover_fetch_.front()};
+  while (vas.size() < std::min(room_pages, kRunPages) && vas.size() < mover_fetch_.size()) {
+    const std::uintptr_t va = mover_fetch_[vas.size()];
+    auto it = pages_.find(va);
+    if (va != vas.back() + cfg_.page_bytes || it == pages_.end() || !eligible(it->second)) break;
+    vas.push_back(va);
+  }
+  mover_fetch_.erase(mover_fetch_.begin(),
+                     mover_fetch_.begin() + static_cast<std::ptrdiff_t>(vas.size()));
+  const std::size_t n = vas.size();
+  // The oldest batch's spares, as take_device_locked (the mover's own hand-offs need no
   // question); with none, new device memory, made below without the lock.
-  CUmemGenericAllocationHandle h = 0;
-  if (std::uint64_t batch_of_spare = 0; !spare_.empty()) h = take_spare_locked(batch_of_spare);
-  stats_.resident_bytes += cfg_.page_bytes;  // the room is this page's from now
-  p.where = state::fetching;
-  ++fetching_;
+  std::vector<CUmemGenericAllocationHandle> hosts(n), devices(n, 0);
+  std::vector<std::uintptr_t> shadows(n);
+  std::vector<char> copy(n);
   const std::uint64_t epoch = write_epoch_;
-  const bool copy = !content_dead(p, epoch);
+  std::size_t copies = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    page& p = pages_[vas[k]];
+    if (std::uint64_t batch_of_spare = 0; !spare_.empty()) devices[k] = take_spare_locked(batch_of_spare);
+    stats_.resident_bytes += cfg_.page_bytes;  // the room is this page's from now
+    p.where = state::fetching;
+    ++fetching_;
+    copy[k] = !content_dead(p, epoch);
+    copies += copy[k];
+    hosts[k] = p.host;
+    shadows[k] = p.shadow;
+  }
+  // One copy event for the run's copies in, held by each page copied.
   int c = -1;
   CUevent copy_event = nullptr;
-  if (copy) {
+  if (copies != 0) {
     c = new_copy_locked();
     if (c >= 0) {
       copy_event = copies_[c].event;
       copies_[c].stream = mover_stream_;
-      ++copies_[c].refs;  // the page's, from the commit
+      copies_[c].refs += static_cast<std::uint32_t>(copies);  // the pages', from the commit
     }
   }
-  const std::uintptr_t shadow = p.shadow;
-  const CUmemGenericAllocationHandle host = p.host;
   const std::uint64_t batch = ++next_batch_;
+  std::uint64_t (*const clock)() noexcept = clock_;
   lock.unlock();
 
-  // The remap and the copy in, without the lock (the page is the mover's).
+  // The remaps and the copies in, without the lock (the pages are the mover's).
   std::uint64_t calls = 0;
-  CUresult error = copy && c < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
-  bool mapped = false;
-  const CUmemAccessDesc access = device_access(cfg_.device);
-  if (error == CUDA_SUCCESS && h == 0) {
+  CUresult error = copies != 0 && c < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+  const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
+  for (std::size_t k = 0; k < n && error == CUDA_SUCCESS; ++k) {
+    if (devices[k] != 0) continue;
     ++calls;
-    const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
-    error = d.cuMemCreate(&h, cfg_.page_bytes, &prop, 0);
-    if (error != CUDA_SUCCESS) h = 0;
-  }
-  if (error == CUDA_SUCCESS) {
-    ++calls;
-    error = d.cuMemUnmap(va, cfg_.page_bytes);
-  }
-  if (error == CUDA_SUCCESS) {
-    ++calls;
-    error = d.cuMemMap(va, cfg_.page_bytes, 0, h, 0);
-    if (error != CUDA_SUCCESS) {
-      d.cuMemMap(va, cfg_.page_bytes, 0, host, 0);
-      d.cuMemSetAccess(va, cfg_.page_bytes, &access, 1);
-    } else {
-      mapped = true;
-      ++calls;
-      error = d.cuMemSetAccess(va, cfg_.page_bytes, &access, 1);
+    if (error = d.cuMemCreate(&devices[k], cfg_.page_bytes, &prop, 0); error != CUDA_SUCCESS) {
+      devices[k] = 0;
     }
   }
-  if (error == CUDA_SUCCESS && copy) {
-    error = d.cuMemcpyAsync(va, shadow, cfg_.page_bytes, mover_stream_);
-    if (error == CUDA_SUCCESS) error = d.cuEventRecord(copy_event, mover_stream_);
+  std::vector<char> ok;
+  std::size_t mapped = 0;
+  run_cost_fit fit;
+  if (error == CUDA_SUCCESS) {
+    error = remap_runs(vas, hosts, devices, cfg_.page_bytes, cfg_.device, ok, calls, clock, &fit);
+    while (mapped < n && ok[mapped]) ++mapped;
   }
-  if (error != CUDA_SUCCESS && mapped) {
-    // Back to the host copy, whose bytes are current, once any copy queued into the
+  // Copies in: one per run adjacent at both its addresses and its shadow addresses.
+  std::uint64_t copy_calls = 0;
+  for (std::size_t k = 0; k < n && error == CUDA_SUCCESS;) {
+    if (!copy[k]) {
+      ++k;
+      continue;
+    }
+    std::size_t end = k + 1;
+    while (end < n && copy[end] && shadows[end] == shadows[end - 1] + cfg_.page_bytes) ++end;
+    ++copy_calls;
+    error = d.cuMemcpyAsync(vas[k], shadows[k], (end - k) * cfg_.page_bytes, mover_stream_);
+    k = end;
+  }
+  if (error == CUDA_SUCCESS && copies != 0) error = d.cuEventRecord(copy_event, mover_stream_);
+  if (error != CUDA_SUCCESS && mapped != 0) {
+    // Back to the host copies, whose bytes are current, once any copy queued into the
     // device memory is done.
     d.cuStreamSynchronize(mover_stream_);
-    d.cuMemUnmap(va, cfg_.page_bytes);
-    d.cuMemMap(va, cfg_.page_bytes, 0, host, 0);
-    d.cuMemSetAccess(va, cfg_.page_bytes, &access, 1);
+    std::vector<char> back;
+    remap_runs(std::span(vas).first(mapped), std::span(devices).first(mapped),
+               std::span(hosts).first(mapped), cfg_.page_bytes, cfg_.device, back, calls);
   }
   // As in mover_finish_locked: a hand-off not recorded is heard at the next call.
   const CUresult handed = d.cuEventRecord(handoff_[batch % handoff_.size()], mover_stream_);
 
   lock.lock();
   stats_.mapping_calls += calls;
-  page& q = pages_[va];
-  --fetching_;
-  if (error != CUDA_SUCCESS) {
-    if (c >= 0 && --copies_[c].refs == 0) free_copies_.push_back(c);
-    q.where = state::on_host;
-    q.device = 0;
-    stats_.resident_bytes -= cfg_.page_bytes;
-    if (h != 0) give_device_locked(h, batch);
-    mover_error_ = error;
-  } else {
-    if (c >= 0) {
-      release_copy_locked(q);
-      q.copy = c;  // its reference was taken above
-      ++stats_.copies;
-      stats_.bytes_to_device += cfg_.page_bytes;
-    } else {
-      ++stats_.dead_fetches;
-    }
-    q.where = state::resident;
-    q.device = h;
-    q.host_current = true;
-    q.clean_epoch = epoch;
-    ++stats_.fetches;
-    ++stats_.mover_fetches;
-    stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
+  run_fit_.merge(fit);
+  if (error != CUDA_SUCCESS && c >= 0) {
+    copies_[c].refs -= static_cast<std::uint32_t>(copies);
+    if (copies_[c].refs == 0) free_copies_.push_back(c);
   }
-  q.handoff = batch;
+  for (std::size_t k = 0; k < n; ++k) {
+    page& q = pages_[vas[k]];
+    --fetching_;
+    if (error != CUDA_SUCCESS) {
+      q.where = state::on_host;
+      q.device = 0;
+      stats_.resident_bytes -= cfg_.page_bytes;
+      if (devices[k] != 0) give_device_locked(devices[k], batch);
+    } else {
+      if (copy[k]) {
+        release_copy_locked(q);
+        q.copy = c;  // its reference was taken above
+        stats_.bytes_to_device += cfg_.page_bytes;
+      } else {
+        ++stats_.dead_fetches;
+      }
+      q.where = state::resident;
+      q.device = devices[k];
+      q.host_current = true;
+      q.clean_epoch = epoch;
+      ++stats_.fetches;
+      ++stats_.mover_fetches;
+    }
+    q.handoff = batch;
+  }
+  if (error == CUDA_SUCCESS) {
+    stats_.copies += copy_calls;
+    stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
+  } else {
+    mover_error_ = error;
+  }
   batches_ = batch;
   if (error == CUDA_SUCCESS && handed != CUDA_SUCCESS) {
     error = handed;

@@ -206,35 +206,23 @@ CUresult swap_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
       if (CUresult r = finish_lender_locked(l); r != CUDA_SUCCESS) return r;
     }
   }
+  // Per run of adjacent pages, one unmap and one access grant (Note [Remapping runs] in
+  // residency/swap_engine.h).
   std::vector<std::uintptr_t> mapped;
-  mapped.reserve(vas.size());
+  std::vector<CUmemGenericAllocationHandle> from, to;
   for (std::uintptr_t va : vas) {
     page& p = pages_[va];
     if (p.where != state::evicting) continue;  // a lender of another, finished just now
     release_copy_locked(p);
-    if (CUresult r = unmap_locked(va); r != CUDA_SUCCESS) {
-      first_error = r;
-      break;
-    }
-    if (CUresult r = map_only_locked(va, p.host); r != CUDA_SUCCESS) {
-      // Put the device memory back: the bytes must stay reachable.
-      map_locked(va, p.device);
-      first_error = r;
-      break;
-    }
     mapped.push_back(va);
+    from.push_back(p.device);
+    to.push_back(p.host);
   }
-  std::vector<char> ok(mapped.size(), 1);
-  for_runs(mapped, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
-    if (CUresult r = set_access_locked(mapped[first], count); r != CUDA_SUCCESS) {
-      for (std::size_t k = first; k < first + count; ++k) {
-        unmap_locked(mapped[k]);
-        map_locked(mapped[k], pages_[mapped[k]].device);
-        ok[k] = 0;
-      }
-      if (first_error == CUDA_SUCCESS) first_error = r;
-    }
-  });
+  std::vector<char> ok;
+  std::uint64_t calls = 0;
+  first_error = remap_runs(mapped, from, to, cfg_.page_bytes, cfg_.device, ok, calls, clock_,
+                           &run_fit_);
+  stats_.mapping_calls += calls;
   for (std::size_t k = 0; k < mapped.size(); ++k) {
     if (!ok[k]) continue;
     page& p = pages_[mapped[k]];
@@ -383,14 +371,17 @@ CUresult swap_engine::make_room_locked(std::uint64_t bytes, bool wait,
       if (victims.empty() && leaving_bytes() == 0) return CUDA_ERROR_OUT_OF_MEMORY;
       if (CUresult r = evict_begin_locked(victims); r != CUDA_SUCCESS) return r;
     }
-    if (CUresult r = wait_oldest_eviction_locked(); r != CUDA_SUCCESS) return r;
+    // See Note [Remapping runs] in residency/swap_engine.h: the evictions of a batch's
+    // room finished at once.
+    const std::size_t nth = std::min(pages_short(0), batch_pages_locked());
+    if (CUresult r = wait_eviction_locked(nth); r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
 }
 
-// Waits for the oldest eviction under way, then finishes every one that is done.
-// CUDA_ERROR_OUT_OF_MEMORY when none is under way.
-CUresult swap_engine::wait_oldest_eviction_locked() {
+// Waits for the nth oldest eviction under way (or the newest, with fewer), then
+// finishes every one that is done. CUDA_ERROR_OUT_OF_MEMORY when none is under way.
+CUresult swap_engine::wait_eviction_locked(std::size_t nth) {
   // See Note [The mover] in residency/swap_engine.h: while it has evictions to finish,
   // wait for its next batch, and use the room after its hand-off.
   if (mover_on_) {
@@ -401,7 +392,7 @@ CUresult swap_engine::wait_oldest_eviction_locked() {
       ++stats_.waits;
       ++stats_.mover_waits;
       if (finishing_ == 0) {
-        room_wanted_ = std::max<std::size_t>(room_wanted_, 1);
+        room_wanted_ = std::max<std::size_t>(room_wanted_, std::max<std::size_t>(nth, 1));
         moved_.notify_all();
       }
       const std::uint64_t before = batches_;
@@ -414,18 +405,21 @@ CUresult swap_engine::wait_oldest_eviction_locked() {
   }
   // Copies run in the order their events were taken: the smallest seq is the first
   // to complete. An evicting page without a copy under way is done already.
-  int oldest = -1;
+  std::vector<int> under_way;
   bool any = false;
   for (auto& [va, p] : pages_) {
     // A lender's memory is its borrower's already: waiting for it frees nothing.
     if (p.where != state::evicting || p.lent_to != 0) continue;
     any = true;
-    if (p.copy >= 0 && !copies_[p.copy].done &&
-        (oldest < 0 || copies_[p.copy].seq < copies_[oldest].seq)) {
-      oldest = p.copy;
-    }
+    if (p.copy >= 0 && !copies_[p.copy].done) under_way.push_back(p.copy);
   }
   if (!any) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::sort(under_way.begin(), under_way.end(),
+            [&](int a, int b) { return copies_[a].seq < copies_[b].seq; });
+  under_way.erase(std::unique(under_way.begin(), under_way.end()), under_way.end());
+  const int oldest = under_way.empty()
+                         ? -1
+                         : under_way[std::min(std::max<std::size_t>(nth, 1), under_way.size()) - 1];
   if (oldest >= 0) {
     ++stats_.waits;
     if (CUresult r = pool::driver().cuEventSynchronize(copies_[oldest].event); r != CUDA_SUCCESS) {
@@ -485,6 +479,17 @@ CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
     const std::size_t fit = std::min(
         vas.size(),
         stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes);
+    // See Note [Remapping runs] in residency/swap_engine.h: where a run's calls cost more
+    // than the copies of a few pages, room for that many first, remapped at once.
+    const std::size_t batch = std::min(vas.size(), batch_pages_locked());
+    if (fit < batch && fit != 0) {
+      if (!wait) {
+        deferred->insert(deferred->end(), vas.begin(), vas.end());
+        return CUDA_SUCCESS;
+      }
+      if (CUresult r = wait_eviction_locked(batch - fit); r != CUDA_SUCCESS) return r;
+      continue;
+    }
     if (fit == 0) {
       // See Note [Lending an evicting page's memory] in residency/swap_engine.h: the
       // memory of evictions under way. A scheduled prefetch (no wait) borrows only from
@@ -502,7 +507,7 @@ CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
         deferred->insert(deferred->end(), vas.begin(), vas.end());
         return CUDA_SUCCESS;
       }
-      if (CUresult r = wait_oldest_eviction_locked(); r != CUDA_SUCCESS) return r;
+      if (CUresult r = wait_eviction_locked(batch); r != CUDA_SUCCESS) return r;
       continue;
     }
     std::vector<std::uintptr_t> now(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(fit));
@@ -542,31 +547,38 @@ CUresult swap_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
     if (CUresult r = d.cuStreamSynchronize(to_device_); r != CUDA_SUCCESS) return r;
     for (page* p : used) p->users.clear();
   }
-  // Device memory mapped at each address; access granted per run.
+  // Device memory for each page (a spare, new memory, or its lender's), then the
+  // remaps: per run of adjacent pages, one unmap and one access grant (Note [Remapping
+  // runs] in residency/swap_engine.h).
   CUresult first_error = CUDA_SUCCESS;
+  std::vector<CUmemGenericAllocationHandle> from, to;
+  for (std::size_t k = 0; k < vas.size(); ++k) {
+    CUmemGenericAllocationHandle h = 0;
+    if (k < lenders.size()) {
+      h = pages_[lenders[k]].device;
+    } else if (CUresult r = take_device_locked(h); r != CUDA_SUCCESS) {
+      first_error = r;
+      break;
+    }
+    from.push_back(ps[k]->host);
+    to.push_back(h);
+  }
+  std::vector<char> remapped;
+  std::uint64_t calls = 0;
+  const CUresult remap_error =
+      remap_runs(std::span(vas).first(to.size()), from, to, cfg_.page_bytes, cfg_.device,
+                 remapped, calls, clock_, &run_fit_);
+  stats_.mapping_calls += calls;
+  if (first_error == CUDA_SUCCESS) first_error = remap_error;
+  // The pages remapped are a prefix (remap_runs stops at its first error); the others
+  // keep their host memory, and their device memory goes back.
   std::size_t mapped = 0;
-  for (; mapped < vas.size(); ++mapped) {
-    page& p = *ps[mapped];
-    const bool borrow = mapped < lenders.size();
-    if (borrow) {
-      p.device = pages_[lenders[mapped]].device;
-    } else if (CUresult r = take_device_locked(p.device); r != CUDA_SUCCESS) {
-      p.device = 0;
-      first_error = r;
-      break;
-    }
-    if (CUresult r = unmap_locked(vas[mapped]); r != CUDA_SUCCESS) {
-      if (!borrow) give_device_locked(p.device);
-      p.device = 0;
-      first_error = r;
-      break;
-    }
-    if (CUresult r = map_only_locked(vas[mapped], p.device); r != CUDA_SUCCESS) {
-      map_locked(vas[mapped], p.host);
-      if (!borrow) give_device_locked(p.device);
-      p.device = 0;
-      first_error = r;
-      break;
+  while (mapped < remapped.size() && remapped[mapped]) ++mapped;
+  for (std::size_t k = 0; k < to.size(); ++k) {
+    if (k < mapped) {
+      ps[k]->device = to[k];
+    } else if (k >= lenders.size()) {
+      give_device_locked(to[k]);
     }
   }
   vas.resize(mapped);
@@ -581,15 +593,6 @@ CUresult swap_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
     stats_.resident_bytes -= cfg_.page_bytes;
   }
   std::vector<char> ok(vas.size(), 1);
-  for_runs(vas, cfg_.page_bytes, [&](std::size_t first, std::size_t count) {
-    if (CUresult r = set_access_locked(vas[first], count); r != CUDA_SUCCESS) {
-      for (std::size_t k = first; k < first + count; ++k) {
-        back_to_host_locked(vas[k], *ps[k]);
-        ok[k] = 0;
-      }
-      if (first_error == CUDA_SUCCESS) first_error = r;
-    }
-  });
   // Copies in, one per run adjacent at both ends; dead content needs none.
   const std::size_t n = vas.size();
   std::vector<char> copy(n);

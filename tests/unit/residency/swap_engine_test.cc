@@ -76,6 +76,7 @@ class Residency : public ::testing::Test {
     ASSERT_EQ(host[kPage - 1], value);
   }
   void five_pages(swap_engine& e, int fill);
+  void remapped_as_runs(swap_engine& e);
   void expect_only_page_3_left(swap_engine& e, int fill);
   static constexpr std::size_t kPages = 16;
   cudaStream_t s_ = nullptr;
@@ -300,6 +301,70 @@ TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
   expect_bytes(0, 0x10);
   expect_bytes(1, 0x11);
   EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
+}
+
+// A clock on which every reading is 100 us after the last: each run's own calls (an
+// unmap and an access grant) take 200 us by it, whatever the run's length.
+std::uint64_t g_tick_ns = 0;
+std::uint64_t ticking_clock() noexcept { return g_tick_ns += 100'000; }
+
+// See Note [Remapping runs] (residency/swap_engine.h). Two groups of four adjacent pages
+// take turns in four pages of room. Once the engine has timed its runs (200 us of
+// their own calls each, against 2 us of link per page), a use of one group waits for
+// all four evictions and remaps both groups as runs: one unmap, four maps and one
+// access grant each way (12 mapping calls, where page by page it was 18), with the
+// mover finishing the evictions or without it. Every byte is kept.
+void Residency::remapped_as_runs(swap_engine& e) {
+  e.set_copy_clock(&ticking_clock, 1e12, 1e12);
+  const auto range = [&](std::size_t first) { return byte_range{va(first), 4 * kPage}; };
+  for (std::size_t first : {0, 4}) {
+    for (std::size_t i = first; i < first + 4; ++i) ASSERT_TRUE(e.create_page(va(i)));
+    const byte_range r = range(first);
+    ASSERT_TRUE(e.prepare({&r, 1}, cu(), true));
+    ASSERT_EQ(cudaMemsetAsync(ptr(first), 0x40 + static_cast<int>(first), r.bytes, s_),
+              cudaSuccess);
+  }
+  for (std::size_t round = 0; round < 8; ++round) {
+    const std::size_t first = round % 2 == 0 ? 0 : 4;
+    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+    const std::uint64_t calls = e.stats().mapping_calls;
+    const std::uint64_t fetches = e.stats().fetches;
+    const byte_range r = range(first);
+    ASSERT_TRUE(e.prepare({&r, 1}, cu(), false));
+    ASSERT_EQ(e.stats().fetches, fetches + 4);
+    // Four rounds page by page time 16 runs (eight are enough).
+    if (round >= 4) {
+      EXPECT_EQ(e.stats().mapping_calls - calls, 12u) << "round " << round;
+    }
+  }
+  for (std::size_t i = 0; i < 8; ++i) expect_bytes(i, static_cast<unsigned char>(i < 4 ? 0x40 : 0x44));
+}
+
+TEST_F(Residency, ARunOfPagesIsRemappedWithOneUnmapAndOneAccessGrant) {
+  swap_engine e(config(4, 16));
+  remapped_as_runs(e);
+}
+
+TEST_F(Residency, TheMoverRemapsARunOfPagesWithOneUnmapAndOneAccessGrant) {
+  swap_config c = config(4, 16);
+  c.mover_thread = true;
+  swap_engine e(c);
+  remapped_as_runs(e);
+}
+
+// The fit behind it: a part per run and a part per page, told apart once two lengths
+// were timed; with one length only, all of it counts per run.
+TEST(RunCostFit, SeparatesThePartPerRunFromThePartPerPage) {
+  run_cost_fit f;
+  EXPECT_EQ(f.per_run_ns(), 0);
+  f.add(1, 190'000);
+  f.add(1, 190'000);
+  EXPECT_NEAR(f.per_run_ns(), 190'000, 1);
+  f.add(16, 190'000 + 15 * 2'000);
+  EXPECT_NEAR(f.per_run_ns(), 188'000, 1);
+  run_cost_fit per_page;  // the H100-PCIe model's figures: all per page
+  for (double pages : {1.0, 2.0, 4.0}) per_page.add(pages, pages * 62'000);
+  EXPECT_NEAR(per_page.per_run_ns(), 0, 1);
 }
 
 // The prefetch tests' device: four pages of room, five pages filled with fill + i;
