@@ -35,12 +35,16 @@ CUresult swap_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
 
 // See Note [Remapping runs] in residency/swap_engine.h: the pages of room a fetch waits
 // for before it remaps: enough that their copies take as long as a run's own calls, at
-// most kMaxRunPages; one until both the calls and the link are measured.
+// most kMaxRunPages and half the room; one until both the calls and the link
+// are measured.
 std::size_t swap_engine::batch_pages_locked() const {
   if (clock_ == nullptr || h2d_rate_ <= 0 || run_fit_.n < 8) return 1;
   const double page_ns = static_cast<double>(cfg_.page_bytes) / h2d_rate_ * 1e9;
   const double pages = std::ceil(run_fit_.per_run_ns() / page_ns);
-  return pages <= 1 ? 1 : std::min(kMaxRunPages, static_cast<std::size_t>(pages));
+  // Never more than half the room: the room a batch waits for must come.
+  const std::size_t most = std::max<std::size_t>(
+      1, std::min<std::size_t>(kMaxRunPages, capacity_bytes() / cfg_.page_bytes / 2));
+  return pages <= 1 ? 1 : std::min(most, static_cast<std::size_t>(pages));
 }
 
 CUresult swap_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {

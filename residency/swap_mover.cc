@@ -270,22 +270,26 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   // An application thread waiting for room comes first.
   if (mover_fetch_.empty() || room_waiters_ != 0) return move::idle;
   trim_spares_locked();
-  if (stats_.resident_bytes + cfg_.page_bytes > capacity_bytes()) {
-    // Room first: evictions the mover finishes (mover_finish_locked).
-    room_wanted_ = std::max<std::size_t>(room_wanted_, 1);
-    return move::idle;
-  }
   // The first page, and those after it in the schedule's order that continue its run
-  // of adjacent addresses, as far as the room goes: one unmap and one access grant for
-  // all of them (Note [Remapping runs] in residency/swap_engine.h).
-  const std::size_t room_pages = (capacity_bytes() - stats_.resident_bytes) / cfg_.page_bytes;
+  // of adjacent addresses: one unmap and one access grant for all of them (Note
+  // [Remapping runs] in residency/swap_engine.h).
   std::vector<std::uintptr_t> vas{mover_fetch_.front()};
-  while (vas.size() < std::min(room_pages, kRunPages) && vas.size() < mover_fetch_.size()) {
+  while (vas.size() < kRunPages && vas.size() < mover_fetch_.size()) {
     const std::uintptr_t va = mover_fetch_[vas.size()];
     auto it = pages_.find(va);
     if (va != vas.back() + cfg_.page_bytes || it == pages_.end() || !eligible(it->second)) break;
     vas.push_back(va);
   }
+  // Room first, for as much of the run as a batch is worth: evictions the mover
+  // finishes (mover_finish_locked). Then the run, as far as the room goes.
+  const std::uint64_t cap = capacity_bytes();
+  const std::size_t room_pages =
+      stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes;
+  if (const std::size_t batch = std::min(vas.size(), batch_pages_locked()); room_pages < batch) {
+    room_wanted_ = std::max(room_wanted_, batch - room_pages);
+    return move::idle;
+  }
+  vas.resize(std::min(vas.size(), room_pages));
   mover_fetch_.erase(mover_fetch_.begin(),
                      mover_fetch_.begin() + static_cast<std::ptrdiff_t>(vas.size()));
   const std::size_t n = vas.size();

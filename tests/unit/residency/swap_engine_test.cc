@@ -309,11 +309,11 @@ std::uint64_t g_tick_ns = 0;
 std::uint64_t ticking_clock() noexcept { return g_tick_ns += 100'000; }
 
 // See Note [Remapping runs] (residency/swap_engine.h). Two groups of four adjacent pages
-// take turns in four pages of room. Once the engine has timed its runs (200 us of
-// their own calls each, against 2 us of link per page), a use of one group waits for
-// all four evictions and remaps both groups as runs: one unmap, four maps and one
-// access grant each way (12 mapping calls, where page by page it was 18), with the
-// mover finishing the evictions or without it. Every byte is kept.
+// take turns in four pages of room, on a clock by which each run's own calls (an unmap
+// and an access grant) take 200 us against 2 us of link per page. A use of one group
+// remaps both groups as runs: one unmap, four maps and one access grant each way (12
+// mapping calls, where page by page it was 18), with the mover finishing the
+// evictions or without it. Every byte is kept.
 void Residency::remapped_as_runs(swap_engine& e) {
   e.set_copy_clock(&ticking_clock, 1e12, 1e12);
   const auto range = [&](std::size_t first) { return byte_range{va(first), 4 * kPage}; };
@@ -332,7 +332,7 @@ void Residency::remapped_as_runs(swap_engine& e) {
     const byte_range r = range(first);
     ASSERT_TRUE(e.prepare({&r, 1}, cu(), false));
     ASSERT_EQ(e.stats().fetches, fetches + 4);
-    // Four rounds page by page time 16 runs (eight are enough).
+    // Once the engine has timed its runs (eight).
     if (round >= 4) {
       EXPECT_EQ(e.stats().mapping_calls - calls, 12u) << "round " << round;
     }
