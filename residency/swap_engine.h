@@ -170,10 +170,10 @@
 // link are measured, and where a call costs about the same for one page as for many
 // (simgpu's H100-PCIe model charges the A100's figures per page), the batch is one
 // page and a fetch's first pages still come in while the later evictions go out.
-// ResNet-50 at 1/8 of its bytes, 3x, on the H200's measured model (replayed under
-// swap cost, 9 iterations, lockstep): 140.3 ms per iteration (mean) with every page
-// unmapped alone and the mover finishing one page per batch, 122.4 with runs, 90.9
-// with batches of room.
+// ResNet-50 at 1/8 of its bytes, 3x, on the H200's measured model: swap cost 3.01x
+// T_unl with every page remapped alone, 1.79x with runs and batches of room (226
+// unmaps and access grants per iteration for 532 maps); the H100-PCIe model's points
+// unchanged (docs/results.md, "Swap: remapping runs of pages").
 //
 // Note [Spare device memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
