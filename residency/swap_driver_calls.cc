@@ -13,12 +13,6 @@ namespace oversub::residency {
 
 // ---- Mapping calls (counted: mapping_calls) and spare device memory ----
 
-
-CUresult swap_engine::map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
-  ++stats_.mapping_calls;
-  return pool::driver().cuMemMap(va, cfg_.page_bytes, 0, h, 0);
-}
-
 CUresult swap_engine::unmap_locked(std::uintptr_t va) {
   ++stats_.mapping_calls;
   return pool::driver().cuMemUnmap(va, cfg_.page_bytes);
@@ -48,7 +42,10 @@ std::size_t swap_engine::batch_pages_locked() const {
 }
 
 CUresult swap_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
-  if (CUresult r = map_only_locked(va, h); r != CUDA_SUCCESS) return r;
+  ++stats_.mapping_calls;
+  if (CUresult r = pool::driver().cuMemMap(va, cfg_.page_bytes, 0, h, 0); r != CUDA_SUCCESS) {
+    return r;
+  }
   if (CUresult r = set_access_locked(va, 1); r != CUDA_SUCCESS) {
     unmap_locked(va);
     return r;

@@ -561,7 +561,6 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   std::vector<CUstream> touch_all_users_;
   // Driver calls, counted (swap_stats::mapping_calls).
   CUresult map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);  // map + access
-  CUresult map_only_locked(std::uintptr_t va, CUmemGenericAllocationHandle h);
   CUresult unmap_locked(std::uintptr_t va);
   CUresult set_access_locked(std::uintptr_t va, std::size_t pages);
   CUresult take_device_locked(CUmemGenericAllocationHandle& h);

@@ -18,9 +18,6 @@ namespace oversub::residency {
 namespace {
 
 constexpr std::size_t kHandoffEvents = 64;
-// The most pages the mover finishes in one batch (one hand-off event each), a run of
-// adjacent pages (see mover_finish_locked).
-constexpr std::size_t kRunPages = swap_engine::kMaxRunPages;
 
 // Every engine whose mover runs, for the exit handler.
 std::mutex g_movers_mutex;
@@ -182,7 +179,7 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
       });
   const std::size_t at = static_cast<std::size_t>(
       std::lower_bound(vas.begin(), vas.end(), oldest_va) - vas.begin());
-  const std::size_t cap = std::max(room_wanted_, kRunPages);
+  const std::size_t cap = std::max(room_wanted_, kMaxRunPages);
   std::size_t lo = at, hi = at + 1;
   while (hi - lo < cap) {
     if (hi < vas.size() && vas[hi] == vas[hi - 1] + cfg_.page_bytes) {
@@ -274,7 +271,7 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   // of adjacent addresses: one unmap and one access grant for all of them (Note
   // [Remapping runs] in residency/swap_engine.h).
   std::vector<std::uintptr_t> vas{mover_fetch_.front()};
-  while (vas.size() < kRunPages && vas.size() < mover_fetch_.size()) {
+  while (vas.size() < kMaxRunPages && vas.size() < mover_fetch_.size()) {
     const std::uintptr_t va = mover_fetch_[vas.size()];
     auto it = pages_.find(va);
     if (va != vas.back() + cfg_.page_bytes || it == pages_.end() || !eligible(it->second)) break;

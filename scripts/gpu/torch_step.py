@@ -180,6 +180,26 @@ def failed_row(res: step_result, model: str, name: str, limit_cell: str, shown: 
              + ("timed out" if proc.timed_out else f"exit {proc.returncode}"))
 
 
+def limited_run(k: kit, res: step_result, model: str, name: str, shown: str, cmd: list[str],
+                extra: dict[str, str], mode: str, fraction: int | None, peak: int,
+                timeout_s: float, label: str):
+    """One run of a plan under the library, at 1/fraction of the track run's peak (None:
+    no limit), its statistics' digest kept in res. Returns (proc, got, seen, limit,
+    limit_cell, peak), peak the track run's once it ran."""
+    limit = None if fraction is None else max(1 << 20, peak // fraction)
+    proc, stats = run_under(k, cmd, extra, mode, limit, timeout_s, label)
+    got = parse(proc.stdout)
+    seen = (stats or {}).get("counters", {}).get("device_bytes", {}).get("peak")
+    if fraction is None:
+        peak = seen or (got or {}).get("max_memory_allocated", 0)
+    limit_cell = shown if limit is None else f"{limit} ({shown} of {fmt_bytes(peak)})"
+    summary_line = digest(stats)
+    res.data.setdefault("stats", {})[f"{model} {name} {shown}"] = {"digest": summary_line,
+                                                                   "stats": stats}
+    res.notes.append(f"{model} {name} {shown}: {summary_line}")
+    return proc, got, seen, limit, limit_cell, peak
+
+
 def digest(stats: dict | None) -> str:
     """One line from a run's exit statistics: where the hooks' time went (call_ns),
     what moved, the host's waits and the learned schedule's state."""
@@ -300,17 +320,9 @@ def users(k: kit, res: step_result, limit_modes: list[str]) -> None:
             name = f"{mode}, caching" + (f", {iters} iterations" if iters != base_iters else "")
             if skipped(k, res, label, name, shown, fraction is not None and peak == 0):
                 continue
-            limit = None if fraction is None else max(1 << 20, peak // fraction)
-            proc, stats = run_under(k, cmd(iters), {}, mode, limit, timeout,
-                                    f"torch {label} {mode} limit {shown}")
-            got = parse(proc.stdout)
-            seen = (stats or {}).get("counters", {}).get("device_bytes", {}).get("peak")
-            if fraction is None:
-                peak = seen or (got or {}).get("max_memory_allocated", 0)
-            limit_cell = shown if limit is None else f"{limit} ({shown} of {fmt_bytes(peak)})"
-            summary_line = digest(stats)
-            res.data.setdefault("stats", {})[f"{label} {name} {shown}"] = {"digest": summary_line, "stats": stats}
-            res.notes.append(f"{label} {name} {shown}: {summary_line}")
+            proc, got, seen, limit, limit_cell, peak = limited_run(
+                k, res, label, name, shown, cmd(iters), {}, mode, fraction, peak, timeout,
+                f"torch {label} {mode} limit {shown}")
             store[label]["runs"][f"{name} {shown}"] = got
             if proc.returncode == 0 and got is not None:
                 cell, why = compare_losses(got, ref)
@@ -431,21 +443,12 @@ def pytorch(k: kit) -> step_result:
             plan = [("track", None, "none")] + [(mode, f, shown) for f, shown in fractions
                                                 for mode in limit_modes]
             for mode, fraction, shown in plan:
-                limit = None if fraction is None else max(1 << 20, peak // fraction)
                 name = f"{mode}, {allocator}"
                 if skipped(k, res, model, name, shown, fraction is not None and peak == 0):
                     continue
-                proc, stats = run_under(k, cmd, alloc_env, mode, limit, 120 if k.quick else 300,
-                                        f"torch {model} {mode} {allocator} limit {shown}")
-                got = parse(proc.stdout)
-                seen = (stats or {}).get("counters", {}).get("device_bytes", {}).get("peak")
-                if fraction is None:
-                    peak = seen or (got or {}).get("max_memory_allocated", 0)
-                limit_cell = shown if limit is None else f"{limit} ({shown} of {fmt_bytes(peak)})"
-                summary_line = digest(stats)
-                res.data.setdefault("stats", {})[f"{model} {name} {shown}"] = {
-                    "digest": summary_line, "stats": stats}
-                res.notes.append(f"{model} {name} {shown}: {summary_line}")
+                proc, got, seen, limit, limit_cell, peak = limited_run(
+                    k, res, model, name, shown, cmd, alloc_env, mode, fraction, peak,
+                    120 if k.quick else 300, f"torch {model} {mode} {allocator} limit {shown}")
                 if proc.returncode == 0 and got is not None:
                     same = got["bits"] == ref["bits"]
                     res.rows.append([model, name, limit_cell, "ran",
