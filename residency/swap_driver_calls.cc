@@ -205,6 +205,16 @@ void swap_engine::copy_done_locked(int c) {
   copies_[c].done = true;
 }
 
+// Of copies (repeats allowed), the nth to complete (by seq: each copy stream runs in
+// order), or the last with fewer; -1 with none.
+int swap_engine::nth_copy_locked(std::vector<int> copies, std::size_t nth) const {
+  if (copies.empty()) return -1;
+  std::sort(copies.begin(), copies.end(),
+            [&](int a, int b) { return copies_[a].seq < copies_[b].seq; });
+  copies.erase(std::unique(copies.begin(), copies.end()), copies.end());
+  return copies[std::min(std::max<std::size_t>(nth, 1), copies.size()) - 1];
+}
+
 CUresult swap_engine::wait_copy_locked(page& p) {
   if (p.copy < 0) return CUDA_SUCCESS;
   copy_event& c = copies_[p.copy];

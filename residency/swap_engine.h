@@ -578,6 +578,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   CUresult use_after_copy_locked(page& p, CUstream s);
   void copy_done_locked(int c);
   CUresult wait_copy_locked(page& p);
+  int nth_copy_locked(std::vector<int> copies, std::size_t nth) const;
 
   // See Note [The mover].
   void start_mover_locked();

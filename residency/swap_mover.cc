@@ -139,12 +139,9 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
   for (auto& [va, p] : pages_) {
     if (wanted(p)) waitable.push_back(p.copy);
   }
-  if (waitable.empty()) return move::idle;
-  std::sort(waitable.begin(), waitable.end(),
-            [&](int a, int b) { return copies_[a].seq < copies_[b].seq; });
-  waitable.erase(std::unique(waitable.begin(), waitable.end()), waitable.end());
-  const std::size_t nth = std::min({waitable.size(), room_wanted_, batch_pages_locked()});
-  const int oldest = waitable[std::max<std::size_t>(nth, 1) - 1];
+  const int oldest =
+      nth_copy_locked(std::move(waitable), std::min(room_wanted_, batch_pages_locked()));
+  if (oldest < 0) return move::idle;
   ++copies_[oldest].refs;  // kept while the lock is let go
   const CUevent event = copies_[oldest].event;
   lock.unlock();

@@ -414,12 +414,7 @@ CUresult swap_engine::wait_eviction_locked(std::size_t nth) {
     if (p.copy >= 0 && !copies_[p.copy].done) under_way.push_back(p.copy);
   }
   if (!any) return CUDA_ERROR_OUT_OF_MEMORY;
-  std::sort(under_way.begin(), under_way.end(),
-            [&](int a, int b) { return copies_[a].seq < copies_[b].seq; });
-  under_way.erase(std::unique(under_way.begin(), under_way.end()), under_way.end());
-  const int oldest = under_way.empty()
-                         ? -1
-                         : under_way[std::min(std::max<std::size_t>(nth, 1), under_way.size()) - 1];
+  const int oldest = nth_copy_locked(std::move(under_way), nth);
   if (oldest >= 0) {
     ++stats_.waits;
     if (CUresult r = pool::driver().cuEventSynchronize(copies_[oldest].event); r != CUDA_SUCCESS) {
