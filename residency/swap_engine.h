@@ -305,8 +305,10 @@
 // for them again only while their use is ahead, Note [Deferred fetches fall due] in
 // core/schedule.cc). The mover takes the first page that is on the host and that only
 // the engine used there (a page with unannounced users needs the host to wait for
-// them: the launching thread fetches it at its use), with the pages after it in the
-// schedule's order that continue its run of addresses, as far as the room goes
+// them: the launching thread fetches it at its use), with the pages among the next
+// 4 * kMaxRunPages of the queue, in any order, that extend its run of addresses either
+// way (the schedule asks for a run's pages over several launches, and backward passes
+// ask for them from the top down), as far as the room goes around the first page
 // (otherwise it asks for room and finishes an eviction first), marks them fetching,
 // and without the lock remaps them from their host handles to spares (Note
 // [Remapping runs]) and copies them in on its own stream, behind one copy event that

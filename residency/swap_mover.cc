@@ -264,15 +264,27 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   // An application thread waiting for room comes first.
   if (mover_fetch_.empty() || room_waiters_ != 0) return move::idle;
   trim_spares_locked();
-  // The first page, and those after it in the schedule's order that continue its run
-  // of adjacent addresses: one unmap and one access grant for all of them (Note
-  // [Remapping runs] in residency/swap_engine.h).
+  // The first page, and the pages among the queue's next ones, in any order, that
+  // extend its run of adjacent addresses either way: one unmap and one access grant for
+  // all of them (Note [Remapping runs] in residency/swap_engine.h; the schedule asks
+  // for a run's pages over several launches, and not always in address order).
   std::vector<std::uintptr_t> vas{mover_fetch_.front()};
-  while (vas.size() < kMaxRunPages && vas.size() < mover_fetch_.size()) {
-    const std::uintptr_t va = mover_fetch_[vas.size()];
-    auto it = pages_.find(va);
-    if (va != vas.back() + cfg_.page_bytes || it == pages_.end() || !eligible(it->second)) break;
-    vas.push_back(va);
+  {
+    const std::size_t look = std::min(mover_fetch_.size(), 4 * kMaxRunPages);
+    const auto queued = [&](std::uintptr_t va) {
+      const auto end = mover_fetch_.begin() + static_cast<std::ptrdiff_t>(look);
+      if (std::find(mover_fetch_.begin(), end, va) == end) return false;
+      auto it = pages_.find(va);
+      return it != pages_.end() && eligible(it->second);
+    };
+    std::uintptr_t lo = vas.front(), hi = vas.front();
+    while (vas.size() < kMaxRunPages && queued(hi + cfg_.page_bytes)) {
+      vas.push_back(hi += cfg_.page_bytes);
+    }
+    while (vas.size() < kMaxRunPages && queued(lo - cfg_.page_bytes)) {
+      vas.push_back(lo -= cfg_.page_bytes);
+    }
+    std::sort(vas.begin(), vas.end());
   }
   // Room first, for as much of the run as a batch is worth: evictions the mover
   // finishes (mover_finish_locked). Then the run, as far as the room goes.
@@ -283,9 +295,17 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
     room_wanted_ = std::max(room_wanted_, batch - room_pages);
     return move::idle;
   }
-  vas.resize(std::min(vas.size(), room_pages));
-  mover_fetch_.erase(mover_fetch_.begin(),
-                     mover_fetch_.begin() + static_cast<std::ptrdiff_t>(vas.size()));
+  if (vas.size() > room_pages) {
+    // The part of the run around the page the schedule wants first.
+    const auto at = static_cast<std::size_t>(
+        std::find(vas.begin(), vas.end(), mover_fetch_.front()) - vas.begin());
+    const std::size_t from = std::min(at, vas.size() - room_pages);
+    vas = std::vector<std::uintptr_t>(vas.begin() + static_cast<std::ptrdiff_t>(from),
+                                      vas.begin() + static_cast<std::ptrdiff_t>(from + room_pages));
+  }
+  std::erase_if(mover_fetch_, [&](std::uintptr_t va) {
+    return std::find(vas.begin(), vas.end(), va) != vas.end();
+  });
   const std::size_t n = vas.size();
   // The oldest batch's spares, as take_device_locked (the mover's own hand-offs need no
   // question); with none, new device memory, made below without the lock.

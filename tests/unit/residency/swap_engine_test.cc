@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "pool/driver_api.h"
@@ -350,6 +352,41 @@ TEST_F(Residency, TheMoverRemapsARunOfPagesWithOneUnmapAndOneAccessGrant) {
   c.mover_thread = true;
   swap_engine e(c);
   remapped_as_runs(e);
+}
+
+// See Note [Remapping runs] (residency/swap_engine.h): the schedule asks for a run's
+// pages over several launches and not in address order. The mover fetches the pages
+// among the queue's next ones that extend its first page's run either way, as one run:
+// four pages asked for as 1, 0, 3, 2 come in with one unmap, four maps and one access
+// grant (6 mapping calls; taking only the queue's consecutive pages, four runs and 12).
+// Every byte is kept.
+TEST_F(Residency, TheMoverFetchesARunAskedForOutOfOrderAsOneRun) {
+  swap_config c = config(4, 16);
+  c.mover_thread = true;
+  swap_engine e(c);
+  for (std::size_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(e.create_page(va(i)));
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x60 + static_cast<int>(i), kPage, s_), cudaSuccess);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  for (std::size_t i = 4; i < 8; ++i) e.destroy_page(va(i));  // four pages of room
+  const swap_stats before = e.stats();
+  const byte_range asked[] = {{va(1), kPage}, {va(0), kPage}, {va(3), kPage}, {va(2), kPage}};
+  std::vector<byte_range> later;
+  ASSERT_TRUE(e.prefetch_now(asked, later));
+  // The mover's, before any use could fetch a page on the launching thread.
+  for (int k = 0; k < 2000 && e.stats().mover_fetches < before.mover_fetches + 4; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const swap_stats after = e.stats();
+  ASSERT_EQ(after.mover_fetches, before.mover_fetches + 4);
+  // Four cuMemCreate (the destroyed pages' memory went back), then the run's six.
+  EXPECT_EQ(after.mapping_calls - before.mapping_calls, 4u + 6u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(use(e, i, false));
+    expect_bytes(i, static_cast<unsigned char>(0x60 + i));
+  }
 }
 
 // The fit behind it: a part per run and a part per page, told apart once two lengths
