@@ -469,6 +469,11 @@ std::uint64_t device_residency_capacity(int device) noexcept {
   return b == nullptr ? 0 : b->capacity_bytes();
 }
 
+std::size_t device_batch_pages(int device) noexcept {
+  residency_backend* b = backend_of(device);
+  return b == nullptr ? 1 : b->batch_pages();
+}
+
 bool device_reserve_foreign(int device, std::int64_t bytes) noexcept {
   device_state* s = state(device);
   return s == nullptr || s->backend == nullptr || s->backend->reserve_foreign(bytes);

@@ -99,6 +99,9 @@ void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
 std::uint64_t device_layout_generation(int device) noexcept;
 // Swap and um modes: the bytes the backend may hold on device (0 otherwise).
 std::uint64_t device_residency_capacity(int device) noexcept;
+// See Note [Remapping runs] in residency/swap_engine.h: the pages of room device's
+// backend gathers before a fetch (1 without a backend, or before it has timed its calls).
+std::size_t device_batch_pages(int device) noexcept;
 // See Note [Memory that is not ours] (residency/backend.h): bytes another library created
 // on device through the VMM API, counted against the swap/um capacity (bytes < 0 gives
 // them back). False when they would leave no room; true when no residency runs.

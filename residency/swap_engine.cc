@@ -291,6 +291,11 @@ void swap_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
   d2h_rate_ = d2h_bytes_per_s;
 }
 
+std::size_t swap_engine::batch_pages() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return batch_pages_locked();
+}
+
 // ---- The report ----
 
 void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,

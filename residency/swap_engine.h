@@ -467,6 +467,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // 0 asks whenever the answer is wanted.
   void set_copy_clock(std::uint64_t (*now_ns)() noexcept, double h2d_bytes_per_s,
                       double d2h_bytes_per_s) override;
+  std::size_t batch_pages() override;
 
   // The bytes the pages may hold: capacity_bytes(), the configured capacity less what
   // other libraries hold on the device (reserve_foreign, see Note [Memory that is not

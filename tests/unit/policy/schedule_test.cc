@@ -299,5 +299,18 @@ TEST(Schedule, CostPlansTenThousandLaunchesWellUnderASecond) {
   EXPECT_LT(seconds, 1.0) << m.launches.size() << " launches";  // about 0.45 s (-O2)
 }
 
+// See Note [Headroom] in policy/schedule.h: 1/32 of the capacity in whole pages, or a
+// batch of room where the engine gathers one, at most half the pages.
+TEST(Schedule, HeadroomIsAThirtySecondOrABatchOfRoom) {
+  constexpr std::size_t page = std::size_t{2} << 20;
+  EXPECT_EQ(planning_capacity(57 * page, page), 56 * page);
+  EXPECT_EQ(planning_capacity(57 * page, page, 1), 56 * page);
+  EXPECT_EQ(planning_capacity(57 * page, page, 5), 52 * page);
+  EXPECT_EQ(planning_capacity(320 * page, page, 5), 310 * page);  // the 1/32 is more
+  EXPECT_EQ(planning_capacity(8 * page, page, 16), 4 * page);     // half the pages
+  EXPECT_EQ(planning_capacity(20 * page, page), 20 * page);       // none below 32 pages
+  EXPECT_EQ(planning_capacity(12345, 0, 5), 12345u);
+}
+
 }  // namespace
 }  // namespace oversub::policy
