@@ -6,6 +6,7 @@
 #define OVERSUB_POLICY_COST_MODEL_H
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -14,8 +15,10 @@ namespace oversub::policy {
 // The mover's host calls (Note [The mover] in residency/swap_engine.h), ns: a per-call
 // part and a part per 2 MiB page, from the device model's keys (vmm_unmap_ns,
 // vmm_unmap_per_2mib_ns, ...). Each page swap mode moves is remapped by one host
-// thread, one page per call: an eviction unmaps the device memory, maps the host copy
-// and grants access; a fetch does the reverse. The mover also waits for an eviction's
+// thread: an eviction unmaps the device memory, maps the host copy and grants access;
+// a fetch does the reverse. Pages adjacent at their addresses and moved together are
+// one run: one unmap and one access grant over the run, one map per page (Note
+// [Remapping runs] in residency/swap_engine.h). The mover also waits for an eviction's
 // copy out (event_sync_ns) and records a hand-off event per batch (event_record_ns);
 // a fetch enqueues its copy (copy_enqueue_ns) and records the copy's event. All 0 (the
 // default): no mover (Note [Virtual time model] in policy/simulate.h).
@@ -26,24 +29,30 @@ struct mover_costs {
   std::uint64_t event_sync_ns = 0, event_record_ns = 0, copy_enqueue_ns = 0;
   std::size_t page_bytes = std::size_t{2} << 20;  // the arena's page
 
-  // The time to remap `bytes` (whole pages, one call of each kind per page).
-  std::uint64_t remap_ns(std::size_t bytes) const {
+  // The part of a remap a run's pages share: its unmap's and its access grant's
+  // per-call parts.
+  std::uint64_t run_ns() const { return vmm_unmap_ns + vmm_set_access_ns; }
+  // The time to remap `bytes` (whole pages) as a run of their own, or, joining a run
+  // already remapped, without the run's shared part.
+  std::uint64_t remap_ns(std::size_t bytes, bool joins_run = false) const {
     const std::uint64_t pages =
         page_bytes == 0 ? 1 : std::max<std::uint64_t>(1, (bytes + page_bytes - 1) / page_bytes);
-    return pages * (vmm_unmap_ns + vmm_unmap_per_page_ns + vmm_map_ns + vmm_map_per_page_ns +
-                    vmm_set_access_ns + vmm_set_access_per_page_ns);
+    return (joins_run ? 0 : run_ns()) +
+           pages * (vmm_unmap_per_page_ns + vmm_map_ns + vmm_map_per_page_ns +
+                    vmm_set_access_per_page_ns);
   }
   bool any() const { return remap_ns(page_bytes) != 0; }
   // Finishing an eviction of `bytes`: the wait on its copy's event (its host part),
   // the remap, the hand-off event. 0 without VMM costs.
-  std::uint64_t evict_ns(std::size_t bytes) const {
-    return any() ? event_sync_ns + remap_ns(bytes) + event_record_ns : 0;
+  std::uint64_t evict_ns(std::size_t bytes, bool joins_run = false) const {
+    return any() ? event_sync_ns + remap_ns(bytes, joins_run) + event_record_ns : 0;
   }
   // A fetch of `bytes`: the remap, then (with a copy) the copy's enqueue and its
   // event, and the hand-off event. 0 without VMM costs.
-  std::uint64_t fetch_ns(std::size_t bytes, bool copy) const {
+  std::uint64_t fetch_ns(std::size_t bytes, bool copy, bool joins_run = false) const {
     if (!any()) return 0;
-    return remap_ns(bytes) + (copy ? copy_enqueue_ns + event_record_ns : 0) + event_record_ns;
+    return remap_ns(bytes, joins_run) + (copy ? copy_enqueue_ns + event_record_ns : 0) +
+           event_record_ns;
   }
 };
 
@@ -67,11 +76,24 @@ struct cost_model {
   // The mover's host costs; none (the default): no mover is modelled.
   mover_costs mover;
 
-  std::uint64_t remap_ns(std::size_t bytes) const { return mover.remap_ns(bytes); }
+  std::uint64_t remap_ns(std::size_t bytes, bool joins_run = false) const {
+    return mover.remap_ns(bytes, joins_run);
+  }
   bool has_mover() const { return mover.any(); }
-  std::uint64_t mover_evict_ns(std::size_t bytes) const { return mover.evict_ns(bytes); }
-  std::uint64_t mover_fetch_ns(std::size_t bytes, bool copy) const {
-    return mover.fetch_ns(bytes, copy);
+  std::uint64_t mover_evict_ns(std::size_t bytes, bool joins_run = false) const {
+    return mover.evict_ns(bytes, joins_run);
+  }
+  std::uint64_t mover_fetch_ns(std::size_t bytes, bool copy, bool joins_run = false) const {
+    return mover.fetch_ns(bytes, copy, joins_run);
+  }
+  // See Note [Remapping runs] in residency/swap_engine.h: the pages of room the engine
+  // gathers before a fetch, as its batch_pages_locked does: a run's shared part over
+  // one page's copy in, at least 1 and at most 16 (1 without a mover or a link).
+  std::size_t mover_batch_pages() const {
+    if (!has_mover() || h2d_bytes_per_s <= 0 || mover.page_bytes == 0) return 1;
+    const double page_ns = static_cast<double>(mover.page_bytes) / h2d_bytes_per_s * 1e9;
+    const double pages = std::ceil(static_cast<double>(mover.run_ns()) / page_ns);
+    return pages <= 1 ? 1 : static_cast<std::size_t>(std::min(pages, 16.0));
   }
 
   // The time of one copy of `bytes` host to device / device to host, ns.

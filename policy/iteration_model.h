@@ -37,6 +37,10 @@ struct model_buffer {
   // [alloc_launch, free_launch]. Note [Memory of a per-iteration buffer].
   std::uint32_t alloc_launch = 0;
   std::uint32_t free_launch = 0;
+  // Where it lies, where known (0: unknown). Buffers that touch (one's address plus
+  // its bytes is the other's) and move together are remapped as one run (Note [Virtual
+  // time model] in policy/simulate.h); the page model's pages carry their addresses.
+  std::uintptr_t address = 0;
 };
 
 // One launch (kernel) of the iteration, in stream order.

@@ -125,7 +125,8 @@ page_model pages_of_profile(const profiler::profile& p, const iteration_model& b
     for (std::size_t pg : pages) {
       auto [it, added] =
           id_of_page.emplace(pg, static_cast<buffer_id>(r.model.buffers.size()));
-      if (added) r.model.buffers.push_back(model_buffer{page_bytes, true, 0, 0});
+      // Page pg lies at (pg + 1) pages: its place in the arena, never 0 (unknown).
+      if (added) r.model.buffers.push_back(model_buffer{page_bytes, true, 0, 0, (pg + 1) * page_bytes});
       ml.uses.push_back(it->second);
     }
     r.model.launches.push_back(std::move(ml));
@@ -193,7 +194,8 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
     return c;
   }
   constexpr std::size_t page = std::size_t{2} << 20;
-  const std::size_t capacity = planning_capacity(capacity_bytes, page);
+  const std::size_t capacity =
+      planning_capacity(capacity_bytes, page, device.costs.mover_batch_pages());
   for (int k = 0; k < 3; ++k) {
     const page_model m = pages_of_profile(p, buffers.model, page, 256, orders[k]);
     if (!m.error.empty()) {

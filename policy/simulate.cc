@@ -183,13 +183,13 @@ class replay {
     for (const evict_action& e : plan_.evict_at_start) compute_free_ += evict(e, 0);
     for (std::size_t i = 0; i < model_.launches.size(); ++i) {
       std::uint64_t paging_ns = 0;
-      for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f);
+        for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f);
       const model_launch& launch = model_.launches[i];
       std::uint64_t start = compute_free_ + paging_ns;
       for (buffer_id b : launch.uses) start = std::max(start, ready_[b]);
       compute_free_ = start + launch.duration_ns;
       result_.launch_end_ns.push_back(compute_free_);
-      for (const evict_action& e : plan_.launches[i].evict_after) {
+        for (const evict_action& e : plan_.launches[i].evict_after) {
         compute_free_ += evict(e, compute_free_);
       }
     }
@@ -248,12 +248,14 @@ class replay {
   std::uint64_t fetch_by_mover(const fetch_action& f, std::size_t bytes, std::size_t slack) {
     const std::uint64_t from = std::max(mover_free_, out_done_[f.buffer]);
     const std::uint64_t start = pending_.when_at_most(from, slack);
-    const std::uint64_t busy = costs_.mover_fetch_ns(bytes, f.copy_in);
+    const bool joins = joins_run(f.buffer, fetched_);
+    const std::uint64_t busy = costs_.mover_fetch_ns(bytes, f.copy_in, joins);
     mover_free_ = start + busy;
     result_.host_remap_ns += busy;
     ++result_.remaps;
+    result_.runs += joins ? 0 : 1;
     taken_at_[f.buffer] = start;
-    const std::uint64_t remapped = start + costs_.remap_ns(bytes);
+    const std::uint64_t remapped = start + costs_.remap_ns(bytes, joins);
     if (!f.copy_in) {
       ready_[f.buffer] = remapped;
       return 0;
@@ -291,16 +293,28 @@ class replay {
     if (costs_.has_mover()) {
       // The mover remaps the page once its copy out (or its last user) is done; the
       // memory is free, and the page on the host, only after that.
-      const std::uint64_t busy = costs_.mover_evict_ns(bytes);
+      const bool joins = joins_run(e.buffer, evicted_);
+      const std::uint64_t busy = costs_.mover_evict_ns(bytes, joins);
       mover_free_ = std::max(mover_free_, release) + busy;
       result_.host_remap_ns += busy;
       ++result_.remaps;
+      result_.runs += joins ? 0 : 1;
       release = mover_free_;
       out_done_[e.buffer] = release;
     }
     pending_.add(release, bytes);
     hold(e.buffer, release);
     return 0;
+  }
+
+  // See Note [Virtual time model] in policy/simulate.h: true when b touches the buffer
+  // the mover moved just before it in the same direction (last); b is then the last.
+  bool joins_run(buffer_id b, std::pair<std::uintptr_t, std::uintptr_t>& last) {
+    const model_buffer& m = model_.buffers[b];
+    const std::uintptr_t lo = m.address, hi = m.address + m.bytes;
+    const bool joins = lo != 0 && last.first != 0 && (last.second == lo || last.first == hi);
+    last = {lo, lo == 0 ? 0 : hi};
+    return joins;
   }
 
   // Records that b held its device memory from taken_at_[b] to release_ns.
@@ -328,6 +342,8 @@ class replay {
   std::vector<std::uint64_t> out_done_;  // when its last copy out completes
   pending_releases pending_;
   std::uint64_t compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0;
+  // The last page the mover fetched and evicted (addresses, 0: unknown).
+  std::pair<std::uintptr_t, std::uintptr_t> fetched_{0, 0}, evicted_{0, 0};
   std::uint64_t mover_free_ = 0;  // when the mover is done with the remaps so far
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;

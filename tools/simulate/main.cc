@@ -246,8 +246,8 @@ void print_json(const options& opts, const device_model& device, const profile_m
                 p.sim.d2h_bytes, p.sim.h2d_copies, p.sim.d2h_copies);
     if (pages != nullptr) {
       // The mover's remaps (Note [Virtual time model] in policy/simulate.h).
-      std::printf(", \"host_remap_ns\": %" PRIu64 ", \"remaps\": %" PRIu64, p.sim.host_remap_ns,
-                  p.sim.remaps);
+      std::printf(", \"host_remap_ns\": %" PRIu64 ", \"remaps\": %" PRIu64 ", \"runs\": %" PRIu64,
+                  p.sim.host_remap_ns, p.sim.remaps, p.sim.runs);
     }
     std::printf("}");
   }
@@ -298,8 +298,8 @@ void print_text(const options& opts, const device_model& device, const profile_m
                 format_bytes(p.sim.h2d_bytes).c_str(), p.sim.h2d_bytes, p.sim.h2d_copies,
                 format_bytes(p.sim.d2h_bytes).c_str(), p.sim.d2h_bytes, p.sim.d2h_copies);
     if (p.sim.remaps != 0) {
-      std::printf("          mover busy %s remapping %" PRIu64 " page moves\n",
-                  format_ns(p.sim.host_remap_ns).c_str(), p.sim.remaps);
+      std::printf("          mover busy %s remapping %" PRIu64 " page moves in %" PRIu64 " runs\n",
+                  format_ns(p.sim.host_remap_ns).c_str(), p.sim.remaps, p.sim.runs);
     }
     return;
   }

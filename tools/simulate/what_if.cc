@@ -30,7 +30,9 @@ what_if_point run_point(const policy::iteration_model& model, std::size_t capaci
   policy::cost_model link_costs = costs;
   link_costs.mover = {};
   policy::schedule_result plan = policy::plan_schedule(
-      model, policy::planning_capacity(capacity_bytes, std::size_t{2} << 20), link_costs, kind);
+      model,
+      policy::planning_capacity(capacity_bytes, std::size_t{2} << 20, costs.mover_batch_pages()),
+      link_costs, kind);
   if (!plan.ok()) {
     p.error = plan.error;
     return p;
