@@ -38,23 +38,27 @@ device_model device_of(const profiler::profile& p, const mode_costs& c) {
 // model cannot be planned; its remaps in remaps.
 std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
                          const device_model& device, const std::vector<std::uint32_t>& order,
-                         std::uint64_t remap_ns, bool vmm_waits, std::uint64_t& remaps) {
+                         std::uint64_t remap_ns, std::uint64_t run_ns, bool vmm_waits,
+                         std::uint64_t& remaps) {
   const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
   if (!buffers.error.empty()) return 0;
   const page_model m = pages_of_profile(p, buffers.model, page_bytes, 256, order);
   if (!m.error.empty()) return 0;
-  const schedule_result r = plan_schedule(m.model, planning_capacity(capacity_bytes, page_bytes),
-                                          device.costs, policy_kind::cost, 0);
-  if (!r.ok()) return 0;
   cost_model costs = device.costs;
-  costs.mover.vmm_unmap_per_page_ns = remap_ns;  // the three calls' sum, per page
+  // The three calls' sum per page, of which run_ns shared by a run's pages.
+  costs.mover.vmm_unmap_ns = std::min(run_ns, remap_ns);
+  costs.mover.vmm_unmap_per_page_ns = remap_ns - costs.mover.vmm_unmap_ns;
   costs.mover.page_bytes = page_bytes;
+  const schedule_result r = plan_schedule(
+      m.model, planning_capacity(capacity_bytes, page_bytes, costs.mover_batch_pages()),
+      device.costs, policy_kind::cost, 0);
+  if (!r.ok()) return 0;
   const simulation sim = simulate(m.model, r.value, costs);
   remaps = sim.remaps;
   if (vmm_waits) {
     // Every remap drains the device's queue: nothing overlaps.
     return unlimited_iteration_ns(m.model, device.costs) + device.costs.h2d_ns(sim.h2d_bytes) +
-           device.costs.d2h_ns(sim.d2h_bytes) + sim.remaps * remap_ns;
+           device.costs.d2h_ns(sim.d2h_bytes) + sim.host_remap_ns;
   }
   return sim.iteration_ns;
 }
@@ -114,7 +118,8 @@ mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_b
   if (swap.error.empty()) {
     out.swap_replay_ns = swap.predicted_ns[static_cast<int>(swap.kind)];
     out.swap_ns = std::max(out.swap_replay_ns, with_mover(p, capacity_bytes, device, swap.order,
-                                                          costs.remap_ns, costs.vmm_waits,
+                                                          costs.remap_ns, costs.run_ns,
+                                                          costs.vmm_waits,
                                                           out.swap_remaps));
   } else {
     out.swap_error = swap.error;

@@ -10,7 +10,8 @@
 //   profile (choose_long_lived_layout), that layout's schedule replayed with the
 //   mover (Note [The mover] in residency/swap_engine.h): each page the schedule
 //   fetches or evicts is remapped by one host thread (cuMemUnmap, cuMemMap,
-//   cuMemSetAccess), remap_ns each, one after another, an eviction's after its copy
+//   cuMemSetAccess), remap_ns each, less the run's shared part (run_ns) for a page
+//   that joins a run, one after another, an eviction's after its copy
 //   out and before its room is free, a fetch's before its copy in (Note [Virtual
 //   time model] in policy/simulate.h); never below the replay without it. Where the
 //   device's VMM calls wait until the device has finished the work already enqueued
@@ -59,6 +60,10 @@ struct mode_costs {
   // figures then; the A100's published idle figures (63.5 us) made swap look cheaper
   // than a GPU runs it.
   std::uint64_t remap_ns = 199'000;
+  // Of remap_ns, the part the pages of a run share (Note [Remapping runs] in
+  // residency/swap_engine.h): the unmap's and the access grant's per-call parts, 64 and
+  // 122 us on that H200.
+  std::uint64_t run_ns = 186'000;
   // The device's VMM calls wait for the work already enqueued (Note [Predicting swap
   // against um]).
   bool vmm_waits = false;

@@ -85,6 +85,7 @@ TEST(ModeChoice, SwapIsAtLeastItsRemapping) {
     for (std::uint32_t i = 0; i < 16; ++i) order.push_back(i);
   }
   mode_costs costs;
+  costs.run_ns = 0;    // every page remapped at its full cost
   costs.remap_ns = 0;  // buffers of a page each: the replays are the same, a tie is swap
   const mode_prediction quick = predict_modes(profile_of(16, 2 * MiB, order), 16 * MiB, costs);
   costs.remap_ns = 10'000'000;
