@@ -482,7 +482,7 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
       if (added) {
         page_of_id.push_back(page);
         uses_of_id.emplace_back();
-        model.buffers.push_back(policy::model_buffer{page.bytes, true, 0, 0, page.addr});
+        model.buffers.push_back(policy::model_buffer{page.bytes, true, 0, 0});
       }
       launch.uses.push_back(it->second);
       uses_of_id[it->second].push_back(static_cast<std::uint32_t>(i));

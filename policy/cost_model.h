@@ -12,6 +12,17 @@
 
 namespace oversub::policy {
 
+// See Note [Remapping runs] in residency/swap_engine.h: the pages of room worth
+// gathering before a remap, so that their copies take as long as a run's own calls
+// (run_ns against page_copy_ns each): at least 1, at most 16 (the engine's
+// kMaxRunPages). The swap engine takes run_ns from its timing of its calls, the
+// simulator from the device model.
+inline std::size_t run_batch_pages(double run_ns, double page_copy_ns) {
+  if (page_copy_ns <= 0) return 1;
+  const double pages = std::ceil(run_ns / page_copy_ns);
+  return pages <= 1 ? 1 : static_cast<std::size_t>(std::min(pages, 16.0));
+}
+
 // The mover's host calls (Note [The mover] in residency/swap_engine.h), ns: a per-call
 // part and a part per 2 MiB page, from the device model's keys (vmm_unmap_ns,
 // vmm_unmap_per_2mib_ns, ...). Each page swap mode moves is remapped by one host
@@ -86,14 +97,12 @@ struct cost_model {
   std::uint64_t mover_fetch_ns(std::size_t bytes, bool copy, bool joins_run = false) const {
     return mover.fetch_ns(bytes, copy, joins_run);
   }
-  // See Note [Remapping runs] in residency/swap_engine.h: the pages of room the engine
-  // gathers before a fetch, as its batch_pages_locked does: a run's shared part over
-  // one page's copy in, at least 1 and at most 16 (1 without a mover or a link).
+  // The pages of room the engine gathers before a fetch (run_batch_pages, as its
+  // batch_pages_locked); 1 without a mover or a link.
   std::size_t mover_batch_pages() const {
     if (!has_mover() || h2d_bytes_per_s <= 0 || mover.page_bytes == 0) return 1;
-    const double page_ns = static_cast<double>(mover.page_bytes) / h2d_bytes_per_s * 1e9;
-    const double pages = std::ceil(static_cast<double>(mover.run_ns()) / page_ns);
-    return pages <= 1 ? 1 : static_cast<std::size_t>(std::min(pages, 16.0));
+    return run_batch_pages(static_cast<double>(mover.run_ns()),
+                           static_cast<double>(mover.page_bytes) / h2d_bytes_per_s * 1e9);
   }
 
   // The time of one copy of `bytes` host to device / device to host, ns.

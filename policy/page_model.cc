@@ -194,8 +194,7 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
     return c;
   }
   constexpr std::size_t page = std::size_t{2} << 20;
-  const std::size_t capacity =
-      planning_capacity(capacity_bytes, page, device.costs.mover_batch_pages());
+  const std::size_t capacity = planning_capacity(capacity_bytes, page);
   for (int k = 0; k < 3; ++k) {
     const page_model m = pages_of_profile(p, buffers.model, page, 256, orders[k]);
     if (!m.error.empty()) {

@@ -183,13 +183,13 @@ class replay {
     for (const evict_action& e : plan_.evict_at_start) compute_free_ += evict(e, 0);
     for (std::size_t i = 0; i < model_.launches.size(); ++i) {
       std::uint64_t paging_ns = 0;
-        for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f);
+      for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f);
       const model_launch& launch = model_.launches[i];
       std::uint64_t start = compute_free_ + paging_ns;
       for (buffer_id b : launch.uses) start = std::max(start, ready_[b]);
       compute_free_ = start + launch.duration_ns;
       result_.launch_end_ns.push_back(compute_free_);
-        for (const evict_action& e : plan_.launches[i].evict_after) {
+      for (const evict_action& e : plan_.launches[i].evict_after) {
         compute_free_ += evict(e, compute_free_);
       }
     }

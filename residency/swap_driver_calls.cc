@@ -5,8 +5,8 @@
 #include "residency/swap_engine.h"
 
 #include <algorithm>
-#include <cmath>
 
+#include "policy/cost_model.h"
 #include "pool/driver_api.h"
 
 namespace oversub::residency {
@@ -33,12 +33,11 @@ CUresult swap_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
 // are measured.
 std::size_t swap_engine::batch_pages_locked() const {
   if (clock_ == nullptr || h2d_rate_ <= 0 || run_fit_.n < 8) return 1;
-  const double page_ns = static_cast<double>(cfg_.page_bytes) / h2d_rate_ * 1e9;
-  const double pages = std::ceil(run_fit_.per_run_ns() / page_ns);
+  static_assert(kMaxRunPages == 16, "policy::run_batch_pages caps a batch at 16 pages");
+  const std::size_t pages = policy::run_batch_pages(
+      run_fit_.per_run_ns(), static_cast<double>(cfg_.page_bytes) / h2d_rate_ * 1e9);
   // Never more than half the room: the room a batch waits for must come.
-  const std::size_t most = std::max<std::size_t>(
-      1, std::min<std::size_t>(kMaxRunPages, capacity_bytes() / cfg_.page_bytes / 2));
-  return pages <= 1 ? 1 : std::min(most, static_cast<std::size_t>(pages));
+  return std::max<std::size_t>(1, std::min(pages, capacity_bytes() / cfg_.page_bytes / 2));
 }
 
 CUresult swap_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle h) {
