@@ -77,19 +77,33 @@ char task_state(long tid) {
 
 constexpr uint64_t kComputingAfterNs = 100'000'000;  // no call for 100 ms: computing
 
-// Whether another thread is behind `self` in host time and could still call; one
-// seen asleep gets self's host time as its wake floor.
+// The host time of h's next call: its clock, or later if others called while it slept.
+double next_call_ns(const host_thread_stats& h) { return std::max(h.clock_ns, h.wake_floor_ns); }
+
+// Whether another thread must go before `self`, which is about to call or to return at
+// its clock: one at an entry point that comes first in host time (an earlier next
+// call, or the same one and an earlier first call: a total order, so two threads at
+// entry points never wait for each other), or one running its own code (woken, or
+// given its turn) whose next call is no later than self's clock. One seen asleep gets
+// self's host time as its wake floor.
 bool another_turn_first(const host_thread_stats& self) {
   uint64_t now = 0;
   for (host_thread_stats* h : g_threads) {
-    if (h == &self || h->gone || h->clock_ns >= self.clock_ns) continue;
-    if (h->entering.load(std::memory_order_acquire)) return true;
+    if (h == &self || h->gone) continue;
+    const double t = next_call_ns(*h);
+    if (t > self.clock_ns) continue;
+    if (h->entering.load(std::memory_order_acquire)) {
+      if (t < self.clock_ns || h->ordinal < self.ordinal) return true;
+      continue;
+    }
     char state = task_state(h->tid);
     if (state == 0) {
       h->gone = true;
       continue;
     }
-    if (state != 'R') {
+    // Asleep: 'S' (a futex, a condition variable, a sleep). 'D' is a wait inside the
+    // kernel (a page fault, the address space's lock) that ends by itself: running.
+    if (state != 'R' && state != 'D') {
       h->wake_floor_ns = std::max(h->wake_floor_ns, self.clock_ns);
       continue;
     }
@@ -99,6 +113,23 @@ bool another_turn_first(const host_thread_stats& self) {
     return true;
   }
   return false;
+}
+
+// Waits (the device lock let go meanwhile) until no thread comes before self; true if
+// it had to.
+bool take_turn(host_thread_stats& self) {
+  if (!another_turn_first(self)) return false;
+  for (int spins = 0; another_turn_first(self); ++spins) {
+    device_lock().unlock();
+    if (spins < 64) {
+      sched_yield();
+    } else {
+      timespec pause{0, 20000};
+      nanosleep(&pause, nullptr);
+    }
+    device_lock().lock();
+  }
+  return true;
 }
 
 thread_local int t_guard_depth = 0;
@@ -117,26 +148,19 @@ void lockstep_enter() {
   host_thread_stats& self = me();
   self.entering.store(true);
   host_reach(self.wake_floor_ns, self);
-  if (!another_turn_first(self)) {
-    self.entering.store(false);
-    return;
-  }
-  ++self.turn_waits;
-  for (int spins = 0; another_turn_first(self); ++spins) {
-    device_lock().unlock();
-    if (spins < 64) {
-      sched_yield();
-    } else {
-      timespec pause{0, 20000};
-      nanosleep(&pause, nullptr);
-    }
-    device_lock().lock();
-  }
+  if (take_turn(self)) ++self.turn_waits;
   self.entering.store(false);
 }
 
+// The return takes its turn as the call did: the caller's own code after it runs at
+// the host time the call returned, so it waits for the threads before that time.
 void lockstep_leave() {
-  if (--t_guard_depth == 0 && get_config().lockstep) me().last_return_real_ns = real_now_ns();
+  if (--t_guard_depth != 0 || !get_config().lockstep) return;
+  host_thread_stats& self = me();
+  self.entering.store(true);
+  if (take_turn(self)) ++self.turn_waits;
+  self.entering.store(false);
+  self.last_return_real_ns = real_now_ns();
 }
 
 namespace {

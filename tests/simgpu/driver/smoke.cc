@@ -565,8 +565,8 @@ static int threads() {
 
 // SIMGPU_LOCKSTEP=1 (Note [Host threads in lockstep] in tests/simgpu/driver/clock.h):
 //   - two threads calling at once, one with cheap calls and one with dear ones
-//     (cuMemCreate), take turns in host time: the host times they log, in the real
-//     order they logged them, never go back by more than one dear call;
+//     (cuMemCreate), take turns in host time, their own code included: the host times
+//     they log after their calls, in the real order they logged them, never go back;
 //   - a thread woken through a condition variable calls no earlier than the host
 //     time of the calls made while it slept.
 static int lockstep() {
@@ -618,7 +618,7 @@ static int lockstep() {
   }
   std::printf("lockstep: %zu host times logged, the most one went back %.1f us\n", at.load(),
               back / 1e3);
-  EXPECT(back <= 250000);  // one cuMemCreate (193 us on the H100 model) and change
+  EXPECT(back <= 1000);  // none; a cuMemCreate is 193 us on the H100 model
 
   // A sleeper woken by a condition variable.
   std::mutex m;
