@@ -474,6 +474,11 @@ std::size_t device_batch_pages(int device) noexcept {
   return b == nullptr ? 1 : b->batch_pages();
 }
 
+residency::residency_backend::remap_costs device_remap_costs(int device) noexcept {
+  residency_backend* b = backend_of(device);
+  return b == nullptr ? residency_backend::remap_costs{} : b->measured_remap_costs();
+}
+
 bool device_reserve_foreign(int device, std::int64_t bytes) noexcept {
   device_state* s = state(device);
   return s == nullptr || s->backend == nullptr || s->backend->reserve_foreign(bytes);

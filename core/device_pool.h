@@ -102,6 +102,9 @@ std::uint64_t device_residency_capacity(int device) noexcept;
 // See Note [Remapping runs] in residency/swap_engine.h: the pages of room device's
 // backend gathers before a fetch (1 without a backend, or before it has timed its calls).
 std::size_t device_batch_pages(int device) noexcept;
+// The host costs of device's backend's remaps as it measured them (all 0 without a
+// backend, or before it has timed enough of them).
+residency::residency_backend::remap_costs device_remap_costs(int device) noexcept;
 // See Note [Memory that is not ours] (residency/backend.h): bytes another library created
 // on device through the VMM API, counted against the swap/um capacity (bytes < 0 gives
 // them back). False when they would leave no room; true when no residency runs.

@@ -103,6 +103,21 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
   return v[v.size() / 2];
 }
 
+// Note [Predicting the remaps]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where mapping calls are dear, the mover's remaps, not the link, can bound an
+// iteration (Note [Remapping runs] in residency/swap_engine.h), and a prediction
+// without them misses by as much: ResNet-50 at 1/8 of its bytes, 3x, on the H200's
+// measured model, 37.1 ms predicted against 48.5 measured. So the learner's cost model
+// takes the engine's own timing of its remaps (run_cost_fit in residency/page_runs.h: a
+// part per run and a part per page, from eight runs timed on) as the mover's costs,
+// and policy::simulate counts each move's remap on the mover (Note [Virtual time
+// model] in policy/simulate.h): predicted_ns then holds them, and the stats
+// give the costs used (remap_run_ns, remap_page_ns) and the mover's predicted time per
+// iteration (predicted_remap_ns). Before the engine has timed enough runs (the first
+// plan of a job that has hardly moved yet), none are counted (remap_source "none"). The
+// event and copy enqueues a move also costs are left out: a microsecond or less each.
+
 // See Note [Launch durations]: l.durations_ns and l.costs for the period ending the
 // trace, from what CUPTI measured over the stretch s, else the constants.
 void measure(learner& l, const profiler::periodic_stretch& s) {
@@ -145,6 +160,15 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
     // See Note [Not asking too early] (residency/swap_engine.h): CUPTI's clock is the clock the
     // rates were measured on.
     core::device_set_copy_clock(l.device, &profiler::cupti::timestamp_ns, h2d, d2h);
+    l.copy_clock_set = true;
+  }
+  // See Note [Predicting the remaps].
+  const residency::residency_backend::remap_costs remaps = core::device_remap_costs(l.device);
+  l.remap_measured = remaps.run_ns + remaps.page_ns != 0;
+  if (l.remap_measured) {
+    l.costs.mover.vmm_unmap_ns = remaps.run_ns;
+    l.costs.mover.vmm_unmap_per_page_ns = remaps.page_ns;
+    l.costs.mover.page_bytes = remaps.page_bytes;
   }
   if (!l.source_logged) {
     // Once, in the OVERSUB_VERBOSE=1 output (and at OVERSUB_LOG=info).
@@ -444,6 +468,10 @@ bool report_section(stats::section& out) {
       .count("period_first_launch", l.period_first)
       .nanoseconds("predicted_ns", st.predicted_ns)
       .nanoseconds("predicted_unlimited_ns", st.predicted_unlimited_ns)
+      .word("remap_source", st.learned == 0 || !l.remap_measured ? "none" : "measured")
+      .nanoseconds("remap_run_ns", l.costs.mover.vmm_unmap_ns)
+      .nanoseconds("remap_page_ns", l.costs.mover.vmm_unmap_per_page_ns)
+      .nanoseconds("predicted_remap_ns", st.predicted_remap_ns)
       .bytes("predicted_h2d_bytes", st.predicted_h2d_bytes)
       .bytes("predicted_d2h_bytes", st.predicted_d2h_bytes)
       .flag("tune", current_config().tune)
@@ -482,7 +510,9 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
       if (added) {
         page_of_id.push_back(page);
         uses_of_id.emplace_back();
-        model.buffers.push_back(policy::model_buffer{page.bytes, true, 0, 0});
+        // Its address: pages moved together that touch are one run (Note [Predicting
+        // the remaps]).
+        model.buffers.push_back(policy::model_buffer{page.bytes, true, 0, 0, page.addr});
       }
       launch.uses.push_back(it->second);
       uses_of_id[it->second].push_back(static_cast<std::uint32_t>(i));
@@ -515,6 +545,7 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   if (current_config().mode == run_mode::swap) core::device_set_lending(device, v.lend);
   const policy::simulation predicted = policy::simulate(model, l.plan, l.costs);
   l.stats.predicted_ns = predicted.iteration_ns;
+  l.stats.predicted_remap_ns = predicted.host_remap_ns;
   l.stats.predicted_h2d_bytes = predicted.h2d_bytes;
   l.stats.predicted_d2h_bytes = predicted.d2h_bytes;
   l.stats.predicted_unlimited_ns = policy::unlimited_iteration_ns(model, l.costs);
@@ -576,6 +607,14 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
 
   learner& l = state();
   std::lock_guard<std::mutex> lock(l.mutex);
+  // See Note [Predicting the remaps]: the engine times its remaps on CUPTI's clock from
+  // its first moves on, so that the first plan has their costs; the link's rates come
+  // with the first plan (measure).
+  if (!l.copy_clock_set && current_config().mode == run_mode::swap &&
+      profiler::cupti::timestamp_ns() != 0) {
+    l.copy_clock_set = true;
+    core::device_set_copy_clock(device, &profiler::cupti::timestamp_ns, 0, 0);
+  }
   const std::uint32_t token = intern(l, pages);
   const std::uint64_t number = l.launches++;
   // See Note [The pool's layout changed].

@@ -45,6 +45,9 @@ struct swap_schedule_stats {
   // cost model, its pages as buffers), and the same iteration with enough memory, ns.
   std::uint64_t predicted_ns = 0;
   std::uint64_t predicted_unlimited_ns = 0;
+  // The mover's remaps in that iteration, ns (Note [Predicting the remaps] in
+  // core/schedule.cc).
+  std::uint64_t predicted_remap_ns = 0;
   // The bytes that iteration moves each way in the prediction.
   std::uint64_t predicted_h2d_bytes = 0;
   std::uint64_t predicted_d2h_bytes = 0;

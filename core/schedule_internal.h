@@ -102,6 +102,10 @@ struct learner {
   // core/schedule.cc).
   bool durations_measured = false;
   bool link_measured = false;
+  // The engine's remaps' host costs were measured and are in costs.mover (Note
+  // [Predicting the remaps] in core/schedule.cc).
+  bool remap_measured = false;
+  bool copy_clock_set = false;  // the engine has CUPTI's clock to time its remaps on
   bool source_logged = false;
   std::uint64_t period_first = 0;            // launch number of the period's first launch
   std::uint64_t measured_launches = 0;       // positions with a measured duration

@@ -135,6 +135,15 @@ class residency_backend {
   // See Note [Remapping runs] in residency/swap_engine.h: the pages of room a fetch
   // waits to gather (1: room is used as it comes).
   virtual std::size_t batch_pages() { return 1; }
+  // What the backend's remaps have cost the host as it timed them (run_cost_fit in
+  // residency/page_runs.h): a part per run (the unmap's and the access grant's calls)
+  // and a part per page (their per-page parts and a map). All 0 until it has timed
+  // enough runs, and in a backend that does not remap.
+  struct remap_costs {
+    std::uint64_t run_ns = 0, page_ns = 0;
+    std::size_t page_bytes = 0;
+  };
+  virtual remap_costs measured_remap_costs() { return {}; }
 
   // ---- Capacity and foreign memory ----
   // The bytes the backend may hold on the device: the configured capacity less what

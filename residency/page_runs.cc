@@ -33,7 +33,8 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
       first_error = r;  // nothing unmapped: the whole range must be whole mappings
       return;
     }
-    const std::uint64_t spent = timed ? clock() - t0 : 0;
+    const std::uint64_t unmapped = timed ? clock() : 0;
+    const std::uint64_t spent = unmapped - t0;
     std::size_t moved = first;
     for (; moved < end; ++moved) {
       ++calls;
@@ -41,6 +42,10 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
         first_error = r;
         break;
       }
+    }
+    if (timed && moved == end) {
+      fit->maps += static_cast<double>(count);
+      fit->map_ns += static_cast<double>(clock() - unmapped);
     }
     // The pages not moved: their memory back, so their bytes stay reachable.
     for (std::size_t k = moved; k < end; ++k) {

@@ -28,6 +28,7 @@ void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f
 // [Remapping runs] in residency/swap_engine.h).
 struct run_cost_fit {
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  double maps = 0, map_ns = 0;  // the runs' cuMemMap calls (one per page) and their time
   void add(double pages, double ns) {
     n += 1;
     sx += pages;
@@ -36,6 +37,8 @@ struct run_cost_fit {
     sxy += pages * ns;
   }
   void merge(const run_cost_fit& o) {
+    maps += o.maps;
+    map_ns += o.map_ns;
     n += o.n;
     sx += o.sx;
     sy += o.sy;
@@ -51,6 +54,13 @@ struct run_cost_fit {
     const double slope = (n * sxy - sx * sy) / denom;
     const double intercept = (sy - slope * sx) / n;
     return intercept > 0 ? intercept : 0;
+  }
+  // The part per page: the unmap's and the grant's (what the fit leaves after the part
+  // per run) and one map.
+  double per_page_ns() const {
+    if (n == 0 || sx == 0) return 0;
+    const double shared = (sy - per_run_ns() * n) / sx;
+    return (shared > 0 ? shared : 0) + (maps > 0 ? map_ns / maps : 0);
   }
 };
 

@@ -296,6 +296,14 @@ std::size_t swap_engine::batch_pages() {
   return batch_pages_locked();
 }
 
+// As batch_pages_locked, from eight runs timed on the copy clock on.
+residency_backend::remap_costs swap_engine::measured_remap_costs() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (clock_ == nullptr || run_fit_.n < 8) return {};
+  return {static_cast<std::uint64_t>(run_fit_.per_run_ns()),
+          static_cast<std::uint64_t>(run_fit_.per_page_ns()), cfg_.page_bytes};
+}
+
 // ---- The report ----
 
 void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,

@@ -468,6 +468,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   void set_copy_clock(std::uint64_t (*now_ns)() noexcept, double h2d_bytes_per_s,
                       double d2h_bytes_per_s) override;
   std::size_t batch_pages() override;
+  remap_costs measured_remap_costs() override;
 
   // The bytes the pages may hold: capacity_bytes(), the configured capacity less what
   // other libraries hold on the device (reserve_foreign, see Note [Memory that is not

@@ -12,7 +12,9 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             kernel, end - start with each end truncated to whole ns, so the same
             kernel in another iteration may differ by one. The link: simgpu's pinned
             rate and copy latency of the device model, within 1% (the fit is exact up
-            to that truncation). Loss bits identical to a run with enough memory.
+            to that truncation). Swap: the remaps' costs the engine timed, which the
+            prediction counts, match the device model's for one page within 5%. Loss
+            bits identical to a run with enough memory.
   fallback  (--mode swap|um, --holder) another tool holds CUPTI (cupti_holder
             preloaded first): the durations and the link are the constants (20 us, 25
             GB/s), the stats say "constant" and "held", OVERSUB_VERBOSE=1 says so once,
@@ -60,7 +62,7 @@ def read_log(path: Path) -> list[int]:
     return out
 
 
-def check_measured(sched: dict, durations: list[int]) -> str:
+def check_measured(sched: dict, durations: list[int], mode: str) -> str:
     period, first, learned = sched["period"], sched["period_first_launch"], sched["durations_ns"]
     if sched["cupti"] != "cupti" or sched["durations_source"] != "cupti":
         fail(f"durations not from CUPTI: {sched}")
@@ -86,9 +88,33 @@ def check_measured(sched: dict, durations: list[int]) -> str:
     if abs(sched["copy_setup_ns"] - want_setup) > 0.01 * want_setup:
         fail(f"copy setup {sched['copy_setup_ns']} ns, the model's latency is {want_setup} ns")
     check_prediction(sched)
+    remaps = check_remaps(sched, mode)
     return (f"{period} launch durations equal simgpu's ({min(learned)}..{max(learned)} ns), "
             f"link {sched['h2d_gbps']:.1f}/{sched['d2h_gbps']:.1f} GB/s, setup "
-            f"{sched['copy_setup_ns']} ns")
+            f"{sched['copy_setup_ns']} ns{remaps}")
+
+
+def check_remaps(sched: dict, mode: str) -> str:
+    """Swap: the prediction counts the engine's remaps at the costs it timed (Note
+    [Predicting the remaps] in core/schedule.cc): a page remapped alone costs what the
+    device model charges for its unmap, map and access grant, within 5%. um remaps
+    nothing."""
+    if mode != "swap":
+        if sched["remap_source"] != "none" or sched["predicted_remap_ns"] != 0:
+            fail(f"um mode counts remaps: {sched}")
+        return ""
+    if sched["remap_source"] != "measured":
+        fail(f"the engine's remaps were not measured before the plan: {sched}")
+    want = sum(device_figure(f"vmm_{k}_ns") + device_figure(f"vmm_{k}_per_2mib_ns")
+               for k in ("unmap", "map", "set_access"))
+    got = sched["remap_run_ns"] + sched["remap_page_ns"]
+    if abs(got - want) > 0.05 * want:
+        fail(f"a page's remap measured at {got} ns (run {sched['remap_run_ns']}, page "
+             f"{sched['remap_page_ns']}), the device model charges {want:.0f} ns")
+    if sched["predicted_remap_ns"] <= 0:
+        fail(f"the plan at 3x moves pages, and its prediction counts no remap: {sched}")
+    return (f", a page's remap {got / 1e3:.1f} us as measured (model {want / 1e3:.1f}), "
+            f"{sched['predicted_remap_ns'] / 1e6:.2f} ms of remaps predicted")
 
 
 def check_prediction(sched: dict) -> None:
@@ -162,7 +188,7 @@ def main() -> int:
         if sched is None or sched["learned"] == 0 or sched["followed"] == 0:
             fail(f"no schedule learned and followed: {sched}", proc)
         if args.case == "measured":
-            what = check_measured(sched, read_log(log))
+            what = check_measured(sched, read_log(log), args.mode)
         else:
             what = check_fallback(sched, proc.stderr)
     print(f"{args.mode} {args.case}: loss bits identical over {len(want)} iterations; {what}")
