@@ -165,11 +165,7 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
   // See Note [Predicting the remaps].
   const residency::residency_backend::remap_costs remaps = core::device_remap_costs(l.device);
   l.remap_measured = remaps.run_ns + remaps.page_ns != 0;
-  if (l.remap_measured) {
-    l.costs.mover.vmm_unmap_ns = remaps.run_ns;
-    l.costs.mover.vmm_unmap_per_page_ns = remaps.page_ns;
-    l.costs.mover.page_bytes = remaps.page_bytes;
-  }
+  if (l.remap_measured) l.costs.mover.set_run_and_page(remaps.run_ns, remaps.page_ns, remaps.page_bytes);
   if (!l.source_logged) {
     // Once, in the OVERSUB_VERBOSE=1 output (and at OVERSUB_LOG=info).
     l.source_logged = true;

@@ -53,6 +53,15 @@ struct mover_costs {
                     vmm_set_access_per_page_ns);
   }
   bool any() const { return remap_ns(page_bytes) != 0; }
+  // A remap known only as a part per run and a part per page (a measurement, or the
+  // mode choice's figures): the run's part as the unmap's per-call cost, the page's as
+  // its per-page cost, of `bytes_per_page` pages.
+  void set_run_and_page(std::uint64_t run_part_ns, std::uint64_t page_part_ns,
+                        std::size_t bytes_per_page) {
+    vmm_unmap_ns = run_part_ns;
+    vmm_unmap_per_page_ns = page_part_ns;
+    page_bytes = bytes_per_page;
+  }
   // Finishing an eviction of `bytes`: the wait on its copy's event (its host part),
   // the remap, the hand-off event. 0 without VMM costs.
   std::uint64_t evict_ns(std::size_t bytes, bool joins_run = false) const {

@@ -46,9 +46,8 @@ std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
   if (!m.error.empty()) return 0;
   cost_model costs = device.costs;
   // The three calls' sum per page, of which run_ns shared by a run's pages.
-  costs.mover.vmm_unmap_ns = std::min(run_ns, remap_ns);
-  costs.mover.vmm_unmap_per_page_ns = remap_ns - costs.mover.vmm_unmap_ns;
-  costs.mover.page_bytes = page_bytes;
+  costs.mover.set_run_and_page(std::min(run_ns, remap_ns), remap_ns - std::min(run_ns, remap_ns),
+                               page_bytes);
   const schedule_result r = plan_schedule(
       m.model, planning_capacity(capacity_bytes, page_bytes, costs.mover_batch_pages()),
       device.costs, policy_kind::cost, 0);

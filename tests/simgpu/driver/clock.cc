@@ -115,21 +115,24 @@ bool another_turn_first(const host_thread_stats& self) {
   return false;
 }
 
-// Waits (the device lock let go meanwhile) until no thread comes before self; true if
-// it had to.
-bool take_turn(host_thread_stats& self) {
-  if (!another_turn_first(self)) return false;
-  for (int spins = 0; another_turn_first(self); ++spins) {
-    device_lock().unlock();
-    if (spins < 64) {
-      sched_yield();
-    } else {
-      timespec pause{0, 20000};
-      nanosleep(&pause, nullptr);
+// Waits (the device lock let go meanwhile, self marked as at an entry point) until no
+// thread comes before self, counting the wait in turn_waits.
+void take_turn(host_thread_stats& self) {
+  self.entering.store(true);
+  if (another_turn_first(self)) {
+    ++self.turn_waits;
+    for (int spins = 0; another_turn_first(self); ++spins) {
+      device_lock().unlock();
+      if (spins < 64) {
+        sched_yield();
+      } else {
+        timespec pause{0, 20000};
+        nanosleep(&pause, nullptr);
+      }
+      device_lock().lock();
     }
-    device_lock().lock();
   }
-  return true;
+  self.entering.store(false);
 }
 
 thread_local int t_guard_depth = 0;
@@ -146,10 +149,8 @@ void lockstep_enter() {
     return;
   }
   host_thread_stats& self = me();
-  self.entering.store(true);
   host_reach(self.wake_floor_ns, self);
-  if (take_turn(self)) ++self.turn_waits;
-  self.entering.store(false);
+  take_turn(self);
 }
 
 // The return takes its turn as the call did: the caller's own code after it runs at
@@ -157,9 +158,7 @@ void lockstep_enter() {
 void lockstep_leave() {
   if (--t_guard_depth != 0 || !get_config().lockstep) return;
   host_thread_stats& self = me();
-  self.entering.store(true);
-  if (take_turn(self)) ++self.turn_waits;
-  self.entering.store(false);
+  take_turn(self);
   self.last_return_real_ns = real_now_ns();
 }
 

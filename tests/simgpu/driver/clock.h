@@ -69,10 +69,10 @@
 // time it fell asleep. A thread that has exited is dropped. The wait itself costs no
 // host time: it changes the order of the calls and what each thread finds done when
 // it looks. What is left to the host's scheduler: whether a thread woken while the
-// waker holds a mutex is seen before it blocks on it again (the spread of ResNet-50
-// at 1/8, 3x, on the H200 model: iterations within 3%, idle or loaded, where waiting
-// only before calls gave 47-59 ms from one machine to another and loaded runs were
-// faster).
+// waker holds a mutex is seen before it blocks on it again. ResNet-50 at 1/8, 3x, on
+// the H200 model, iterations 5-8 of three runs: 47.0-50.6 ms idle, 47.3-48.7 with two
+// busy loops, where waiting only before calls gave 47.3-53.9 and 46.9-51.4 on the same
+// machine, and 52-59 idle on another (docs/results.md).
 //
 // Note [Legacy default stream]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
