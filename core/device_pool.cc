@@ -479,6 +479,11 @@ residency::residency_backend::remap_costs device_remap_costs(int device) noexcep
   return b == nullptr ? residency_backend::remap_costs{} : b->measured_remap_costs();
 }
 
+residency::residency_backend::remap_totals device_moved_totals(int device) noexcept {
+  residency_backend* b = backend_of(device);
+  return b == nullptr ? residency_backend::remap_totals{} : b->moved_totals();
+}
+
 bool device_reserve_foreign(int device, std::int64_t bytes) noexcept {
   device_state* s = state(device);
   return s == nullptr || s->backend == nullptr || s->backend->reserve_foreign(bytes);

@@ -105,6 +105,9 @@ std::size_t device_batch_pages(int device) noexcept;
 // The host costs of device's backend's remaps as it measured them (all 0 without a
 // backend, or before it has timed enough of them).
 residency::residency_backend::remap_costs device_remap_costs(int device) noexcept;
+// What device's backend has moved so far and the host time of its remaps (all 0
+// without a backend; Note [Which part differs] in core/schedule.cc).
+residency::residency_backend::remap_totals device_moved_totals(int device) noexcept;
 // See Note [Memory that is not ours] (residency/backend.h): bytes another library created
 // on device through the VMM API, counted against the swap/um capacity (bytes < 0 gives
 // them back). False when they would leave no room; true when no residency runs.

@@ -118,6 +118,38 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
 // plan of a job that has hardly moved yet), none are counted (remap_source "none"). The
 // event and copy enqueues a move also costs are left out: a microsecond or less each.
 
+// Note [Which part differs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// The plan's prediction (predicted_ns) is a model of the library, not the library: its
+// mover makes every remap, one page at a time or joining the run of the page it moved
+// just before, while the engine's mover finishes evictions in batches as room is
+// wanted and the launching thread fetches a page itself when the mover has not begun
+// it by the launch that uses it. Where the prediction misses, the stats say which
+// part: for the last whole iteration followed, the learner keeps its measured time
+// (the launching thread's clock from one period start to the next, CUPTI's clock), and
+// the engine's own accounts over it (residency_backend::moved_totals): the host time
+// of the mapping calls made by the mover and by the launching thread, the pages
+// remapped and the runs they formed, and the bytes each way. Beside them the
+// prediction's remap time (all the mover's), remaps and runs, and bytes. Taken once
+// per iteration, at the period's first launch.
+void note_iteration(learner& l) {
+  const std::uint64_t now = profiler::cupti::timestamp_ns();
+  const residency::residency_backend::remap_totals t = core::device_moved_totals(l.device);
+  if (now == 0) return;
+  if (l.iteration_mark_ns != 0 && now > l.iteration_mark_ns) {
+    const residency::residency_backend::remap_totals& m = l.iteration_mark;
+    l.stats.measured_ns = now - l.iteration_mark_ns;
+    l.stats.measured_mover_remap_ns = t.mover_remap_ns - m.mover_remap_ns;
+    l.stats.measured_launch_thread_remap_ns = t.launch_remap_ns - m.launch_remap_ns;
+    l.stats.measured_remaps = t.pages - m.pages;
+    l.stats.measured_runs = t.runs - m.runs;
+    l.stats.measured_h2d_bytes = t.bytes_to_device - m.bytes_to_device;
+    l.stats.measured_d2h_bytes = t.bytes_to_host - m.bytes_to_host;
+  }
+  l.iteration_mark_ns = now;
+  l.iteration_mark = t;
+}
+
 // See Note [Launch durations]: l.durations_ns and l.costs for the period ending the
 // trace, from what CUPTI measured over the stretch s, else the constants.
 void measure(learner& l, const profiler::periodic_stretch& s) {
@@ -277,6 +309,7 @@ bool learn(learner& l, int device) {
   l.settle = 1;  // the first scheduled iterations still carry the on-demand ones' state
   l.stats.tuned = again ? 1 : 0;
   l.following = true;
+  l.iteration_mark_ns = 0;  // Note [Which part differs]
   l.device = device;
   const std::size_t n = l.learned.size();
   l.cursor = (n - v.rotation % n) % n;  // the next launch is the learned period's first
@@ -468,6 +501,15 @@ bool report_section(stats::section& out) {
       .nanoseconds("remap_run_ns", l.costs.mover.vmm_unmap_ns)
       .nanoseconds("remap_page_ns", l.costs.mover.vmm_unmap_per_page_ns)
       .nanoseconds("predicted_remap_ns", st.predicted_remap_ns)
+      .count("predicted_remaps", st.predicted_remaps)
+      .count("predicted_runs", st.predicted_runs)
+      .nanoseconds("measured_ns", st.measured_ns)
+      .nanoseconds("measured_mover_remap_ns", st.measured_mover_remap_ns)
+      .nanoseconds("measured_launch_thread_remap_ns", st.measured_launch_thread_remap_ns)
+      .count("measured_remaps", st.measured_remaps)
+      .count("measured_runs", st.measured_runs)
+      .bytes("measured_h2d_bytes", st.measured_h2d_bytes)
+      .bytes("measured_d2h_bytes", st.measured_d2h_bytes)
       .bytes("predicted_h2d_bytes", st.predicted_h2d_bytes)
       .bytes("predicted_d2h_bytes", st.predicted_d2h_bytes)
       .flag("tune", current_config().tune)
@@ -542,6 +584,8 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   const policy::simulation predicted = policy::simulate(model, l.plan, l.costs);
   l.stats.predicted_ns = predicted.iteration_ns;
   l.stats.predicted_remap_ns = predicted.host_remap_ns;
+  l.stats.predicted_remaps = predicted.remaps;
+  l.stats.predicted_runs = predicted.runs;
   l.stats.predicted_h2d_bytes = predicted.h2d_bytes;
   l.stats.predicted_d2h_bytes = predicted.d2h_bytes;
   l.stats.predicted_unlimited_ns = policy::unlimited_iteration_ns(model, l.costs);
@@ -553,6 +597,7 @@ namespace {
 // fetches dropped.
 void stop_following(learner& l) {
   l.following = false;
+  l.iteration_mark_ns = 0;  // Note [Which part differs]
   l.tuning = false;
   l.later.clear();
   l.later_due.clear();
@@ -628,6 +673,7 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
   if (l.following) {
     if (device == l.device && token == l.period[l.cursor]) {
       profiler::timing::tag_next_launch(profiler::timing::no_tag);
+      if (l.cursor == 0) note_iteration(l);  // Note [Which part differs]
       if (l.tuning && l.cursor == 0) tune_step(l, device, number);
       // See Note [Timing on the device] in core/tuning.cc: the kernel of each loop body's
       // last launch.

@@ -48,6 +48,20 @@ struct swap_schedule_stats {
   // The mover's remaps in that iteration, ns (Note [Predicting the remaps] in
   // core/schedule.cc).
   std::uint64_t predicted_remap_ns = 0;
+  // Its remaps (pages) and the runs they form.
+  std::uint64_t predicted_remaps = 0;
+  std::uint64_t predicted_runs = 0;
+  // See Note [Which part differs] in core/schedule.cc: the last whole iteration the
+  // schedule was followed for, as measured (0 before one): its time between the
+  // launches that begin it on CUPTI's clock, the host time of the remaps the mover and
+  // the launching thread made in it, their pages and runs, and the bytes moved.
+  std::uint64_t measured_ns = 0;
+  std::uint64_t measured_mover_remap_ns = 0;
+  std::uint64_t measured_launch_thread_remap_ns = 0;
+  std::uint64_t measured_remaps = 0;
+  std::uint64_t measured_runs = 0;
+  std::uint64_t measured_h2d_bytes = 0;
+  std::uint64_t measured_d2h_bytes = 0;
   // The bytes that iteration moves each way in the prediction.
   std::uint64_t predicted_h2d_bytes = 0;
   std::uint64_t predicted_d2h_bytes = 0;

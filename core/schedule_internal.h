@@ -110,6 +110,10 @@ struct learner {
   std::uint64_t period_first = 0;            // launch number of the period's first launch
   std::uint64_t measured_launches = 0;       // positions with a measured duration
   std::vector<std::uint64_t> durations_ns;   // per position of the learned period
+  // See Note [Which part differs] in core/schedule.cc: CUPTI's clock and the backend's
+  // totals at the start of the iteration being followed (clock 0: none yet).
+  std::uint64_t iteration_mark_ns = 0;
+  residency::residency_backend::remap_totals iteration_mark;
   policy::cost_model costs;
   // See Note [Choosing among schedules by measured time] in core/tuning.cc.
   bool tuning = false;

@@ -144,6 +144,14 @@ class residency_backend {
     std::size_t page_bytes = 0;
   };
   virtual remap_costs measured_remap_costs() { return {}; }
+  // See Note [Which part differs] in core/schedule.cc: the totals so far of what the
+  // backend moved and the host time its remaps took, by the thread that made them
+  // (0 in a backend that does not remap, or before it has a clock).
+  struct remap_totals {
+    std::uint64_t mover_remap_ns = 0, launch_remap_ns = 0, runs = 0, pages = 0;
+    std::uint64_t bytes_to_device = 0, bytes_to_host = 0;
+  };
+  virtual remap_totals moved_totals() { return {}; }
 
   // ---- Capacity and foreign memory ----
   // The bytes the backend may hold on the device: the configured capacity less what

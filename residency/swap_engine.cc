@@ -304,6 +304,20 @@ residency_backend::remap_costs swap_engine::measured_remap_costs() {
           static_cast<std::uint64_t>(run_fit_.per_page_ns()), cfg_.page_bytes};
 }
 
+void swap_engine::count_remaps_locked(const run_cost_fit& fit, bool by_mover) {
+  run_fit_.merge(fit);
+  const auto ns = static_cast<std::uint64_t>(fit.sy + fit.map_ns);
+  (by_mover ? stats_.mover_remap_ns : stats_.launch_remap_ns) += ns;
+  stats_.remap_runs += static_cast<std::uint64_t>(fit.n);
+  stats_.remap_pages += static_cast<std::uint64_t>(fit.maps);
+}
+
+residency_backend::remap_totals swap_engine::moved_totals() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {stats_.mover_remap_ns, stats_.launch_remap_ns, stats_.remap_runs,
+          stats_.remap_pages,    stats_.bytes_to_device, stats_.bytes_to_host};
+}
+
 // ---- The report ----
 
 void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
@@ -333,7 +347,11 @@ void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
       .count("mover_batches", e.mover_batches)
       .count("mover_pages", e.mover_pages)
       .count("mover_waits", e.mover_waits)
-      .count("mover_fetches", e.mover_fetches);
+      .count("mover_fetches", e.mover_fetches)
+      .nanoseconds("mover_remap_ns", e.mover_remap_ns)
+      .nanoseconds("launch_remap_ns", e.launch_remap_ns)
+      .count("remap_runs", e.remap_runs)
+      .count("remap_pages", e.remap_pages);
 }
 
 }  // namespace oversub::residency

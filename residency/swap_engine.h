@@ -397,6 +397,13 @@ struct swap_stats {
   std::uint64_t mover_pages = 0;
   std::uint64_t mover_waits = 0;
   std::uint64_t mover_fetches = 0;  // fetches the mover made (counted in fetches too)
+  // See Note [Which part differs] in core/schedule.cc: the remaps' mapping calls (unmaps,
+  // maps, access grants) as timed on the copy clock, by the thread that made them, and
+  // the runs and pages they remapped. 0 until the engine has the clock.
+  std::uint64_t mover_remap_ns = 0;
+  std::uint64_t launch_remap_ns = 0;
+  std::uint64_t remap_runs = 0;
+  std::uint64_t remap_pages = 0;
 };
 
 // The exit report's swap section (residency/swap_engine.cc).
@@ -469,6 +476,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
                       double d2h_bytes_per_s) override;
   std::size_t batch_pages() override;
   remap_costs measured_remap_costs() override;
+  remap_totals moved_totals() override;
 
   // The bytes the pages may hold: capacity_bytes(), the configured capacity less what
   // other libraries hold on the device (reserve_foreign, see Note [Memory that is not
@@ -638,6 +646,9 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   std::uint64_t (*clock_)() noexcept = nullptr;
   // See Note [Remapping runs]: what the runs' own calls cost, as timed by clock_.
   run_cost_fit run_fit_;
+  // Adds remaps timed into `fit` to run_fit_ and to the stats of the thread that made
+  // them (the mover, or the launching thread).
+  void count_remaps_locked(const run_cost_fit& fit, bool by_mover);
   double h2d_rate_ = 0;
   double d2h_rate_ = 0;
   std::uint64_t to_host_not_before_ = 0;

@@ -216,7 +216,7 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
 
   lock.lock();
   stats_.mapping_calls += calls;
-  run_fit_.merge(fit);
+  count_remaps_locked(fit, true);
   ++stats_.mover_batches;
   for (std::size_t k = 0; k < vas.size(); ++k) {
     page& p = pages_[vas[k]];
@@ -385,7 +385,7 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
 
   lock.lock();
   stats_.mapping_calls += calls;
-  run_fit_.merge(fit);
+  count_remaps_locked(fit, true);
   if (error != CUDA_SUCCESS && c >= 0) {
     copies_[c].refs -= static_cast<std::uint32_t>(copies);
     if (copies_[c].refs == 0) free_copies_.push_back(c);

@@ -220,9 +220,11 @@ CUresult swap_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
   }
   std::vector<char> ok;
   std::uint64_t calls = 0;
+  run_cost_fit fit;
   first_error = remap_runs(mapped, from, to, cfg_.page_bytes, cfg_.device, ok, calls, clock_,
-                           &run_fit_);
+                           &fit);
   stats_.mapping_calls += calls;
+  count_remaps_locked(fit, false);
   for (std::size_t k = 0; k < mapped.size(); ++k) {
     if (!ok[k]) continue;
     page& p = pages_[mapped[k]];
@@ -560,10 +562,12 @@ CUresult swap_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
   }
   std::vector<char> remapped;
   std::uint64_t calls = 0;
+  run_cost_fit fit;
   const CUresult remap_error =
       remap_runs(std::span(vas).first(to.size()), from, to, cfg_.page_bytes, cfg_.device,
-                 remapped, calls, clock_, &run_fit_);
+                 remapped, calls, clock_, &fit);
   stats_.mapping_calls += calls;
+  count_remaps_locked(fit, false);
   if (first_error == CUDA_SUCCESS) first_error = remap_error;
   // The pages remapped are a prefix (remap_runs stops at its first error); the others
   // keep their host memory, and their device memory goes back.

@@ -13,8 +13,12 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             kernel in another iteration may differ by one. The link: simgpu's pinned
             rate and copy latency of the device model, within 1% (the fit is exact up
             to that truncation). Swap: the remaps' costs the engine timed, which the
-            prediction counts, match the device model's for one page within 5%. Loss
-            bits identical to a run with enough memory.
+            prediction counts, match the device model's for one page within 5%; the
+            last whole iteration followed is measured part by part (Note [Which part
+            differs] in core/schedule.cc): its remaps' host time, split between the
+            mover and the launching thread, is what the engine's timed costs give for
+            its runs and pages (within 2%), and no part exceeds the engine's totals.
+            Loss bits identical to a run with enough memory.
   fallback  (--mode swap|um, --holder) another tool holds CUPTI (cupti_holder
             preloaded first): the durations and the link are the constants (20 us, 25
             GB/s), the stats say "constant" and "held", OVERSUB_VERBOSE=1 says so once,
@@ -62,7 +66,7 @@ def read_log(path: Path) -> list[int]:
     return out
 
 
-def check_measured(sched: dict, durations: list[int], mode: str) -> str:
+def check_measured(sched: dict, durations: list[int], mode: str, swap: dict | None) -> str:
     period, first, learned = sched["period"], sched["period_first_launch"], sched["durations_ns"]
     if sched["cupti"] != "cupti" or sched["durations_source"] != "cupti":
         fail(f"durations not from CUPTI: {sched}")
@@ -88,7 +92,7 @@ def check_measured(sched: dict, durations: list[int], mode: str) -> str:
     if abs(sched["copy_setup_ns"] - want_setup) > 0.01 * want_setup:
         fail(f"copy setup {sched['copy_setup_ns']} ns, the model's latency is {want_setup} ns")
     check_prediction(sched)
-    remaps = check_remaps(sched, mode)
+    remaps = check_remaps(sched, mode) + check_parts(sched, mode, swap)
     return (f"{period} launch durations equal simgpu's ({min(learned)}..{max(learned)} ns), "
             f"link {sched['h2d_gbps']:.1f}/{sched['d2h_gbps']:.1f} GB/s, setup "
             f"{sched['copy_setup_ns']} ns{remaps}")
@@ -115,6 +119,44 @@ def check_remaps(sched: dict, mode: str) -> str:
         fail(f"the plan at 3x moves pages, and its prediction counts no remap: {sched}")
     return (f", a page's remap {got / 1e3:.1f} us as measured (model {want / 1e3:.1f}), "
             f"{sched['predicted_remap_ns'] / 1e6:.2f} ms of remaps predicted")
+
+
+def check_parts(sched: dict, mode: str, swap: dict | None) -> str:
+    """Swap: the last whole iteration followed, measured part by part (Note [Which part
+    differs] in core/schedule.cc). Its remaps' host time (the mover's and the launching
+    thread's) is what the engine's timed costs give for the runs and pages it counted,
+    within 2% (simgpu's costs are exact; the fit is over every run timed), and each
+    part is at most the engine's total over the run."""
+    keys = ("measured_ns", "measured_mover_remap_ns", "measured_launch_thread_remap_ns",
+            "measured_remaps", "measured_runs", "measured_h2d_bytes", "measured_d2h_bytes")
+    if mode != "swap":
+        if any(sched[k] != 0 for k in keys[1:5]):
+            fail(f"um mode measures remaps: {sched}")
+        return ""
+    if swap is None:
+        fail("no swap section in the stats")
+    if sched["measured_ns"] <= 0 or sched["measured_remaps"] <= 0:
+        fail(f"no followed iteration measured, or none that remapped, at 3x: {sched}")
+    runs, pages = sched["measured_runs"], sched["measured_remaps"]
+    if not 0 < runs <= pages:
+        fail(f"{runs} runs for {pages} pages remapped")
+    took = sched["measured_mover_remap_ns"] + sched["measured_launch_thread_remap_ns"]
+    want = runs * sched["remap_run_ns"] + pages * sched["remap_page_ns"]
+    if abs(took - want) > 0.02 * want:
+        fail(f"the iteration's remaps took {took} ns; {runs} runs and {pages} pages at the "
+             f"engine's costs are {want} ns")
+    for part, total in (("measured_mover_remap_ns", "mover_remap_ns"),
+                        ("measured_launch_thread_remap_ns", "launch_remap_ns"),
+                        ("measured_remaps", "remap_pages"), ("measured_runs", "remap_runs"),
+                        ("measured_h2d_bytes", "bytes_to_device"),
+                        ("measured_d2h_bytes", "bytes_to_host")):
+        if sched[part] > swap[total]:
+            fail(f"{part} {sched[part]} is more than the engine's {total} {swap[total]}")
+    return (f"; the last iteration {sched['measured_ns'] / 1e6:.2f} ms, remaps "
+            f"{sched['measured_mover_remap_ns'] / 1e6:.2f} ms on the mover and "
+            f"{sched['measured_launch_thread_remap_ns'] / 1e6:.2f} ms on the launching "
+            f"thread ({pages} pages in {runs} runs), predicted {sched['predicted_remaps']} "
+            f"in {sched['predicted_runs']}")
 
 
 def check_prediction(sched: dict) -> None:
@@ -188,7 +230,8 @@ def main() -> int:
         if sched is None or sched["learned"] == 0 or sched["followed"] == 0:
             fail(f"no schedule learned and followed: {sched}", proc)
         if args.case == "measured":
-            what = check_measured(sched, read_log(log), args.mode)
+            swap = stats.get("pool", {}).get("device0", {}).get("swap")
+            what = check_measured(sched, read_log(log), args.mode, swap)
         else:
             what = check_fallback(sched, proc.stderr)
     print(f"{args.mode} {args.case}: loss bits identical over {len(want)} iterations; {what}")
