@@ -104,6 +104,13 @@ bool another_turn_first(const host_thread_stats& self) {
     // Asleep: 'S' (a futex, a condition variable, a sleep). 'D' is a wait inside the
     // kernel (a page fault, the address space's lock) that ends by itself: running.
     if (state != 'R' && state != 'D') {
+      // It may have reached an entry point since `entering` was read, and be asleep
+      // on the device lock this thread holds: at an entry point, not asleep (Note
+      // [Host threads in lockstep] in tests/simgpu/driver/clock.h).
+      if (h->entering.load(std::memory_order_acquire)) {
+        if (t < self.clock_ns || h->ordinal < self.ordinal) return true;
+        continue;
+      }
       h->wake_floor_ns = std::max(h->wake_floor_ns, self.clock_ns);
       continue;
     }

@@ -64,7 +64,11 @@
 // back. A thread that sleeps (a condition variable, a mutex) cannot call before it is
 // woken, and simgpu cannot see who wakes it; the hostile reading: a thread seen
 // asleep by a call made at host time t makes its own next call no earlier than t (its
-// clock moves there, counted as waited). A page mover woken by a request therefore
+// clock moves there, counted as waited; one seen asleep that is at an entry point by
+// the time its state is read, blocked on the device lock the caller holds, is at an
+// entry point: read the other way round, a launching thread about to remap was moved
+// to the mover's clock, milliseconds ahead, in one of four GPT-2 iterations at 3x). A
+// page mover woken by a request therefore
 // starts no earlier than the request, where without this it would start at the host
 // time it fell asleep. A thread that has exited is dropped. The wait itself costs no
 // host time: it changes the order of the calls and what each thread finds done when
