@@ -134,6 +134,7 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
   }
   if (!missing.empty()) {
     std::sort(missing.begin(), missing.end());
+    if (mover_on_) extend_with_queued_locked(missing);
     if (CUresult r = fetch_locked(std::move(missing), true, nullptr, rank); r != CUDA_SUCCESS) {
       ++stats_.failures;
       result.driver = r;
@@ -183,6 +184,57 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
     }
   }
   return result;
+}
+
+// See Note [A launch's fetch takes the queue's neighbours] in residency/swap_engine.h.
+void swap_engine::extend_with_queued_locked(std::vector<std::uintptr_t>& missing) {
+  if (mover_fetch_.empty() || !touch_all_users_.empty()) return;
+  const std::uint64_t cap = capacity_bytes();
+  const std::size_t free_pages =
+      stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes;
+  if (free_pages <= missing.size()) return;
+  std::size_t spare = free_pages - missing.size();
+  const std::size_t look = std::min(mover_fetch_.size(), 4 * kMaxRunPages);
+  const auto queue_end = mover_fetch_.begin() + static_cast<std::ptrdiff_t>(look);
+  // As the mover's own run (mover_fetch_locked): queued, on the host, used by nothing
+  // else there, no lending.
+  const auto takeable = [&](std::uintptr_t va) {
+    if (std::find(mover_fetch_.begin(), queue_end, va) == queue_end) return false;
+    auto it = pages_.find(va);
+    if (it == pages_.end()) return false;
+    const page& p = it->second;
+    return p.where == state::on_host && p.users.empty() && p.lender == 0 && p.lent_to == 0 &&
+           p.pinned != epoch_ && p.host != 0;
+  };
+  std::vector<std::uintptr_t> taken;
+  for (std::size_t i = 0; i < missing.size() && spare != 0;) {
+    std::size_t j = i + 1;
+    while (j < missing.size() && missing[j] == missing[j - 1] + cfg_.page_bytes) ++j;
+    std::size_t run = j - i;
+    for (std::uintptr_t hi = missing[j - 1] + cfg_.page_bytes;
+         spare != 0 && run < kMaxRunPages && takeable(hi); hi += cfg_.page_bytes) {
+      taken.push_back(hi);
+      pages_[hi].pinned = epoch_;
+      --spare;
+      ++run;
+    }
+    for (std::uintptr_t lo = missing[i] - cfg_.page_bytes;
+         spare != 0 && run < kMaxRunPages && takeable(lo); lo -= cfg_.page_bytes) {
+      taken.push_back(lo);
+      pages_[lo].pinned = epoch_;
+      --spare;
+      ++run;
+    }
+    i = j;
+  }
+  if (taken.empty()) return;
+  std::erase_if(mover_fetch_, [&](std::uintptr_t va) {
+    return std::find(taken.begin(), taken.end(), va) != taken.end();
+  });
+  stats_.launch_run_pages += taken.size();
+  missing.insert(missing.end(), taken.begin(), taken.end());
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
 }
 
 void swap_engine::touch_all(CUstream stream) {
@@ -348,6 +400,7 @@ void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
       .count("mover_pages", e.mover_pages)
       .count("mover_waits", e.mover_waits)
       .count("mover_fetches", e.mover_fetches)
+      .count("launch_run_pages", e.launch_run_pages)
       .nanoseconds("mover_remap_ns", e.mover_remap_ns)
       .nanoseconds("launch_remap_ns", e.launch_remap_ns)
       .count("remap_runs", e.remap_runs)
