@@ -134,8 +134,8 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
 // per iteration, at the period's first launch.
 void note_iteration(learner& l) {
   const std::uint64_t now = profiler::cupti::timestamp_ns();
-  const residency::residency_backend::remap_totals t = core::device_moved_totals(l.device);
   if (now == 0) return;
+  const residency::residency_backend::remap_totals t = core::device_moved_totals(l.device);
   if (l.iteration_mark_ns != 0 && now > l.iteration_mark_ns) {
     const residency::residency_backend::remap_totals& m = l.iteration_mark;
     l.stats.measured_ns = now - l.iteration_mark_ns;

@@ -188,7 +188,7 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
 
 // See Note [A launch's fetch takes the queue's neighbours] in residency/swap_engine.h.
 void swap_engine::extend_with_queued_locked(std::vector<std::uintptr_t>& missing) {
-  if (mover_fetch_.empty() || !touch_all_users_.empty()) return;
+  if (mover_fetch_.empty()) return;
   const std::uint64_t cap = capacity_bytes();
   const std::size_t free_pages =
       stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes;
@@ -196,35 +196,30 @@ void swap_engine::extend_with_queued_locked(std::vector<std::uintptr_t>& missing
   std::size_t spare = free_pages - missing.size();
   const std::size_t look = std::min(mover_fetch_.size(), 4 * kMaxRunPages);
   const auto queue_end = mover_fetch_.begin() + static_cast<std::ptrdiff_t>(look);
-  // As the mover's own run (mover_fetch_locked): queued, on the host, used by nothing
-  // else there, no lending.
+  // As the mover's own run (mover_fetch_locked): queued, and a page it may fetch.
   const auto takeable = [&](std::uintptr_t va) {
     if (std::find(mover_fetch_.begin(), queue_end, va) == queue_end) return false;
     auto it = pages_.find(va);
-    if (it == pages_.end()) return false;
-    const page& p = it->second;
-    return p.where == state::on_host && p.users.empty() && p.lender == 0 && p.lent_to == 0 &&
-           p.pinned != epoch_ && p.host != 0;
+    return it != pages_.end() && mover_may_fetch(it->second);
   };
   std::vector<std::uintptr_t> taken;
+  // Takes the queued pages from va on, a page apart in the direction of `step` (one
+  // page's bytes, either sign), while the run and the room allow.
+  const auto take_from = [&](std::uintptr_t va, std::ptrdiff_t step, std::size_t& run) {
+    for (; spare != 0 && run < kMaxRunPages && takeable(va); va += step) {
+      taken.push_back(va);
+      pages_[va].pinned = epoch_;
+      --spare;
+      ++run;
+    }
+  };
+  const auto page = static_cast<std::ptrdiff_t>(cfg_.page_bytes);
   for (std::size_t i = 0; i < missing.size() && spare != 0;) {
     std::size_t j = i + 1;
     while (j < missing.size() && missing[j] == missing[j - 1] + cfg_.page_bytes) ++j;
     std::size_t run = j - i;
-    for (std::uintptr_t hi = missing[j - 1] + cfg_.page_bytes;
-         spare != 0 && run < kMaxRunPages && takeable(hi); hi += cfg_.page_bytes) {
-      taken.push_back(hi);
-      pages_[hi].pinned = epoch_;
-      --spare;
-      ++run;
-    }
-    for (std::uintptr_t lo = missing[i] - cfg_.page_bytes;
-         spare != 0 && run < kMaxRunPages && takeable(lo); lo -= cfg_.page_bytes) {
-      taken.push_back(lo);
-      pages_[lo].pinned = epoch_;
-      --spare;
-      ++run;
-    }
+    take_from(missing[j - 1] + cfg_.page_bytes, page, run);
+    take_from(missing[i] - cfg_.page_bytes, -page, run);
     i = j;
   }
   if (taken.empty()) return;

@@ -614,6 +614,13 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   void mover_main();
   void stop_mover();
   friend void stop_movers_at_exit();
+  // See Note [The mover]: a page the mover may fetch (on the host, nothing but the
+  // engine used it there, not wanted by an application thread right now, no lending
+  // either way).
+  bool mover_may_fetch(const page& p) const {
+    return p.where == state::on_host && p.users.empty() && touch_all_users_.empty() &&
+           p.lender == 0 && p.lent_to == 0 && p.pinned != epoch_ && p.host != 0;
+  }
   bool claimable(const page& p) const {
     return p.where == state::evicting && p.lent_to == 0 && p.lender == 0 && p.copy >= 0 &&
            p.pinned != epoch_;

@@ -248,16 +248,10 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
 // the room are there (Note [The mover] in residency/swap_engine.h).
 swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& lock) {
   const pool::driver_table& d = pool::driver();
-  // On the host, nothing but the engine used it there (no unannounced users to wait
-  // for), not wanted by the application's thread right now, no lending either way.
-  const auto eligible = [&](const page& p) {
-    return p.where == state::on_host && p.users.empty() && touch_all_users_.empty() &&
-           p.lender == 0 && p.lent_to == 0 && p.pinned != epoch_ && p.host != 0;
-  };
   std::size_t next = 0;
   while (next < mover_fetch_.size()) {
     auto it = pages_.find(mover_fetch_[next]);
-    if (it != pages_.end() && eligible(it->second)) break;
+    if (it != pages_.end() && mover_may_fetch(it->second)) break;
     ++next;
   }
   mover_fetch_.erase(mover_fetch_.begin(), mover_fetch_.begin() + static_cast<std::ptrdiff_t>(next));
@@ -275,7 +269,7 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
       const auto end = mover_fetch_.begin() + static_cast<std::ptrdiff_t>(look);
       if (std::find(mover_fetch_.begin(), end, va) == end) return false;
       auto it = pages_.find(va);
-      return it != pages_.end() && eligible(it->second);
+      return it != pages_.end() && mover_may_fetch(it->second);
     };
     std::uintptr_t lo = vas.front(), hi = vas.front();
     while (vas.size() < kMaxRunPages && queued(hi + cfg_.page_bytes)) {

@@ -92,26 +92,28 @@ bool another_turn_first(const host_thread_stats& self) {
     if (h == &self || h->gone) continue;
     const double t = next_call_ns(*h);
     if (t > self.clock_ns) continue;
-    if (h->entering.load(std::memory_order_acquire)) {
-      if (t < self.clock_ns || h->ordinal < self.ordinal) return true;
-      continue;
-    }
-    char state = task_state(h->tid);
-    if (state == 0) {
-      h->gone = true;
-      continue;
-    }
-    // Asleep: 'S' (a futex, a condition variable, a sleep). 'D' is a wait inside the
-    // kernel (a page fault, the address space's lock) that ends by itself: running.
-    if (state != 'R' && state != 'D') {
-      // It may have reached an entry point since `entering` was read, and be asleep
-      // on the device lock this thread holds: at an entry point, not asleep (Note
-      // [Host threads in lockstep] in tests/simgpu/driver/clock.h).
-      if (h->entering.load(std::memory_order_acquire)) {
-        if (t < self.clock_ns || h->ordinal < self.ordinal) return true;
+    bool at_entry = h->entering.load(std::memory_order_acquire);
+    if (!at_entry) {
+      char state = task_state(h->tid);
+      if (state == 0) {
+        h->gone = true;
         continue;
       }
-      h->wake_floor_ns = std::max(h->wake_floor_ns, self.clock_ns);
+      // Asleep: 'S' (a futex, a condition variable, a sleep). 'D' is a wait inside the
+      // kernel (a page fault, the address space's lock) that ends by itself: running.
+      if (state != 'R' && state != 'D') {
+        // It may have reached an entry point since `entering` was read, and be asleep
+        // on the device lock this thread holds: at an entry point, not asleep (Note
+        // [Host threads in lockstep] in tests/simgpu/driver/clock.h).
+        at_entry = h->entering.load(std::memory_order_acquire);
+        if (!at_entry) {
+          h->wake_floor_ns = std::max(h->wake_floor_ns, self.clock_ns);
+          continue;
+        }
+      }
+    }
+    if (at_entry) {
+      if (t < self.clock_ns || h->ordinal < self.ordinal) return true;
       continue;
     }
     if (now == 0) now = real_now_ns();
