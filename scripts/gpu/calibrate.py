@@ -88,6 +88,26 @@ def calibrate(facts: dict, base: str, source: str = "facts.json") -> str:
     # launch_rate is not taken for launch_enqueue_ns: 20000 empty kernels in a row are
     # paced by the device (an H200: 4.6 us a launch on the host and on the device
     # alike), not by the host's enqueue cost the key stands for.
+    # Managed memory's own rates (Note [Managed migration rates] in
+    # tests/simgpu/driver/device_model.cc): absent where the device has no concurrent
+    # managed access (gpu_facts skips them), and then the base model's stay.
+    prefetch = facts.get("managed_prefetch")
+    if isinstance(prefetch, dict) and "to_device_gbps" in prefetch:
+        up = float(field(facts, "managed_prefetch.to_device_gbps"))
+        down = float(field(facts, "managed_prefetch.to_host_gbps"))
+        values["managed_h2d_bandwidth"] = (f"{up * 1e9:.4g}", "managed_prefetch.to_device_gbps (events)")
+        values["managed_d2h_bandwidth"] = (f"{down * 1e9:.4g}", "managed_prefetch.to_host_gbps (events)")
+        faults = facts.get("managed_faults")
+        if isinstance(faults, dict) and "migrated_gbps" in faults:
+            # simgpu charges a faulted page managed_fault_ns plus its migration at the
+            # managed rate to the device, one after another within a kernel; the
+            # toucher faults one page per stride.
+            stride = float(field(facts, "managed_faults.touch_stride_bytes"))
+            rate = float(field(facts, "managed_faults.migrated_gbps")) * 1e9
+            fault_ns = max(0.0, stride / rate * 1e9 - stride / (up * 1e9) * 1e9)
+            values["managed_fault_ns"] = (str(round(fault_ns)),
+                                          "managed_faults.migrated_gbps (events), less a page's "
+                                          "migration at managed_h2d_bandwidth")
     host = facts.get("host_vmm")
     if isinstance(host, dict) and "supported" in host:
         values["host_vmm_supported"] = ("1" if host["supported"] else "0", "host_vmm.supported")

@@ -3,8 +3,8 @@
 
 1. Round trip on simgpu: gpu_facts run on the h200-measured model gives facts from
    which calibrate writes a model whose device figures (name, memory, SMs, compute
-   capability) equal that model's and whose pinned bandwidths, timed with events in
-   simgpu's virtual time, are within 5% of it. (The VMM and event costs gpu_facts
+   capability) equal that model's and whose pinned and managed bandwidths and managed
+   fault cost, timed with events in simgpu's virtual time, are within 5% of it. (The VMM and event costs gpu_facts
    times with the host's clock, which on simgpu is the CPU's, not the model's: they
    cannot round-trip here.)
 2. A facts file missing a field the model needs: refused (exit 1) with the field's
@@ -70,7 +70,8 @@ def main() -> int:
                 problems.append(f"{k}: {got.get(k)!r}, the model has {want.get(k)!r}")
         if abs(number(got["memory"]) - number(want["memory"])) > 0.05 * number(want["memory"]):
             problems.append(f"memory {got['memory']} against {want['memory']}")
-        for k in ("h2d_pinned_bandwidth", "d2h_pinned_bandwidth"):
+        for k in ("h2d_pinned_bandwidth", "d2h_pinned_bandwidth", "managed_h2d_bandwidth",
+                  "managed_d2h_bandwidth", "managed_fault_ns"):
             g, w = float(got[k]), float(want[k])
             if abs(g - w) > 0.05 * w:
                 problems.append(f"{k} {g:.4g} against the model's {w:.4g} (more than 5% off)")

@@ -285,10 +285,13 @@ CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation l
   managed_note_prefetch(p, bytes, loc);  // recorded when enqueued, as in CUDA
   engine e = to_device ? engine::h2d : engine::d2h;
   double start = op_begin(s, e, 0);
-  uint64_t moved = managed_migrate_range(p, bytes, to_device);
-  double rate = to_device ? d.model.h2d_pinned_bytes_per_s : d.model.d2h_pinned_bytes_per_s;
-  double end = start + (moved ? d.model.copy_latency_ns + moved / rate * 1e9 : 0);
+  double evict_ns = 0;
+  uint64_t moved = managed_migrate_range(p, bytes, to_device, &evict_ns);
+  // See Note [Managed migration rates] in tests/simgpu/driver/device_model.cc.
+  double rate = to_device ? d.model.managed_h2d_bytes_per_s : d.model.managed_d2h_bytes_per_s;
+  double end = start + (moved ? d.model.copy_latency_ns + moved / rate * 1e9 + evict_ns : 0);
   op_end(s, e, end);
+  if (moved) timeline_op("prefetch", to_device ? "prefetch to device" : "prefetch to host", s->id, start, end, moved);
   // See Note [Prefetches are migrations] in tests/simgpu/driver/managed.h.
   if (!d.model.concurrent_managed_access) {
     auto desc = std::make_shared<const std::string>(std::string("prefetch to ") +

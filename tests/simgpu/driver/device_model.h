@@ -45,7 +45,10 @@ struct device_model {
   double kernel_host_access_bytes_per_s = 0;
   // CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: host-located cuMemCreate.
   int host_vmm_supported = 0;
-  double managed_fault_ns = 0;      // per faulted managed page
+  double managed_fault_ns = 0;      // per faulted managed page, on top of its migration
+  // Managed memory's migrations, bytes/s: prefetches, faults and the driver's
+  // evictions (Note [Managed migration rates] in device_model.cc).
+  double managed_h2d_bytes_per_s = 0, managed_d2h_bytes_per_s = 0;
   uint64_t managed_page_bytes = 0;
   int concurrent_managed_access = 0;
   int clock_khz = 0, mem_clock_khz = 0, mem_bus_width_bits = 0;

@@ -47,7 +47,7 @@ bool make_room(double* cost_ns) {
     set_page_host(r, i, PROT_READ | PROT_WRITE);
     dev().st.managed_evicted_bytes += page_bytes();
     dev().st.managed_to_host_bytes += page_bytes();
-    if (cost_ns) *cost_ns += page_bytes() / dev().model.d2h_pinned_bytes_per_s * 1e9;
+    if (cost_ns) *cost_ns += page_bytes() / dev().model.managed_d2h_bytes_per_s * 1e9;
   }
   return true;
 }
@@ -167,7 +167,7 @@ bool managed_make_room(uint64_t bytes) {
     set_page_host(r, i, PROT_READ | PROT_WRITE);
     d.st.managed_evicted_bytes += page_bytes();
     d.st.managed_to_host_bytes += page_bytes();
-    cost_ns += page_bytes() / d.model.d2h_pinned_bytes_per_s * 1e9;
+    cost_ns += page_bytes() / d.model.managed_d2h_bytes_per_s * 1e9;
   }
   clock_host_advance(cost_ns, host_family::managed);
   return d.used_bytes + bytes <= d.capacity_bytes;
@@ -211,7 +211,7 @@ bool managed_device_touch(region* r, uintptr_t p, device_window* w) {
   if (i >= r->page_on_device.size()) return false;
   if (!r->page_on_device[i]) {
     double cost = dev().model.managed_fault_ns +
-                  page_bytes() / dev().model.h2d_pinned_bytes_per_s * 1e9;
+                  page_bytes() / dev().model.managed_h2d_bytes_per_s * 1e9;
     page_to_device(r, i, &cost);  // when full of pinned allocations: used remotely
     w->fault_ns += cost;
     ++w->faults;
@@ -231,7 +231,7 @@ bool managed_host_touch(region* r, uintptr_t p) {
     ++dev().st.managed_faults;
     dev().st.managed_to_host_bytes += page_bytes();
     clock_host_advance(dev().model.managed_fault_ns +
-                           page_bytes() / dev().model.d2h_pinned_bytes_per_s * 1e9,
+                           page_bytes() / dev().model.managed_d2h_bytes_per_s * 1e9,
                        host_family::managed);
   }
   if (r->page_on_device[i]) set_page_host(r, i, PROT_READ | PROT_WRITE);
@@ -260,7 +260,7 @@ void managed_prepare_for_kernel(region* r, device_window& w) {
     for (size_t i = 0; i < r->page_on_device.size(); ++i)
       if (!r->page_on_device[i] && page_to_device(r, i, &cost)) moved += page_bytes();
     if (moved) {
-      w.fault_ns += cost + moved / dev().model.h2d_pinned_bytes_per_s * 1e9;
+      w.fault_ns += cost + moved / dev().model.managed_h2d_bytes_per_s * 1e9;
       ++w.faults;
       ++dev().st.managed_faults;
     }
@@ -270,7 +270,7 @@ void managed_prepare_for_kernel(region* r, device_window& w) {
   protect(r->base, r->span_bytes, PROT_NONE);
 }
 
-uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device) {
+uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, double* evict_ns) {
   region* r = find_region(p);
   if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0) return 0;
   size_t first = (p - r->base) / page_bytes();
@@ -278,7 +278,7 @@ uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device) {
   uint64_t moved = 0;
   for (size_t i = first; i < last; ++i) {
     if (to_device && !r->page_on_device[i]) {
-      if (!page_to_device(r, i, nullptr)) break;
+      if (!page_to_device(r, i, evict_ns)) break;
       moved += page_bytes();
     } else if (!to_device && r->page_on_device[i]) {
       set_page_host(r, i, PROT_READ | PROT_WRITE);

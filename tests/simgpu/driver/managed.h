@@ -55,8 +55,10 @@ void managed_apply_protection(region* r);
 void managed_prepare_for_kernel(region* r, device_window& w);
 
 // Moves the pages of [p, p+bytes) to the device (to_device) or the host; answers
-// the bytes moved. Used by cuMemPrefetchAsync, which charges them on the stream.
-uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device);
+// the bytes moved, and adds to *evict_ns the time of the pages the driver evicted to
+// make room (at the managed rate to the host). Used by cuMemPrefetchAsync, which
+// charges both on the stream.
+uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, double* evict_ns);
 
 // Evicts device-resident managed pages (least recently used first) until `bytes`
 // more fit in the capacity, charging the transfers to host time. As on a GPU, where
