@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -304,6 +305,64 @@ vmm_wait_answer probe_vmm_waits(int device) {
   return answer;
 }
 
+// Note [Managed migration rates, measured]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The Unified Memory driver migrates at rates of its own, which CUPTI's copy records
+// do not give: an H200 (driver 580) prefetched managed memory to the device at 49.3
+// GB/s but to the host at 9.4, where pinned copies ran at 55 GB/s each way
+// (docs/gpu-results.md). um mode's evictions are prefetches to the host, so a
+// prediction of um at the copy rates overrates it by up to six times on its evictions
+// (Note [Predicting swap against um] in policy/mode_choice.h). So OVERSUB_MODE=auto,
+// when it has a profile to predict from, times the two directions once before the
+// application's first allocation: 32 MiB of managed memory of its own, written by the
+// CPU, prefetched to the device and back once to warm the driver's structures, then
+// timed with events on a stream of its own, each way. A few milliseconds on a GPU;
+// the buffer is freed after the stream is synchronized. Any failure answers 0, and the
+// prediction then takes the copy rates.
+managed_rates probe_managed_rates(int device) {
+  const driver_table& d = driver();
+  managed_rates out;
+  if (!d.complete || !concurrent_managed_access(device)) return out;
+  constexpr std::size_t bytes = std::size_t{32} << 20;
+  CUmemLocation on_device{};
+  on_device.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  on_device.id = device;
+  CUmemLocation on_host{};
+  on_host.type = CU_MEM_LOCATION_TYPE_HOST;
+  CUdeviceptr p = 0;
+  CUstream stream = nullptr;
+  CUevent marks[3] = {nullptr, nullptr, nullptr};
+  auto prefetch = [&](const CUmemLocation& where) {
+    return d.cuMemPrefetchAsync(p, bytes, where, 0, stream) == CUDA_SUCCESS;
+  };
+  bool ok = d.cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL) == CUDA_SUCCESS &&
+            d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
+  for (CUevent& e : marks) ok = ok && d.cuEventCreate(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+  if (ok) {
+    std::memset(reinterpret_cast<void*>(p), 1, bytes);
+    ok = prefetch(on_device) && prefetch(on_host) && d.cuEventRecord(marks[0], stream) == CUDA_SUCCESS &&
+         prefetch(on_device) && d.cuEventRecord(marks[1], stream) == CUDA_SUCCESS &&
+         prefetch(on_host) && d.cuEventRecord(marks[2], stream) == CUDA_SUCCESS &&
+         d.cuEventSynchronize(marks[2]) == CUDA_SUCCESS;
+    float up_ms = 0, down_ms = 0;
+    if (ok && d.cuEventElapsedTime(&up_ms, marks[0], marks[1]) == CUDA_SUCCESS &&
+        d.cuEventElapsedTime(&down_ms, marks[1], marks[2]) == CUDA_SUCCESS && up_ms > 0 &&
+        down_ms > 0) {
+      out.to_device = static_cast<double>(bytes) / (up_ms * 1e-3);
+      out.to_host = static_cast<double>(bytes) / (down_ms * 1e-3);
+    }
+  }
+  if (stream != nullptr) {
+    d.cuStreamSynchronize(stream);
+    d.cuStreamDestroy(stream);
+  }
+  for (CUevent e : marks) {
+    if (e != nullptr) d.cuEventDestroy(e);
+  }
+  if (p != 0) d.cuMemFree(p);
+  return out;
+}
+
 namespace {
 
 // See Note [Long-lived layout from a profile] in policy/placement.h: the block laid out
@@ -371,7 +430,7 @@ layout_result device_end_long_lived_layout(int device) noexcept {
 allocation_result device_allocate(int device, std::size_t bytes, CUstream stream) {
   device_state* s = state(device);
   if (s == nullptr) return {nullptr, pool_errc::out_of_memory};
-  if (s->backend_allocates()) return s->backend->allocate(bytes);
+  if (s->backend_allocates()) return s->backend->allocate(bytes, stream);
   if (s->layout.active.load(std::memory_order_acquire)) {
     if (void* p = claim_laid_out(*s, device, bytes, stream)) {
       s->backend->occupy(reinterpret_cast<std::uintptr_t>(p), bytes);
@@ -387,7 +446,7 @@ allocation_result device_allocate(int device, std::size_t bytes, CUstream stream
 bool device_deallocate(int device, void* ptr, std::size_t bytes, CUstream stream) {
   device_state* s = existing(device);
   if (s == nullptr) return false;
-  if (s->backend_allocates()) return s->backend->deallocate(ptr);
+  if (s->backend_allocates()) return s->backend->deallocate(ptr, stream);
   if (s->planned) {
     if (!s->planned->owns(ptr)) return false;
   } else if (!s->online.owns(ptr)) {

@@ -57,6 +57,15 @@ bool concurrent_managed_access(int device);
 enum class vmm_wait_answer { no_wait, waits, unknown };
 vmm_wait_answer probe_vmm_waits(int device);
 
+// See Note [Managed migration rates, measured] (core/device_pool.cc): the rates at
+// which the driver prefetches managed memory to the device and to the host, bytes/s,
+// measured once on 32 MiB of its own; 0 where they could not be measured.
+struct managed_rates {
+  double to_device = 0;
+  double to_host = 0;
+};
+managed_rates probe_managed_rates(int device);
+
 // False when the driver could not be loaded: the hooks forward to CUDA then.
 bool available();
 

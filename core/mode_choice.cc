@@ -29,15 +29,22 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
   const std::uint64_t capacity = core::swap_capacity_of(limit_bytes, m.free_bytes, m.total_bytes);
   // The stand-ins of Note [Launch durations] (core/schedule.cc) and of the layout
   // (pool_setup.cc): 25 GB/s, 10 us per copy, 2 TB/s device memory; a managed fault
-  // as simgpu's A100 model has it (25 us per 64 KiB) and a page's remapping as measured
-  // on an A100 (policy::mode_costs).
+  // and a page's remapping as an H200 gave them (policy::mode_costs).
   // See Note [Do VMM calls wait?] in core/device_pool.cc.
   policy::mode_costs costs;
   costs.vmm_waits = core::probe_vmm_waits(0) == core::vmm_wait_answer::waits;
-  const std::string waits =
+  std::string waits =
       costs.vmm_waits ? "; this device's VMM calls wait for its queued work, so swap's remaps "
                         "cannot overlap it (measured at start)"
                       : "";
+  // See Note [Managed migration rates, measured] in core/device_pool.cc.
+  if (const core::managed_rates m = core::probe_managed_rates(0); m.to_device > 0) {
+    costs.managed_to_device_bytes_per_s = m.to_device;
+    costs.managed_to_host_bytes_per_s = m.to_host;
+    waits += fmt::format("; managed memory migrates at {:.1f} GB/s to the device and {:.1f} "
+                         "GB/s to the host (measured at start)",
+                         m.to_device / 1e9, m.to_host / 1e9);
+  }
   const policy::mode_prediction r =
       policy::predict_modes(p, static_cast<std::size_t>(capacity), costs);
   const std::string& path = current_config().profile_in;

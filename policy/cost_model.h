@@ -88,6 +88,11 @@ struct cost_model {
   // Managed memory: cost of one serviced fault (ns) and the migration unit (bytes).
   std::uint64_t managed_fault_ns = 0;
   std::size_t managed_page_bytes = 64 * 1024;
+  // The rates at which the driver migrates managed memory (faults' pages, migrations
+  // back), bytes/s; 0: the link's (Note [Managed migration rates] in
+  // tests/simgpu/driver/device_model.cc).
+  double managed_h2d_bytes_per_s = 0;
+  double managed_d2h_bytes_per_s = 0;
   // True when the device pages managed memory on demand (Pascal and later). False
   // (Maxwell, Kepler): a launch migrates all of a managed buffer at once, for one
   // fault cost plus the transfer.
@@ -122,11 +127,14 @@ struct cost_model {
   std::uint64_t fault_in_ns(std::size_t bytes) const {
     const std::uint64_t faults =
         demand_paging ? (bytes + managed_page_bytes - 1) / managed_page_bytes : 1;
-    return faults * managed_fault_ns + transfer_ns(bytes, h2d_bytes_per_s);
+    return faults * managed_fault_ns +
+           transfer_ns(bytes, managed_h2d_bytes_per_s > 0 ? managed_h2d_bytes_per_s
+                                                          : h2d_bytes_per_s);
   }
   // Migration of `bytes` of managed memory back to the host to make room, ns.
   std::uint64_t fault_out_ns(std::size_t bytes) const {
-    return transfer_ns(bytes, d2h_bytes_per_s);
+    return transfer_ns(bytes, managed_d2h_bytes_per_s > 0 ? managed_d2h_bytes_per_s
+                                                          : d2h_bytes_per_s);
   }
 
  private:

@@ -2,6 +2,8 @@
 #include "policy/mode_choice.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "policy/page_model.h"
@@ -62,20 +64,75 @@ std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
   return sim.iteration_ns;
 }
 
+}  // namespace
+
+iteration_model managed_units(const iteration_model& m) {
+  iteration_model out;
+  out.backward_begin = m.backward_begin;
+  std::vector<buffer_id> unit_of(m.buffers.size());
+  std::map<std::size_t, std::set<buffer_id>> free_units;  // by size, lowest first
+  auto new_unit = [&](std::size_t bytes) {
+    out.buffers.push_back(model_buffer{bytes, true, 0, 0, 0});
+    return static_cast<buffer_id>(out.buffers.size() - 1);
+  };
+  std::vector<std::vector<buffer_id>> born(m.launches.size()), dying(m.launches.size());
+  for (std::size_t b = 0; b < m.buffers.size(); ++b) {
+    const model_buffer& x = m.buffers[b];
+    if (x.long_lived || x.alloc_launch >= m.launches.size()) {
+      unit_of[b] = new_unit(x.bytes);
+    } else {
+      born[x.alloc_launch].push_back(static_cast<buffer_id>(b));
+      dying[std::min<std::size_t>(x.free_launch, m.launches.size() - 1)].push_back(
+          static_cast<buffer_id>(b));
+    }
+  }
+  auto mapped = [&](const std::vector<buffer_id>& ids) {
+    std::vector<buffer_id> u;
+    for (buffer_id b : ids) u.push_back(unit_of[b]);
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    return u;
+  };
+  for (std::size_t i = 0; i < m.launches.size(); ++i) {
+    for (buffer_id b : born[i]) {
+      std::set<buffer_id>& f = free_units[m.buffers[b].bytes];
+      if (f.empty()) {
+        unit_of[b] = new_unit(m.buffers[b].bytes);
+      } else {
+        unit_of[b] = *f.begin();
+        f.erase(f.begin());
+      }
+    }
+    model_launch l = m.launches[i];
+    l.uses = mapped(m.launches[i].uses);
+    l.writes = mapped(m.launches[i].writes);
+    out.launches.push_back(std::move(l));
+    for (buffer_id b : dying[i]) free_units[m.buffers[b].bytes].insert(unit_of[b]);
+  }
+  return out;
+}
+
+namespace {
+
 // um's prediction into out (Note [Predicting swap against um] in policy/mode_choice.h).
 void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
-                const device_model& device, mode_prediction& out) {
+                const device_model& copies, const mode_costs& c, mode_prediction& out) {
+  // Every move um makes is a migration: its prefetches as its faults.
+  device_model device = copies;
+  if (c.managed_to_device_bytes_per_s > 0) {
+    device.costs.h2d_bytes_per_s = device.costs.managed_h2d_bytes_per_s =
+        c.managed_to_device_bytes_per_s;
+  }
+  if (c.managed_to_host_bytes_per_s > 0) {
+    device.costs.d2h_bytes_per_s = device.costs.managed_d2h_bytes_per_s =
+        c.managed_to_host_bytes_per_s;
+  }
   const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
   if (!buffers.error.empty()) {
     out.um_error = buffers.error;
     return;
   }
-  // The learner's units live across iterations (core/schedule.cc, plan_variant).
-  iteration_model model = buffers.model;
-  for (model_buffer& b : model.buffers) {
-    b.long_lived = true;
-    b.alloc_launch = b.free_launch = 0;
-  }
+  const iteration_model model = managed_units(buffers.model);
   out.unlimited_ns = unlimited_iteration_ns(model, device.costs);
   const schedule_result r = plan_schedule(model, planning_capacity(capacity_bytes, page_bytes),
                                           device.costs, policy_kind::cost, 0);
@@ -123,7 +180,7 @@ mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_b
   } else {
     out.swap_error = swap.error;
   }
-  predict_um(p, capacity_bytes, device, out);
+  predict_um(p, capacity_bytes, device, costs, out);
   if (out.um_error.empty()) out.um_faster = !out.swap_error.empty() || out.um_ns < out.swap_ns;
   return out;
 }

@@ -21,16 +21,31 @@
 //   one after another (at 1/8 of ResNet-50 and GPT-2 under SIMGPU_VMM_WAIT=1 this
 //   came within 4% of the library: 1.67x against 1.61x at 1.5x, 2.40x against 2.47x).
 // - um: the learner's cost schedule over whole buffers (Note [What the learner moves]
-//   in core/schedule_internal.h), planned at the same planning capacity (Note
-//   [Headroom] in policy/schedule.h) and replayed. The um backend leaves a buffer
+//   in core/schedule_internal.h; Note [um's units] below), planned at the same planning capacity (Note
+//   [Headroom] in policy/schedule.h) and replayed, its copies at the rates the driver
+//   migrates managed memory where they were measured (mode_costs), which to the host
+//   can be a sixth of the copy rate. The um backend leaves a buffer
 //   larger than a quarter of the capacity to demand paging (Note [Large managed
 //   buffers] in residency/um_engine.cc): each of the schedule's copies in of such a
 //   buffer is charged as page faults (cost_model::fault_in_ns) and each copy out as a
 //   migration back (fault_out_ns), on top of the replay, where the copies overlapped
 //   the compute and faults do not.
-// Both use the same costs: the profile's measured link rates where usable (as
-// choose_long_lived_layout takes them), else the stand-in, and the profile's kernel
-// durations (Note [Duration model] in policy/profile_model.h where 0).
+// Both use the same costs otherwise: the profile's measured link rates where usable
+// (as choose_long_lived_layout takes them), else the stand-in, and the profile's
+// kernel durations (Note [Duration model] in policy/profile_model.h where 0).
+//
+// Note [um's units]
+// ~~~~~~~~~~~~~~~~~
+// um's learner moves the managed buffers the backend holds, and the backend gives a
+// freed one to the next allocation of its size, lowest address first (Note [Reused
+// managed buffers] in residency/um_engine.h): a tensor of the forward pass and one of
+// the backward pass of the same size are one buffer. So the prediction replays the
+// profile's allocations and frees in launch order over such units, each per-iteration
+// buffer taking the lowest free unit of its size, and plans the units, each living
+// across iterations. Taking every tensor as a unit of its own instead counted four
+// times the bytes the backend moves (GPT-2 at 1/8 and 1.5x: 8784 MiB each way per
+// iteration in the plan, about 2000 out in the library).
+//
 // swap is taken unless um is predicted strictly faster, or swap cannot be planned
 // and um can. Left out: the host time of um's prefetch calls, and the engines'
 // distance from their plans, so two predictions that are close may rank the modes
@@ -42,6 +57,7 @@
 #include <cstdint>
 #include <string>
 
+#include "policy/iteration_model.h"
 #include "profiler/profile_format.h"
 
 namespace oversub::policy {
@@ -51,7 +67,10 @@ struct mode_costs {
   double link_bytes_per_s = 25e9;         // where the profile measured no usable rate
   std::uint64_t copy_setup_ns = 10'000;
   double memory_bandwidth = 2e12;         // kernels the profile did not time
-  std::uint64_t managed_fault_ns = 25'000;
+  // A managed fault of 64 KiB besides its migration: 3.5 us, what an H200 (driver 580)
+  // gave for faults at 13.5 GB/s (docs/gpu-results.md, as scripts/gpu/calibrate.py
+  // derives it for h200-measured.model).
+  std::uint64_t managed_fault_ns = 3'512;
   std::size_t managed_page_bytes = 64 * 1024;
   // Host time to remap one 2 MiB page of swap mode's arena: cuMemUnmap 64 us, cuMemMap
   // 11 us and cuMemSetAccess 124 us, the p50s an H200 (driver 580) gave while a kernel
@@ -67,6 +86,11 @@ struct mode_costs {
   // The device's VMM calls wait for the work already enqueued (Note [Predicting swap
   // against um]).
   bool vmm_waits = false;
+  // The rates at which the driver migrates managed memory to the device and to the
+  // host, bytes/s, as measured at start (Note [Managed migration rates, measured] in
+  // core/device_pool.cc); 0: the copy rates.
+  double managed_to_device_bytes_per_s = 0;
+  double managed_to_host_bytes_per_s = 0;
 };
 
 struct mode_prediction {
@@ -83,6 +107,12 @@ struct mode_prediction {
 
 // See Note [Predicting swap against um]. capacity_bytes: the device bytes the engine
 // may hold (OVERSUB_DEVICE_LIMIT or the device's memory).
+// The iteration as um's learner sees it (Note [um's units]): one long-lived unit per
+// managed buffer the um backend would hold, each per-iteration buffer given the
+// lowest free one of its size when allocated and that one back when freed, the
+// launches' uses and writes mapped to the units.
+iteration_model managed_units(const iteration_model& m);
+
 mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_bytes,
                               const mode_costs& costs);
 

@@ -97,10 +97,11 @@ class residency_backend {
   // The pages the device's arena maps (swap), or null when the backend serves the
   // allocations itself (um).
   virtual pool::page_backing* pages() noexcept = 0;
-  // Without pages(): a block of the backend's own, and taking it back (false when ptr
-  // is not one of its blocks: the caller forwards it to CUDA).
-  virtual pool::allocation_result allocate(std::size_t bytes) = 0;
-  virtual bool deallocate(void* ptr) = 0;
+  // Without pages(): a block of the backend's own for work on stream, and taking it
+  // back (false when ptr is not one of its blocks: the caller forwards it to CUDA);
+  // stream is cudaFreeAsync's, or pool::no_stream for a synchronous free.
+  virtual pool::allocation_result allocate(std::size_t bytes, CUstream stream) = 0;
+  virtual bool deallocate(void* ptr, CUstream stream) = 0;
   // With pages(): the arena handed out [addr, addr + bytes) / took back the block at
   // addr (Note [Dead pages] in residency/swap_engine.h).
   virtual void occupy(std::uintptr_t addr, std::size_t bytes) = 0;

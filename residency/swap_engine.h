@@ -448,8 +448,10 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // ---- residency_backend ----
   pool::page_backing* pages() noexcept override { return this; }
   // The arena serves swap mode's blocks (pages()): the engine serves none itself.
-  pool::allocation_result allocate(std::size_t) override { return {nullptr, pool::pool_errc::out_of_memory}; }
-  bool deallocate(void*) override { return false; }
+  pool::allocation_result allocate(std::size_t, CUstream) override {
+    return {nullptr, pool::pool_errc::out_of_memory};
+  }
+  bool deallocate(void*, CUstream) override { return false; }
   // See Note [Dead pages]: the pool handed out [addr, addr + bytes) / took back the block
   // at addr (the bytes occupy() recorded; an address it never saw is ignored).
   void occupy(std::uintptr_t addr, std::size_t bytes) override;

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "pool/driver_api.h"
+#include "pool/stream_fences.h"
 
 namespace oversub::residency {
 
@@ -51,13 +52,30 @@ void um_engine::detect_locked() {
   }
 }
 
-pool::allocation_result um_engine::allocate(std::size_t bytes) {
+// See Note [Reused managed buffers] in residency/um_engine.h: true once b's tickets
+// allow work on stream to use it, waiting for them on the host if need be; false
+// where it may not wait (stream captures).
+bool um_engine::reusable_locked(buffer& b, CUstream stream) {
+  pool::stream_fences& f = pool::fences();
+  const int consumer = f.slot_of(stream);
+  if (f.reusable(b.tickets, consumer)) return true;
+  if (pool::stream_fences::capturing(stream)) return false;
+  f.poll();
+  if (f.reusable(b.tickets, consumer)) return true;
+  ++stats_.reuse_waits;
+  if (!f.wait_all() && pool::driver().cuCtxSynchronize() != CUDA_SUCCESS) return false;
+  b.tickets.clear();
+  return true;
+}
+
+pool::allocation_result um_engine::allocate(std::size_t bytes, CUstream stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   const pool::driver_table& d = pool::driver();
   if (!d.complete) return {nullptr, pool::pool_errc::driver_missing};
   detect_locked();
   CUdeviceptr p = 0;
-  if (auto c = cached_.find(bytes); c != cached_.end() && !c->second.empty()) {
+  if (auto c = cached_.find(bytes); c != cached_.end() && !c->second.empty() &&
+      reusable_locked(buffers_.at(*c->second.begin()), stream)) {
     // See Note [Reused managed buffers] in residency/um_engine.h: the lowest address of
     // this size.
     p = *c->second.begin();
@@ -66,6 +84,8 @@ pool::allocation_result um_engine::allocate(std::size_t bytes) {
     buffer& b = buffers_.at(p);
     b.live = true;
     b.last_use = ++tick_;
+    b.alloc_epoch = pool::fences().epoch();
+    b.tickets.clear();
     ++stats_.buffers;
     return {reinterpret_cast<void*>(p), pool::pool_errc::ok};
   }
@@ -75,28 +95,35 @@ pool::allocation_result um_engine::allocate(std::size_t bytes) {
   // The device keeps a mapping of the pages wherever they are, so an access we did
   // not prefetch for needs no new mapping.
   if (!naive_) d.cuMemAdvise(p, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, device_location(device_));
-  buffers_.emplace(p, buffer{bytes, false, ++tick_, 0, nullptr});
+  buffer b;
+  b.bytes = bytes;
+  b.last_use = ++tick_;
+  b.alloc_epoch = pool::fences().epoch();
+  buffers_.emplace(p, b);
   ++stats_.buffers;
   return {reinterpret_cast<void*>(p), pool::pool_errc::ok};
 }
 
-bool um_engine::deallocate(void* ptr) {
+bool um_engine::deallocate(void* ptr, CUstream stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = buffers_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == buffers_.end() || !it->second.live) return false;
-  // As cuMemFree of managed memory would, wait until no queued work can still use
-  // it; then keep it for the next allocation of its size, where its pages are (Note
-  // [Reused managed buffers] in residency/um_engine.h). Its bytes are dead.
   const pool::driver_table& d = pool::driver();
-  d.cuCtxSynchronize();
   --stats_.buffers;
   if (naive_) {
+    // cuMemFree waits for the device itself.
     if (it->second.on_device) stats_.resident_bytes -= it->second.bytes;
     d.cuMemFree(it->first);
     buffers_.erase(it);
     return true;
   }
+  // Kept for the next allocation of its size, where its pages are, with the tickets
+  // its reuse waits for (Note [Reused managed buffers] in residency/um_engine.h). Its
+  // bytes are dead.
   buffer& b = it->second;
+  b.tickets.clear();
+  if (stream == pool::no_stream) pool::fences().tickets_since(b.alloc_epoch, b.tickets);
+  else pool::fences().ticket_on(stream, b.tickets);
   if (!schedule_driven_ && b.on_device) {
     // On demand only (lru): a freed buffer is forgotten where it is, and prefetched
     // again when reused (Note [Reused managed buffers] in residency/um_engine.h).
@@ -376,7 +403,8 @@ void write_report(int device, std::uint64_t capacity_bytes, const um_stats& m,
       .count("prefetches_out", m.prefetches_out)
       .bytes("bytes_in", m.bytes_in)
       .bytes("bytes_out", m.bytes_out)
-      .flag("concurrent_access", m.concurrent_access);
+      .flag("concurrent_access", m.concurrent_access)
+      .count("reuse_waits", m.reuse_waits);
 }
 
 }  // namespace oversub::residency

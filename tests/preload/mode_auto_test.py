@@ -9,8 +9,8 @@ detector aborting at the first unordered access:
    run choose;
 2. with a profile of the same shape (OVERSUB_PROFILE_IN, profiled in pool mode with
    plenty of memory), for that shape and a smaller one: the line gives both predicted
-   iterations, the mode taken is the one predicted faster, and the exit statistics
-   report it;
+   iterations and the managed migration rates measured at start, the mode taken is
+   the one predicted faster, and the exit statistics report it;
 3. OVERSUB_PROFILE twice: the first run says it writes the profile, the second chooses
    from it;
 4. the weight-heavy profile with VMM calls that wait for the device
@@ -41,7 +41,9 @@ CHOSEN_RE = re.compile(r"^oversub: mode auto -> (swap|um) \(predicted ([0-9.]+) 
                        r"iteration against (swap|um) ([0-9.]+) ms, ([0-9.]+) ms with enough "
                        r"memory; at .*, from the profile (\S+?)(; this device's VMM calls "
                        r"wait for its queued work, so swap's remaps cannot overlap it "
-                       r"\(measured at start\))?\)$", re.M)
+                       r"\(measured at start\))?; managed memory migrates at ([0-9.]+) GB/s "
+                       r"to the device and ([0-9.]+) GB/s to the host \(measured at start\)\)$",
+                       re.M)
 ACCEPTED = "Accepted: off | track | pool | swap | um | auto"
 SHAPE = ["--depth", "32", "--width", "512", "--batch", "16"]
 SMALL = ["--depth", "8", "--width", "512", "--batch", "128"]
@@ -108,6 +110,8 @@ def main() -> int:
             if m is None:
                 fail("no line giving the predicted iterations of swap and um", proc)
             chosen, chosen_ms, other, other_ms, unlimited_ms, path = m.groups()[:6]
+            if not (float(m.group(8)) > 0 and float(m.group(9)) > 0):
+                fail("the managed migration rates measured at start are not positive", proc)
             if chosen == other or path != str(prof):
                 fail(f"the line names {chosen} against {other}, profile {path}", proc)
             swap_ms, um_ms = ((chosen_ms, other_ms) if chosen == "swap" else (other_ms, chosen_ms))

@@ -286,11 +286,15 @@ CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation l
   engine e = to_device ? engine::h2d : engine::d2h;
   double start = op_begin(s, e, 0);
   double evict_ns = 0;
+  const uint64_t free_before = d.capacity_bytes > d.used_bytes ? d.capacity_bytes - d.used_bytes : 0;
   uint64_t moved = managed_migrate_range(p, bytes, to_device, &evict_ns);
+  // See Note [Room from migrations to the host] in tests/simgpu/driver/managed.h.
+  if (to_device && moved) start = managed_room_ready(start, moved, free_before);
   // See Note [Managed migration rates] in tests/simgpu/driver/device_model.cc.
   double rate = to_device ? d.model.managed_h2d_bytes_per_s : d.model.managed_d2h_bytes_per_s;
   double end = start + (moved ? d.model.copy_latency_ns + moved / rate * 1e9 + evict_ns : 0);
   op_end(s, e, end);
+  if (!to_device) managed_note_release(end, moved);
   if (moved) timeline_op("prefetch", to_device ? "prefetch to device" : "prefetch to host", s->id, start, end, moved);
   // See Note [Prefetches are migrations] in tests/simgpu/driver/managed.h.
   if (!d.model.concurrent_managed_access) {

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <utility>
 #include <vector>
@@ -38,6 +39,14 @@ void set_page_host(region* r, size_t i, int prot) {
   uncharge_device_bytes(page_bytes());
   protect(page_addr(r, i), page_bytes(), prot);
 }
+
+// Room given back by prefetches to the host still in flight, in the order they end
+// (one copy engine per direction: Note [Room from migrations to the host]).
+struct release {
+  double end_ns;
+  uint64_t bytes;
+};
+std::deque<release> g_releases;
 
 // Makes room for one page by evicting the least recently used device page.
 bool make_room(double* cost_ns) {
@@ -158,6 +167,30 @@ managed_location recorded_location(CUmemLocation loc) {
 }
 
 }  // namespace
+
+void managed_note_release(double end_ns, uint64_t bytes) {
+  if (bytes != 0) g_releases.push_back({end_ns, bytes});
+}
+
+double managed_room_ready(double start_ns, uint64_t bytes, uint64_t free_before) {
+  while (!g_releases.empty() && g_releases.front().end_ns <= start_ns) g_releases.pop_front();
+  uint64_t pending = 0;
+  for (const release& r : g_releases) pending += r.bytes;
+  const uint64_t truly_free = free_before > pending ? free_before - pending : 0;
+  // Beyond free_before the driver evicts pages itself (charged by the caller).
+  uint64_t need = std::min(bytes, free_before);
+  need = need > truly_free ? need - truly_free : 0;
+  double ready = start_ns;
+  while (need != 0 && !g_releases.empty()) {
+    release& r = g_releases.front();
+    ready = std::max(ready, r.end_ns);
+    const uint64_t take = std::min(need, r.bytes);
+    need -= take;
+    r.bytes -= take;
+    if (r.bytes == 0) g_releases.pop_front();
+  }
+  return ready;
+}
 
 bool managed_make_room(uint64_t bytes) {
   device_state& d = dev();

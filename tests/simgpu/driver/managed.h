@@ -60,6 +60,23 @@ void managed_prepare_for_kernel(region* r, device_window& w);
 // charges both on the stream.
 uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, double* evict_ns);
 
+// Note [Room from migrations to the host]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// simgpu moves a managed page's residency when its prefetch is enqueued, so the
+// device memory a prefetch to the host gives back looks free at once. On a GPU it is
+// free only when the migration has copied the page out, at the driver's rate to the
+// host (a sixth of the copy rate on an H200: Note [Managed migration rates] in
+// tests/simgpu/driver/device_model.cc). So the room a prefetch to the host gives back
+// is free from that prefetch's end (managed_note_release), and a prefetch to the
+// device that needs more room than is truly free when it starts begins only when
+// enough of those migrations have ended (managed_room_ready): the hostile reading,
+// where nothing enters the device faster than the pages leave it.
+void managed_note_release(double end_ns, uint64_t bytes);
+// When a prefetch to the device ready at start_ns may begin, its `bytes` of room
+// taken from free_before bytes free by the capacity's count (which includes room given
+// back by migrations still in flight); takes that room.
+double managed_room_ready(double start_ns, uint64_t bytes, uint64_t free_before);
+
 // Evicts device-resident managed pages (least recently used first) until `bytes`
 // more fit in the capacity, charging the transfers to host time. As on a GPU, where
 // the UVM driver gives way to the physical allocator, device allocations call this

@@ -64,7 +64,8 @@ TEST(ModeChoice, UmWhereSwapsPagesCarryUnusedBuffers) {
 
 TEST(ModeChoice, SwapWhenLargeBuffersWouldBePagedOnDemand) {
   // 8 buffers of 8 MiB at 24 MiB: each is above a quarter of the capacity, so um pages
-  // them on demand (25 us per 64 KiB) and swap's overlapped copies win.
+  // them on demand (3.5 us per 64 KiB besides the migration) and swap's overlapped
+  // copies win.
   std::vector<std::uint32_t> order;
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t i = 0; i < 8; ++i) order.push_back(i);
@@ -110,6 +111,50 @@ TEST(ModeChoice, SwapWhereBothAreEqual) {
   ASSERT_EQ(r.um_error, "");
   EXPECT_EQ(r.swap_ns, r.um_ns) << "um " << r.um_ns << " ns";
   EXPECT_FALSE(r.um_faster);
+}
+
+TEST(ModeChoice, UmAtTheManagedRatesMeasured) {
+  // um's evictions are migrations to the host: at a sixth of the copy rate (an H200's)
+  // its prediction grows, swap's does not.
+  const profiler::profile p = profile_of(64, MiB, scattered_order());
+  mode_costs costs;
+  const mode_prediction copies = predict_modes(p, 16 * MiB, costs);
+  costs.managed_to_device_bytes_per_s = costs.link_bytes_per_s;
+  costs.managed_to_host_bytes_per_s = costs.link_bytes_per_s / 6;
+  const mode_prediction slow = predict_modes(p, 16 * MiB, costs);
+  ASSERT_EQ(slow.um_error, "");
+  EXPECT_EQ(slow.swap_ns, copies.swap_ns);
+  EXPECT_GT(slow.um_ns, copies.um_ns * 3 / 2) << "at the copy rates " << copies.um_ns << " ns";
+}
+
+// See Note [um's units] in policy/mode_choice.h.
+TEST(ModeChoice, UmUnitsAreTheBuffersTheBackendReuses) {
+  iteration_model m;
+  auto buffer = [&](std::size_t bytes, std::uint32_t from, std::uint32_t to) {
+    m.buffers.push_back(model_buffer{bytes, false, from, to, 0});
+    return static_cast<buffer_id>(m.buffers.size() - 1);
+  };
+  const buffer_id a = buffer(4 * MiB, 0, 1);  // freed after launch 1
+  const buffer_id c = buffer(4 * MiB, 1, 2);  // overlaps a: a unit of its own
+  const buffer_id b = buffer(4 * MiB, 2, 3);  // a's size, allocated after a's free
+  const buffer_id d = buffer(2 * MiB, 2, 3);  // another size
+  m.buffers.push_back(model_buffer{8 * MiB, true, 0, 0, 0});
+  const buffer_id w = static_cast<buffer_id>(m.buffers.size() - 1);
+  const std::vector<std::vector<buffer_id>> uses = {{a, w}, {a, c}, {b, c, d}, {b, d, w}};
+  for (const auto& u : uses) m.launches.push_back(model_launch{10'000, u, {u[0]}, true});
+  const iteration_model units = managed_units(m);
+  ASSERT_EQ(units.buffers.size(), 4u);  // w, a and b, c, d
+  for (const model_buffer& x : units.buffers) EXPECT_TRUE(x.long_lived);
+  ASSERT_EQ(units.launches.size(), 4u);
+  // a and b are one unit; c, d and w units of their own.
+  const buffer_id ua = units.launches[0].writes[0];
+  EXPECT_EQ(units.launches[2].writes[0], ua);
+  EXPECT_EQ(units.launches[3].writes[0], ua);
+  EXPECT_EQ(units.buffers[ua].bytes, 4 * MiB);
+  EXPECT_EQ(units.launches[1].uses.size(), 2u);
+  EXPECT_EQ(units.launches[2].uses.size(), 3u);
+  EXPECT_EQ(units.launches[3].uses.size(), 3u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(units.launches[i].duration_ns, 10'000u);
 }
 
 TEST(ModeChoice, NoPredictionWhereALaunchExceedsTheCapacity) {
