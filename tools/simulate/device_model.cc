@@ -97,7 +97,7 @@ device_model_result read_device_model(const std::string& spec, const std::string
   d.costs.managed_fault_ns = static_cast<std::uint64_t>(number("managed_fault_ns", false));
   d.costs.managed_page_bytes = static_cast<std::size_t>(number("managed_page_size", true));
   d.costs.demand_paging = number("concurrent_managed_access", false) != 0;
-  // Note [Managed migration rates] in tests/simgpu/driver/device_model.cc: optional.
+  // Optional: see Note [Managed migration rates] in tests/simgpu/driver/device_model.cc.
   if (kv.find("managed_h2d_bandwidth") != kv.end()) {
     d.costs.managed_h2d_bytes_per_s = number("managed_h2d_bandwidth", true);
   }

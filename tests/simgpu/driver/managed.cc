@@ -41,7 +41,8 @@ void set_page_host(region* r, size_t i, int prot) {
 }
 
 // Room given back by prefetches to the host still in flight, in the order they end
-// (one copy engine per direction: Note [Room from migrations to the host]).
+// (one copy engine per direction: Note [Room from migrations to the host] in
+// tests/simgpu/driver/managed.h).
 struct release {
   double end_ns;
   uint64_t bytes;
