@@ -314,8 +314,9 @@ vmm_wait_answer probe_vmm_waits(int device) {
 // prediction of um at the copy rates overrates it by up to six times on its evictions
 // (Note [Predicting swap against um] in policy/mode_choice.h). So OVERSUB_MODE=auto,
 // when it has a profile to predict from, times the two directions once before the
-// application's first allocation: 32 MiB of managed memory of its own, written by the
-// CPU, prefetched to the device and back once to warm the driver's structures, then
+// application's first allocation: 32 MiB of managed memory of its own (at most a
+// quarter of the device's free memory, in 2 MiB steps; none below 2 MiB), written by
+// the CPU, prefetched to the device and back once to warm the driver's structures, then
 // timed with events on a stream of its own, each way. A few milliseconds on a GPU;
 // the buffer is freed after the stream is synchronized. Any failure answers 0, and the
 // prediction then takes the copy rates.
@@ -323,7 +324,13 @@ managed_rates probe_managed_rates(int device) {
   const driver_table& d = driver();
   managed_rates out;
   if (!d.complete || !concurrent_managed_access(device)) return out;
-  constexpr std::size_t bytes = std::size_t{32} << 20;
+  // Never more than a quarter of what is free: a migration the device has no room for
+  // would time the driver's evictions instead.
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (d.cuMemGetInfo(&free_bytes, &total_bytes) != CUDA_SUCCESS) return out;
+  constexpr std::size_t two_mib = std::size_t{2} << 20;
+  const std::size_t bytes = std::min(std::size_t{32} << 20, free_bytes / 4 / two_mib * two_mib);
+  if (bytes == 0) return out;
   CUmemLocation on_device{};
   on_device.type = CU_MEM_LOCATION_TYPE_DEVICE;
   on_device.id = device;
