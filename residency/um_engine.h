@@ -167,9 +167,10 @@ class um_engine final : public backend_with_stats<um_stats> {
   // pool/stream_fences.h), the buffer takes tickets, and the allocation that takes it
   // again for work on a stream first waits on the host for those neither on that
   // stream nor known complete (none while the process uses one stream). Waiting for
-  // the device at every free, as cuMemFree does, cost um a third of an iteration
-  // where a framework frees through cudaFree (the trace replays: ResNet-50 at 1/8 and
-  // 3x on the H200 model, 62.9 ms against 44.5, H2D and D2H at the pinned rates).
+  // the device at every free, as cuMemFree does, made um 1.3-1.6 times slower where a
+  // framework frees through cudaFree (the trace replays at 1/8 on the H200's measured
+  // model: ResNet-50 at 3x 117.6 ms an iteration against 81.9, GPT-2 at 3x 675.3
+  // against 468.3, VGG-16 at 1.5x 285.4 against 224.0).
   // Moving a freed buffer's pages needs no order at all: migrations are coherent
   // with every access (Note [Prefetches are migrations] in
   // tests/simgpu/driver/managed.h).
