@@ -16,10 +16,13 @@
 //   time model] in policy/simulate.h); never below the replay without it. Where the
 //   device's VMM calls wait until the device has finished the work already enqueued
 //   (mode_costs::vmm_waits, measured at start: Note [Do VMM calls wait?] in
-//   core/device_pool.cc), a remap drains the device's queue, so nothing overlaps:
-//   swap is the unlimited iteration plus every moved byte's copy plus every remap,
-//   one after another (at 1/8 of ResNet-50 and GPT-2 under SIMGPU_VMM_WAIT=1 this
-//   came within 4% of the library: 1.67x against 1.61x at 1.5x, 2.40x against 2.47x).
+//   core/device_pool.cc), a remap first drains the device's queue, and the device
+//   has nothing to run while the remap lasts: swap is that replay plus the host time
+//   of every remap. At 1/8 of ResNet-50, GPT-2 and VGG-16 under SIMGPU_VMM_WAIT=1
+//   this was 12% and 38% high at ResNet-50 1.5x and 3x, 6% low at VGG-16 1.5x, 41%
+//   and 14% low at GPT-2 1.5x and 3x (docs/results.md); counting nothing overlapped
+//   (the unlimited iteration plus every copy plus every remap) was 12-56% high at four
+//   of the five and took um at all five where swap was faster at four.
 // - um: the learner's cost schedule over whole buffers (Note [What the learner moves]
 //   in core/schedule_internal.h; Note [um's units] below), planned at the same planning capacity (Note
 //   [Headroom] in policy/schedule.h) and replayed, its copies at the rates the driver

@@ -113,6 +113,27 @@ TEST(ModeChoice, SwapWhereBothAreEqual) {
   EXPECT_FALSE(r.um_faster);
 }
 
+TEST(ModeChoice, VmmCallsThatWaitAddTheRemapsToSwap) {
+  // See Note [Predicting swap against um] in policy/mode_choice.h: the device idles
+  // through each remap, so swap takes the remaps' host time more, um nothing more.
+  std::vector<std::uint32_t> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < 16; ++i) order.push_back(i);
+  }
+  const profiler::profile p = profile_of(16, 2 * MiB, order);
+  mode_costs costs;
+  const mode_prediction overlapped = predict_modes(p, 16 * MiB, costs);
+  costs.vmm_waits = true;
+  const mode_prediction waits = predict_modes(p, 16 * MiB, costs);
+  ASSERT_EQ(waits.swap_error, "");
+  ASSERT_GT(waits.swap_remaps, 0u);
+  EXPECT_EQ(waits.um_ns, overlapped.um_ns);
+  EXPECT_GT(waits.swap_ns, overlapped.swap_ns);
+  // Between the remaps' cost with every page in a run of its own and with all in runs.
+  EXPECT_GE(waits.swap_ns, overlapped.swap_ns + waits.swap_remaps * (costs.remap_ns - costs.run_ns));
+  EXPECT_LE(waits.swap_ns, overlapped.swap_ns + waits.swap_remaps * costs.remap_ns);
+}
+
 TEST(ModeChoice, UmAtTheManagedRatesMeasured) {
   // um's evictions are migrations to the host: at a sixth of the copy rate (an H200's)
   // its prediction grows, swap's does not.
