@@ -13,13 +13,14 @@
 namespace oversub::policy {
 
 // See Note [Remapping runs] in residency/swap_engine.h: the pages of room worth
-// gathering before a remap, so that their copies take as long as a run's own calls
-// (run_ns against page_copy_ns each): at least 1, at most 16 (the engine's
-// kMaxRunPages). The swap engine takes run_ns from its timing of its calls, the
-// simulator from the device model.
+// gathering before a remap, so that their copies take as long as the own calls of the
+// two runs each batch costs, its evictions' and its fetch's (run_ns against
+// page_copy_ns each): at least 1, at most 16 (the engine's kMaxRunPages). The swap
+// engine takes run_ns from its timing of its calls, the simulator from the device
+// model.
 inline std::size_t run_batch_pages(double run_ns, double page_copy_ns) {
   if (page_copy_ns <= 0) return 1;
-  const double pages = std::ceil(run_ns / page_copy_ns);
+  const double pages = std::ceil(2 * run_ns / page_copy_ns);
   return pages <= 1 ? 1 : static_cast<std::size_t>(std::min(pages, 16.0));
 }
 

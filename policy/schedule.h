@@ -108,7 +108,7 @@ struct schedule_result {
 // it late or waits for it. So 1/32 of the capacity, in whole pages, is left out of
 // the plan: the engine's fetches find room while the evictions that pay for it are
 // still on their way out. None below 32 pages.
-// Where the engine gathers room in batches (batch_pages > 1: a run's own calls cost
+// Where the engine gathers room in batches (batch_pages > 1: two runs' own calls cost
 // the copies of that many pages, Note [Remapping runs] in residency/swap_engine.h), a
 // fetch waits until a batch of room is free, so at least a batch is left out, at most
 // half the pages: otherwise the plan fills every page an eviction frees at once, and

@@ -28,9 +28,9 @@ CUresult swap_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
 }
 
 // See Note [Remapping runs] in residency/swap_engine.h: the pages of room a fetch waits
-// for before it remaps: enough that their copies take as long as a run's own calls, at
-// most kMaxRunPages and half the room; one until both the calls and the link
-// are measured.
+// for before it remaps: enough that their copies take as long as the own calls of two
+// runs (its evictions' and its own), at most kMaxRunPages and half the room; one until
+// both the calls and the link are measured.
 std::size_t swap_engine::batch_pages_locked() const {
   if (clock_ == nullptr || h2d_rate_ <= 0 || run_fit_.n < 8) return 1;
   static_assert(kMaxRunPages == 16, "policy::run_batch_pages caps a batch at 16 pages");

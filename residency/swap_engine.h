@@ -163,10 +163,18 @@
 // each run's unmap and grant on its copy clock (set_copy_clock) and fits them as a part
 // per run plus a part per page (run_cost_fit). Where a run's own part is worth the
 // copies of several pages, a fetch that finds room for fewer than that many of its
-// pages waits for the eviction that frees the last of them (batch_pages_locked: the
-// part per run over a page's copy time, at most kMaxRunPages), and the evictions that
-// wait frees are finished, and the pages fetched, as runs; the mover waits likewise
-// and takes the pages adjacent to its batch's with it. Until both the calls and the
+// pages waits for the eviction that frees the last of them (batch_pages_locked), and
+// the evictions that wait frees are finished, and the pages fetched, as runs; the
+// mover waits likewise and takes the pages adjacent to its batch's with it. A batch
+// costs two runs, its evictions' and its fetch's, so it gathers as many pages as
+// copy in the time of two runs' own parts (policy::run_batch_pages, at most
+// kMaxRunPages): on the H200's measured model 10 pages (186 us a run, 38 us a page's
+// copy). With the room of one run's part (5 pages) the mover's remaps bounded the
+// 3x points: ResNet-50 at 1/8 45.32 -> 43.16 ms per iteration, GPT-2 at 1/8
+// 280.88 -> 257.13 (T_unl 254.01), the 1.5x points within 1.5% (docs/results.md,
+// "Swap: a batch of room for two runs"). 16 pages was faster at GPT-2 3x and
+// ResNet-50 1.5x and slower at ResNet-50 3x and VGG-16 (the batch is also room the
+// plan leaves out: policy::planning_capacity). Until both the calls and the
 // link are measured, and where a call costs about the same for one page as for many
 // (simgpu's H100-PCIe model charges the A100's figures per page), the batch is one
 // page and a fetch's first pages still come in while the later evictions go out.
