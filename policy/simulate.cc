@@ -307,13 +307,25 @@ class replay {
     return 0;
   }
 
-  // See Note [Virtual time model] in policy/simulate.h: true when b touches the buffer
-  // the mover moved just before it in the same direction (last); b is then the last.
-  bool joins_run(buffer_id b, std::pair<std::uintptr_t, std::uintptr_t>& last) {
+  // See Note [Virtual time model] in policy/simulate.h: true when b touches a buffer
+  // the mover moved in the same direction in b's batch (of
+  // cost_model::mover_batch_pages moves), or the last move before it; b joins the
+  // batch, or begins the next.
+  bool joins_run(buffer_id b, std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& batch) {
     const model_buffer& m = model_.buffers[b];
     const std::uintptr_t lo = m.address, hi = m.address + m.bytes;
-    const bool joins = lo != 0 && last.first != 0 && (last.second == lo || last.first == hi);
-    last = {lo, lo == 0 ? 0 : hi};
+    if (batch_pages_ > 1 && batch.size() >= batch_pages_) batch.erase(batch.begin(), batch.end() - 1);
+    const bool joins = touches(batch, lo, hi);
+    if (batch_pages_ <= 1) batch.clear();
+    batch.emplace_back(lo, lo == 0 ? 0 : hi);
+    return joins;
+  }
+  static bool touches(const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& batch,
+                      std::uintptr_t lo, std::uintptr_t hi) {
+    bool joins = false;
+    if (lo != 0) {
+      for (const auto& [first, last] : batch) joins = joins || last == lo || first == hi;
+    }
     return joins;
   }
 
@@ -342,8 +354,9 @@ class replay {
   std::vector<std::uint64_t> out_done_;  // when its last copy out completes
   pending_releases pending_;
   std::uint64_t compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0;
-  // The last page the mover fetched and evicted (addresses, 0: unknown).
-  std::pair<std::uintptr_t, std::uintptr_t> fetched_{0, 0}, evicted_{0, 0};
+  // The mover's batches of fetches and of evictions (addresses, 0: unknown).
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> fetched_, evicted_;
+  const std::size_t batch_pages_ = costs_.mover_batch_pages();
   std::uint64_t mover_free_ = 0;  // when the mover is done with the remaps so far
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;

@@ -28,15 +28,16 @@
 //   the mover is free; the memory is released, and the page is on the host, when it
 //   ends. A fetch's remap (mover_fetch_ns) starts when the mover is free, the page is
 //   on the host and the memory is there; it holds the memory from then, and its copy
-//   in starts after the remap and the copy's enqueue. A page that touches the one the
-//   mover moved just before it in the same direction (model_buffer::address) joins
-//   that run: its remap costs its map and the per-page parts, not the run's shared
-//   unmap and access grant (Note [Remapping runs] in residency/swap_engine.h);
-//   simulation::runs counts the runs. (The library gathers runs from more than the
-//   last move, and gets about as many: ResNet-50 at 1/8, 3x, on the H200's measured
-//   model, 200 runs predicted for 540 moves against 190-220 for 526-540 in the
-//   library; runs formed from the last 16 moves each way would be 109, and the
-//   iteration 39.8 ms against 49.4.)
+//   in starts after the remap and the copy's enqueue. The moves each way fall into
+//   batches of cost_model::mover_batch_pages, as the library's mover gathers room (one
+//   move a batch where it gathers none); a page that touches one moved before it in
+//   its batch, in the same direction (model_buffer::address), joins that run: its
+//   remap costs its map and the per-page parts, not the run's shared unmap and access
+//   grant (Note [Remapping runs] in residency/swap_engine.h); simulation::runs counts
+//   the runs. (Joining only the last move predicted 229 runs for 572 moves at
+//   ResNet-50 at 1/8, 3x, on the H200's measured model, where the library, gathering
+//   10 pages a batch, made 141 for 548; runs formed from the last 16 moves each way,
+//   sliding, over-joined: 109 against 190-220 with batches of 5.)
 //   The launching thread still runs ahead. simulation::host_remap_ns is the mover's
 //   busy time. The plan is made on the link alone, as the library's learner makes it
 //   (tools/simulate/what_if.cc), with a batch of room left out where the mover

@@ -167,9 +167,9 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
   EXPECT_EQ(c.mover_fetch_ns(100, false), 1005u);
 
   // See Note [Remapping runs] (residency/swap_engine.h): with addresses, a page that
-  // touches the one moved just before it in the same direction shares that run's
+  // touches one moved before it in its batch, in the same direction, shares that run's
   // unmap and access grant (700 ns of a lone page's 900): the evictions of pages 0-3
-  // are one run, the fetches of 1-3 another, page 0's fetch a third.
+  // are one run, the fetches of 1-3 and of page 0 another (a batch holds 14 moves).
   cost_model per_call = byte_per_ns();
   per_call.mover.page_bytes = 100;
   per_call.mover.vmm_unmap_ns = 500;
@@ -189,9 +189,17 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
   for (buffer_id b = 0; b < 4; ++b) adjacent.buffers[b].address = 100 * (b + 1);
   const simulation runs = simulate(adjacent, s, per_call);
   EXPECT_EQ(runs.remaps, 8u);
-  EXPECT_EQ(runs.runs, 3u);
-  EXPECT_EQ(runs.host_remap_ns, 3u * 900 + 5u * 200);
+  EXPECT_EQ(runs.runs, 2u);
+  EXPECT_EQ(runs.host_remap_ns, 2u * 900 + 6u * 200);
   EXPECT_LT(runs.iteration_ns, apart.iteration_ns);
+  // A link slow enough that the mover gathers no batch: a page joins only the run of
+  // the move just before it, so page 0's fetch, after page 3's, is a run of its own.
+  cost_model slow_link = per_call;
+  slow_link.h2d_bytes_per_s /= 20;  // 2000 ns a page against two runs' 1400
+  EXPECT_EQ(slow_link.mover_batch_pages(), 1u);
+  const simulation unbatched = simulate(adjacent, s, slow_link);
+  EXPECT_EQ(unbatched.runs, 3u);
+  EXPECT_EQ(unbatched.host_remap_ns, 3u * 900 + 5u * 200);
 
   // Everything fits: nothing moves, nothing is remapped, the time is the compute's.
   iteration_model fits = m;
