@@ -560,7 +560,8 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   const config& cfg = current_config();
   // See Note [Headroom] in policy/schedule.h.
   const std::uint64_t capacity = policy::planning_capacity(
-      core::device_residency_capacity(device), page_bytes, core::device_batch_pages(device));
+      core::device_residency_capacity(device), page_bytes, core::device_batch_pages(device),
+      policy::largest_launch_footprint(model).bytes);
   const std::uint64_t less = v.free_pages * page_bytes;
   if (less >= capacity) return false;
   policy::schedule_result r =

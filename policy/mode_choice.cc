@@ -51,7 +51,9 @@ std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
   costs.mover.set_run_and_page(std::min(run_ns, remap_ns), remap_ns - std::min(run_ns, remap_ns),
                                page_bytes);
   const schedule_result r = plan_schedule(
-      m.model, planning_capacity(capacity_bytes, page_bytes, costs.mover_batch_pages()),
+      m.model,
+      planning_capacity(capacity_bytes, page_bytes, costs.mover_batch_pages(),
+                        largest_launch_footprint(m.model).bytes),
       device.costs, policy_kind::cost, 0);
   if (!r.ok()) return 0;
   const simulation sim = simulate(m.model, r.value, costs);

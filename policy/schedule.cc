@@ -637,12 +637,14 @@ void hoist_fetches(const iteration_model& model, schedule& plan, std::uint32_t d
 }  // namespace
 
 std::size_t planning_capacity(std::size_t capacity_bytes, std::size_t page_bytes,
-                              std::size_t batch_pages) {
+                              std::size_t batch_pages, std::size_t launch_bytes) {
   if (page_bytes == 0) return capacity_bytes;
   const std::size_t pages = capacity_bytes / page_bytes;
   // A batch of room is at most half the room (batch_pages_locked in the swap engine).
   const std::size_t batch = batch_pages <= 1 ? 0 : std::min(batch_pages, pages / 2);
-  return capacity_bytes - std::max(capacity_bytes / 32 / page_bytes, batch) * page_bytes;
+  const std::size_t planned =
+      capacity_bytes - std::max(capacity_bytes / 32 / page_bytes, batch) * page_bytes;
+  return std::max(planned, std::min(capacity_bytes, launch_bytes));
 }
 
 schedule_result plan_schedule(const iteration_model& model, std::size_t capacity_bytes,

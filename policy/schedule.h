@@ -115,8 +115,11 @@ struct schedule_result {
 // each fetch waits for the evictions of a whole batch. ResNet-50 at 1/8, 3x, on the
 // H200's measured model (a batch of 5): 60.4 -> 55.0 ms per iteration over three runs
 // each (T_unl 37.05; one page left out before, 4, 8 or 12 more: 55.0, 56.7, 57.7).
+// The room left out never takes room the largest launch needs (launch_bytes, the
+// footprint of policy::largest_launch_footprint): on a device of a few pages, half of
+// them left out for a batch would leave no plan at all.
 std::size_t planning_capacity(std::size_t capacity_bytes, std::size_t page_bytes,
-                              std::size_t batch_pages = 1);
+                              std::size_t batch_pages = 1, std::size_t launch_bytes = 0);
 
 // Plans one iteration. capacity_bytes: device bytes the schedule may use. An
 // invalid model, or a launch whose own buffers exceed the capacity, gives an error

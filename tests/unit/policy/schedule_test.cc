@@ -308,6 +308,9 @@ TEST(Schedule, HeadroomIsAThirtySecondOrABatchOfRoom) {
   EXPECT_EQ(planning_capacity(57 * page, page, 5), 52 * page);
   EXPECT_EQ(planning_capacity(320 * page, page, 5), 310 * page);  // the 1/32 is more
   EXPECT_EQ(planning_capacity(8 * page, page, 16), 4 * page);     // half the pages
+  // Never below the largest launch's footprint (5 pages of 8), nor above the capacity.
+  EXPECT_EQ(planning_capacity(8 * page, page, 16, 5 * page), 5 * page);
+  EXPECT_EQ(planning_capacity(8 * page, page, 16, 9 * page), 8 * page);
   EXPECT_EQ(planning_capacity(20 * page, page), 20 * page);       // none below 32 pages
   EXPECT_EQ(planning_capacity(12345, 0, 5), 12345u);
 }
