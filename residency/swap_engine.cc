@@ -396,6 +396,7 @@ void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
       .count("mover_waits", e.mover_waits)
       .count("mover_fetches", e.mover_fetches)
       .count("launch_run_pages", e.launch_run_pages)
+      .count("mover_handbacks", e.mover_handbacks)
       .nanoseconds("mover_remap_ns", e.mover_remap_ns)
       .nanoseconds("launch_remap_ns", e.launch_remap_ns)
       .count("remap_runs", e.remap_runs)

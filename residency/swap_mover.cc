@@ -430,7 +430,12 @@ void swap_engine::mover_main() {
     move m = mover_fetch_locked(lock);
     if (m == move::idle) m = mover_finish_locked(lock);
     if (m == move::failed) break;
-    if (m == move::idle) moved_.wait(lock);
+    if (m == move::idle) {
+      mover_idle_ = true;
+      moved_.notify_all();
+      moved_.wait(lock);
+      mover_idle_ = false;
+    }
   }
   // Stopped, or a driver error: evictions finish on the launching thread from now.
   mover_on_ = false;

@@ -456,6 +456,9 @@ CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
     p.where = state::resident;
     return true;
   });
+  if (mover_on_ && wait && !vas.empty()) {
+    if (CUresult r = hand_to_mover_locked(vas, rank); r != CUDA_SUCCESS) return r;
+  }
   if (mover_on_ && !wait && !vas.empty()) {
     // See Note [The mover] in residency/swap_engine.h: evictions for all of them begin
     // now; the mover fetches them as room comes.
@@ -510,6 +513,42 @@ CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
     std::vector<std::uintptr_t> now(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(fit));
     vas.erase(vas.begin(), vas.begin() + static_cast<std::ptrdiff_t>(fit));
     if (CUresult r = fetch_batch_locked(std::move(now)); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+// See Note [A launch hands its fetch to the mover] in residency/swap_engine.h: vas
+// (pages on the host) first in the mover's queue, their evictions begun; returns once
+// the mover has fetched them, or has stopped or has nothing it can do, with the pages
+// still on the host left in vas for the caller to fetch.
+CUresult swap_engine::hand_to_mover_locked(std::vector<std::uintptr_t>& vas,
+                                           const victim_rank& rank) {
+  if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false, rank);
+      r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
+    return r;
+  }
+  const auto handed = [&](std::uintptr_t va) {
+    return std::find(vas.begin(), vas.end(), va) != vas.end();
+  };
+  std::erase_if(mover_fetch_, handed);
+  mover_fetch_.insert(mover_fetch_.begin(), vas.begin(), vas.end());
+  handoff_epoch_ = epoch_;
+  mover_idle_ = false;
+  moved_.notify_all();
+  ++stats_.mover_waits;
+  const auto coming = [&] {
+    return std::any_of(vas.begin(), vas.end(),
+                       [&](std::uintptr_t va) { return pages_[va].where != state::resident; });
+  };
+  while (mover_on_ && !mover_idle_ && coming()) moved_.wait(mutex_);
+  handoff_epoch_ = 0;
+  // The mover's batches are used after their hand-offs (Note [The mover] in
+  // residency/swap_engine.h).
+  for (std::uintptr_t va : vas) await_page_locked(va);
+  std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where == state::resident; });
+  if (!vas.empty()) {
+    ++stats_.mover_handbacks;
+    std::erase_if(mover_fetch_, handed);
   }
   return CUDA_SUCCESS;
 }
