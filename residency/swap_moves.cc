@@ -537,8 +537,10 @@ CUresult swap_engine::hand_to_mover_locked(std::vector<std::uintptr_t>& vas,
   moved_.notify_all();
   ++stats_.mover_waits;
   const auto coming = [&] {
-    return std::any_of(vas.begin(), vas.end(),
-                       [&](std::uintptr_t va) { return pages_[va].where != state::resident; });
+    return std::any_of(vas.begin(), vas.end(), [&](std::uintptr_t va) {
+      auto it = pages_.find(va);
+      return it != pages_.end() && it->second.where != state::resident;
+    });
   };
   while (mover_on_ && !mover_idle_ && coming()) moved_.wait(mutex_);
   handoff_epoch_ = 0;

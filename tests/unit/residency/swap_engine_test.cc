@@ -389,6 +389,40 @@ TEST_F(Residency, TheMoverFetchesARunAskedForOutOfOrderAsOneRun) {
   }
 }
 
+// See Note [A launch hands its fetch to the mover] (residency/swap_engine.h): with the
+// mover on, a launch's missing pages are fetched by the mover, not by the launching
+// thread (every fetch is the mover's, none taken back), and every byte is kept, pages
+// used one by one and two at a time on a device of four.
+TEST_F(Residency, ALaunchHandsItsMissingPagesToTheMover) {
+  swap_config c = config(4, 16);
+  c.mover_thread = true;
+  swap_engine e(c);
+  for (std::size_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(e.create_page(va(i)));
+    ASSERT_TRUE(use(e, i));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x70 + static_cast<int>(i), kPage, s_), cudaSuccess);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  const swap_stats before = e.stats();
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t i = 0; i < 8; ++i) {
+      ASSERT_TRUE(use(e, i, false));
+      expect_bytes(i, static_cast<unsigned char>(0x70 + i));
+    }
+    for (std::size_t i = 0; i < 8; i += 2) {
+      const byte_range two{va(i), 2 * kPage};
+      ASSERT_TRUE(e.prepare({&two, 1}, cu(), false));
+      expect_bytes(i, static_cast<unsigned char>(0x70 + i));
+      expect_bytes(i + 1, static_cast<unsigned char>(0x71 + i));
+    }
+  }
+  const swap_stats after = e.stats();
+  EXPECT_GE(after.fetches - before.fetches, 16u);
+  EXPECT_EQ(after.fetches - before.fetches, after.mover_fetches - before.mover_fetches);
+  EXPECT_EQ(after.mover_handbacks, 0u);
+  EXPECT_GE(after.mover_waits - before.mover_waits, 16u);
+}
+
 // The fit behind it: a part per run and a part per page, told apart once two lengths
 // were timed; with one length only, all of it counts per run.
 TEST(RunCostFit, SeparatesThePartPerRunFromThePartPerPage) {
