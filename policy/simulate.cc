@@ -314,7 +314,9 @@ class replay {
   bool joins_run(buffer_id b, std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& batch) {
     const model_buffer& m = model_.buffers[b];
     const std::uintptr_t lo = m.address, hi = m.address + m.bytes;
-    if (batch_pages_ > 1 && batch.size() >= batch_pages_) batch.erase(batch.begin(), batch.end() - 1);
+    if (batch_pages_ > 1 && batch.size() >= batch_pages_) {
+      batch.erase(batch.begin(), batch.end() - 1);
+    }
     const bool joins = touches(batch, lo, hi);
     if (batch_pages_ <= 1) batch.clear();
     batch.emplace_back(lo, lo == 0 ? 0 : hi);

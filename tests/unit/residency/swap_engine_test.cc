@@ -78,6 +78,16 @@ class Residency : public ::testing::Test {
     ASSERT_EQ(host[kPage - 1], value);
   }
   void five_pages(swap_engine& e, int fill);
+  // Pages 0-7 created and used in turn, page i filled with fill + i (on a device of
+  // four, so the first four are evicted).
+  void eight_filled_pages(swap_engine& e, int fill) {
+    for (std::size_t i = 0; i < 8; ++i) {
+      ASSERT_TRUE(e.create_page(va(i)));
+      ASSERT_TRUE(use(e, i));
+      ASSERT_EQ(cudaMemsetAsync(ptr(i), fill + static_cast<int>(i), kPage, s_), cudaSuccess);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  }
   void remapped_as_runs(swap_engine& e);
   void expect_only_page_3_left(swap_engine& e, int fill);
   static constexpr std::size_t kPages = 16;
@@ -364,12 +374,7 @@ TEST_F(Residency, TheMoverFetchesARunAskedForOutOfOrderAsOneRun) {
   swap_config c = config(4, 16);
   c.mover_thread = true;
   swap_engine e(c);
-  for (std::size_t i = 0; i < 8; ++i) {
-    ASSERT_TRUE(e.create_page(va(i)));
-    ASSERT_TRUE(use(e, i));
-    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x60 + static_cast<int>(i), kPage, s_), cudaSuccess);
-  }
-  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  eight_filled_pages(e, 0x60);
   for (std::size_t i = 4; i < 8; ++i) e.destroy_page(va(i));  // four pages of room
   const swap_stats before = e.stats();
   const byte_range asked[] = {{va(1), kPage}, {va(0), kPage}, {va(3), kPage}, {va(2), kPage}};
@@ -397,12 +402,7 @@ TEST_F(Residency, ALaunchHandsItsMissingPagesToTheMover) {
   swap_config c = config(4, 16);
   c.mover_thread = true;
   swap_engine e(c);
-  for (std::size_t i = 0; i < 8; ++i) {
-    ASSERT_TRUE(e.create_page(va(i)));
-    ASSERT_TRUE(use(e, i));
-    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x70 + static_cast<int>(i), kPage, s_), cudaSuccess);
-  }
-  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  eight_filled_pages(e, 0x70);
   const swap_stats before = e.stats();
   for (int round = 0; round < 2; ++round) {
     for (std::size_t i = 0; i < 8; ++i) {
