@@ -251,8 +251,9 @@ def case_trace(c: checker) -> None:
 
 def case_timeline(c: checker) -> None:
     """SIMGPU_TIMELINE (Note [The timeline] in tests/simgpu/driver/timeline.h): the run's
-    kernels, copies and host waits as a Chrome trace whose kernel count is simgpu's own,
-    whose spans lie inside the run's virtual time, and which does not change results."""
+    kernels, copies, host waits and VMM calls as a Chrome trace whose kernel and VMM call
+    counts are simgpu's own, whose spans lie inside the run's virtual time, and which
+    does not change results."""
     base = c.run([])
     if not c.completed(base):
         return
@@ -286,6 +287,23 @@ def case_timeline(c: checker) -> None:
         streams = {e["tid"] for e in spans if e["cat"].startswith("kernel")}
         c.expect(len(streams) >= 2, f"kernels on {len(streams)} streams with --streams 2", r)
         c.expect(any(e["cat"] == "host wait" for e in spans), "no host wait recorded", r)
+        # Each host thread's VMM calls on its own track, as many per family as the
+        # report counts (expandable segments map with cuMemCreate/Map/SetAccess).
+        x = c.run(["--caching", "expandable"], {"SIMGPU_TIMELINE": str(path), "SIMGPU_REPORT": "1"})
+        if not c.completed(x):
+            return
+        events = json.loads(path.read_text())
+        calls = [e for e in events if e.get("cat") == "host call"]
+        named = {e["tid"] for e in events if e.get("ph") == "M" and e["args"]["name"].startswith("host thread")}
+        c.expect(bool(calls) and all(e["tid"] in named for e in calls),
+                 f"{len(calls)} VMM calls in the timeline, not all on a named host-thread track", x)
+        reported: dict[str, int] = {}
+        for family, count in re.findall(r"(vmm_[a-z_]+) (\d+) ", x.stderr):
+            reported[family] = reported.get(family, 0) + int(count)  # summed over threads
+        c.expect(bool(reported), "no VMM calls in the report", x)
+        for family, count in reported.items():
+            seen = sum(1 for e in calls if e["name"] == family)
+            c.expect(seen == count, f"{seen} {family} calls in the timeline, the report says {count}", x)
 
 
 CASES = {

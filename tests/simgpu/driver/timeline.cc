@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "config.h"
@@ -17,6 +18,7 @@ struct timeline_file {
   std::mutex mutex;
   FILE* out = nullptr;
   bool first = true;
+  std::set<int> named_threads;  // host threads whose track has its name
 };
 
 void close_timeline();
@@ -62,14 +64,29 @@ std::string escaped(const char* s) {
   return r;
 }
 
-void write_event(const std::string& event) {
+// Host thread n's track: tid kHostThreadTid + n, so that it never meets a stream's.
+constexpr int kHostThreadTid = 1000000;
+
+void write_locked(timeline_file* f, const char* event) {
+  if (!f->first) std::fputs(",\n", f->out);
+  f->first = false;
+  std::fputs(event, f->out);
+}
+
+// host_ordinal > 0: the event is on that host thread's track, named at its first event.
+void write_event(const std::string& event, int host_ordinal = 0) {
   timeline_file* f = file();
   if (f == nullptr) return;
   std::lock_guard<std::mutex> lock(f->mutex);
   if (f->out == nullptr) return;
-  if (!f->first) std::fputs(",\n", f->out);
-  f->first = false;
-  std::fputs(event.c_str(), f->out);
+  if (host_ordinal > 0 && f->named_threads.insert(host_ordinal).second) {
+    char name[160];
+    std::snprintf(name, sizeof name,
+                  R"({"name":"thread_name","ph":"M","pid":1,"tid":%d,"args":{"name":"host thread %d calls"}})",
+                  kHostThreadTid + host_ordinal, host_ordinal);
+    write_locked(f, name);
+  }
+  write_locked(f, event.c_str());
 }
 
 }  // namespace
@@ -94,6 +111,15 @@ void timeline_host_wait(const char* what, double from_ns, double to_ns) {
                 R"({"name":"%s","cat":"host wait","ph":"X","pid":1,"tid":0,"ts":%.3f,"dur":%.3f})",
                 what, from_ns / 1e3, (to_ns - from_ns) / 1e3);
   write_event(buf);
+}
+
+void timeline_host_call(int ordinal, const char* what, double from_ns, double to_ns) {
+  if (to_ns <= from_ns || !timeline_on()) return;
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                R"({"name":"%s","cat":"host call","ph":"X","pid":1,"tid":%d,"ts":%.3f,"dur":%.3f})",
+                what, kHostThreadTid + ordinal, from_ns / 1e3, (to_ns - from_ns) / 1e3);
+  write_event(buf, ordinal);
 }
 
 }  // namespace simgpu
