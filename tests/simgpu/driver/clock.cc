@@ -254,6 +254,7 @@ void destroy_event(event_obj* e) {
 }
 
 double clock_host_ns() { return me().clock_ns; }
+int host_thread_ordinal() { return me().ordinal; }
 
 const char* host_family_name(host_family f) {
   static const char* const names[] = {
@@ -266,9 +267,6 @@ const char* host_family_name(host_family f) {
 
 void clock_host_advance(double ns, host_family f) {
   host_thread_stats& h = me();
-  if (f >= host_family::vmm_create && f <= host_family::vmm_release) {
-    timeline_host_call(h.ordinal, host_family_name(f), h.clock_ns, h.clock_ns + ns);
-  }
   h.clock_ns += ns;
   ++h.calls[static_cast<int>(f)];
   h.call_ns[static_cast<int>(f)] += ns;

@@ -144,6 +144,7 @@ void destroy_event(event_obj* e);
 
 // The calling thread's host time (Note [A clock per host thread]).
 double clock_host_ns();
+int host_thread_ordinal();  // 1: the first thread that called
 
 // The families of host cost, counted per thread for the exit report.
 enum class host_family {

@@ -113,12 +113,17 @@ void timeline_host_wait(const char* what, double from_ns, double to_ns) {
   write_event(buf);
 }
 
-void timeline_host_call(int ordinal, const char* what, double from_ns, double to_ns) {
+void timeline_host_call(int ordinal, const char* what, double from_ns, double to_ns,
+                        uint64_t bytes, uintptr_t va, const char* memory) {
   if (to_ns <= from_ns || !timeline_on()) return;
-  char buf[200];
+  char args[120];
+  int n = std::snprintf(args, sizeof args, R"("bytes":%)" PRIu64, bytes);
+  if (va != 0) n += std::snprintf(args + n, sizeof args - n, R"(,"va":"0x%)" PRIxPTR "\"", va);
+  if (memory != nullptr) std::snprintf(args + n, sizeof args - n, R"(,"memory":"%s")", memory);
+  char buf[320];
   std::snprintf(buf, sizeof buf,
-                R"({"name":"%s","cat":"host call","ph":"X","pid":1,"tid":%d,"ts":%.3f,"dur":%.3f})",
-                what, kHostThreadTid + ordinal, from_ns / 1e3, (to_ns - from_ns) / 1e3);
+                R"({"name":"%s","cat":"host call","ph":"X","pid":1,"tid":%d,"ts":%.3f,"dur":%.3f,"args":{%s}})",
+                what, kHostThreadTid + ordinal, from_ns / 1e3, (to_ns - from_ns) / 1e3, args);
   write_event(buf, ordinal);
 }
 

@@ -21,8 +21,11 @@ void timeline_op(const char* category, const char* name, uint64_t stream, double
                  double end_ns, uint64_t bytes);
 // The host waited from from_ns to to_ns (nothing is written when it did not wait).
 void timeline_host_wait(const char* what, double from_ns, double to_ns);
-// Host thread `ordinal` (1: the first that called) spent [from_ns, to_ns) in call `what`.
-void timeline_host_call(int ordinal, const char* what, double from_ns, double to_ns);
+// Host thread `ordinal` (1: the first that called) spent [from_ns, to_ns) in call
+// `what` over `bytes` at address `va` (0: none); `memory` ("device", "host" or
+// nullptr) is what a map maps.
+void timeline_host_call(int ordinal, const char* what, double from_ns, double to_ns,
+                        uint64_t bytes, uintptr_t va, const char* memory);
 
 }  // namespace simgpu
 

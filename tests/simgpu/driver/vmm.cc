@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "device.h"
 #include "fault_injection.h"
+#include "timeline.h"
 
 namespace simgpu {
 
@@ -61,11 +62,16 @@ region* reservation_for(uintptr_t p, size_t size) {
 // tomorrow), so an unmap still has to be ordered after the work that uses the
 // range by an event or stream synchronisation, and one that is not is reported
 // whatever this switch says.
+// For the timeline: `va`, the address mapped, unmapped or granted (0: none) and
+// `memory`, what a map maps ("device" or "host"; nullptr otherwise).
 void vmm_call_cost(const device_model::vmm_cost& c, uint64_t bytes, const char* wait_why,
-                   host_family f) {
+                   host_family f, uintptr_t va = 0, const char* memory = nullptr) {
   const device_model& m = dev().model;
   if (wait_why != nullptr && m.vmm_waits_for_device) host_wait_device_time(wait_why);
+  const double from = clock_host_ns();
   clock_host_advance(c.for_bytes(bytes), f);
+  timeline_host_call(host_thread_ordinal(), host_family_name(f), from, clock_host_ns(), bytes, va,
+                     memory);
 }
 
 void unmap_one(region* r, std::map<uintptr_t, vmm_mapping>::iterator it) {
@@ -165,8 +171,9 @@ CUresult vmm_release(CUmemGenericAllocationHandle handle) {
 
 CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle hid,
                  unsigned long long flags) {
-  vmm_call_cost(dev().model.vmm_map, size, "cuMemMap waits for the device", host_family::vmm_map);
   phys_handle* h = find_handle(hid);
+  vmm_call_cost(dev().model.vmm_map, size, "cuMemMap waits for the device", host_family::vmm_map, ptr,
+                h == nullptr ? nullptr : h->on_device ? "device" : "host");
   if (h == nullptr || flags != 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   if (ptr % kVmmGranularityBytes || size % kVmmGranularityBytes ||
       offset % kVmmGranularityBytes || offset + size > h->bytes)
@@ -192,7 +199,8 @@ CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloca
 }
 
 CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
-  vmm_call_cost(dev().model.vmm_unmap, size, "cuMemUnmap waits for the device", host_family::vmm_unmap);
+  vmm_call_cost(dev().model.vmm_unmap, size, "cuMemUnmap waits for the device", host_family::vmm_unmap,
+                ptr);
   region* r = reservation_for(ptr, size);
   if (r == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   // The range must consist of whole mappings.
@@ -213,7 +221,8 @@ CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
 
 CUresult vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
                         size_t count) {
-  vmm_call_cost(dev().model.vmm_set_access, size, "cuMemSetAccess waits for the device", host_family::vmm_set_access);
+  vmm_call_cost(dev().model.vmm_set_access, size, "cuMemSetAccess waits for the device",
+                host_family::vmm_set_access, ptr);
   if (desc == nullptr || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   region* r = reservation_for(ptr, size);
   if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;
