@@ -23,46 +23,36 @@ void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f
   }
 }
 
-// What a run's own calls (its unmap and its access grant) cost the host, fitted by
-// least squares as a part per run plus a part per page over the runs timed (Note
-// [Remapping runs] in residency/swap_engine.h).
+// What a run's own calls (its unmap and its access grant) cost the host: a part per
+// run plus a part per page (Note [Remapping runs] in residency/swap_engine.h), fitted
+// by least squares over the lower quartile of each run length's recent timings, not
+// over every run (Note [Timing calls that may wait] in residency/page_runs.cc). n, sy,
+// maps and map_ns are the plain totals (the stats' host time and counts).
 struct run_cost_fit {
-  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  double n = 0, sy = 0;
   double maps = 0, map_ns = 0;  // the runs' cuMemMap calls (one per page) and their time
-  void add(double pages, double ns) {
-    n += 1;
-    sx += pages;
-    sy += ns;
-    sxx += pages * pages;
-    sxy += pages * ns;
-  }
-  void merge(const run_cost_fit& o) {
-    maps += o.maps;
-    map_ns += o.map_ns;
-    n += o.n;
-    sx += o.sx;
-    sy += o.sy;
-    sxx += o.sxx;
-    sxy += o.sxy;
-  }
+  void add(double pages, double ns);
+  // One run's maps: `pages` calls in `ns`.
+  void add_maps(double pages, double ns);
+  void merge(const run_cost_fit& o);
   // The part per run, in ns. While every run timed had the same length, all of it: the
-  // next longer run tells the parts apart.
-  double per_run_ns() const {
-    if (n == 0) return 0;
-    const double denom = n * sxx - sx * sx;
-    if (denom <= 1e-9 * n * sxx) return sy / n;
-    const double slope = (n * sxy - sx * sy) / denom;
-    const double intercept = (sy - slope * sx) / n;
-    return intercept > 0 ? intercept : 0;
-  }
-  // The part per page: the unmap's and the grant's (what the fit leaves after the part
-  // per run) and one map.
-  double per_page_ns() const {
-    if (n == 0 || sx == 0) return 0;
-    const double shared = (sy - per_run_ns() * n) / sx;
-    return (shared > 0 ? shared : 0) + (maps > 0 ? map_ns / maps : 0);
-  }
+  // next length tells the parts apart.
+  double per_run_ns() const;
+  // The part per page: the unmap's and the grant's (the fit's slope) and one map.
+  double per_page_ns() const;
+
+ private:
+  // Recent timings kept per run length (1 to kLengths pages; longer runs count in the
+  // totals only), and per page of the maps; the oldest go first.
+  static constexpr std::size_t kLengths = 16, kKept = 32;
+  std::vector<std::vector<double>> by_length_;
+  std::vector<double> map_page_ns_;
+  // The fit, made when asked after a change (the engine asks for every batch).
+  mutable bool fitted_ = false;
+  mutable double per_run_ = 0, per_page_ = 0;
+  void fit() const;
 };
+
 
 // Read-write access for the device, as every swap page is mapped.
 CUmemAccessDesc device_access(int device);

@@ -438,6 +438,32 @@ TEST(RunCostFit, SeparatesThePartPerRunFromThePartPerPage) {
   EXPECT_NEAR(per_page.per_run_ns(), 0, 1);
 }
 
+// See Note [Timing calls that may wait] in residency/page_runs.cc: calls that waited
+// for the device, more often and longer in longer runs (as when the host is far
+// ahead), leave the fit to the calls' own costs: a least-squares fit over every run
+// would put the waits per page and nothing per run.
+TEST(RunCostFit, CallsThatWaitedDoNotCount) {
+  run_cost_fit f;
+  for (int i = 0; i < 32; ++i) {
+    const double wait = i % 2 == 0 ? 3'000'000 : 0;  // every other run, its unmap waited
+    f.add(1, 190'000 + (i % 8 == 0 ? 50'000 : 0));
+    f.add(16, 190'000 + 15 * 2'000 + wait);
+    f.add_maps(1, 11'000 + (i % 3 == 0 ? 400'000 : 0));  // its first map waited
+    f.add_maps(16, 16 * 11'000 + wait);
+  }
+  EXPECT_NEAR(f.per_run_ns(), 188'000, 1);
+  EXPECT_NEAR(f.per_page_ns(), 2'000 + 11'000, 1);
+  // The totals still hold every nanosecond, waits included (the stats' host time).
+  EXPECT_EQ(f.n, 64);
+  EXPECT_GT(f.sy, 32 * (190'000 + 220'000) + 16 * 3'000'000 - 1);
+  EXPECT_EQ(f.maps, 32 * 17);
+  // Merged into the engine's fit, the same.
+  run_cost_fit engine;
+  engine.merge(f);
+  EXPECT_NEAR(engine.per_run_ns(), 188'000, 1);
+  EXPECT_NEAR(engine.per_page_ns(), 13'000, 1);
+}
+
 // The prefetch tests' device: four pages of room, five pages filled with fill + i;
 // page 0 left to make room for page 4, page 1 the least recently used.
 void Residency::five_pages(swap_engine& e, int fill) {
