@@ -25,9 +25,10 @@ void for_runs(std::span<const std::uintptr_t> vas, std::size_t page_bytes, F&& f
 
 // What a run's own calls (its unmap and its access grant) cost the host: a part per
 // run plus a part per page (Note [Remapping runs] in residency/swap_engine.h), fitted
-// by least squares over the lower quartile of each run length's recent timings, not
-// over every run (Note [Timing calls that may wait] in residency/page_runs.cc). n, sy,
-// maps and map_ns are the plain totals (the stats' host time and counts).
+// by least squares over every run timed and over the lower quartile of each run
+// length's recent timings, the fit with the larger part per run kept (Note [Timing
+// calls that may wait] in residency/page_runs.cc). n, sy, maps and map_ns are the
+// plain totals (the stats' host time and counts).
 struct run_cost_fit {
   double n = 0, sy = 0;
   double maps = 0, map_ns = 0;  // the runs' cuMemMap calls (one per page) and their time
@@ -38,12 +39,14 @@ struct run_cost_fit {
   // The part per run, in ns. While every run timed had the same length, all of it: the
   // next length tells the parts apart.
   double per_run_ns() const;
-  // The part per page: the unmap's and the grant's (the fit's slope) and one map.
+  // The part per page: the unmap's and the grant's (what the fit leaves after the part
+  // per run) and one map.
   double per_page_ns() const;
 
  private:
+  double sx_ = 0, sxx_ = 0, sxy_ = 0;  // least squares over every run
   // Recent timings kept per run length (1 to kLengths pages; longer runs count in the
-  // totals only), and per page of the maps; the oldest go first.
+  // least squares only), and per page of the maps; the oldest go first.
   static constexpr std::size_t kLengths = 16, kKept = 32;
   std::vector<std::vector<double>> by_length_;
   std::vector<double> map_page_ns_;

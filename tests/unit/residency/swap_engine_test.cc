@@ -441,7 +441,8 @@ TEST(RunCostFit, SeparatesThePartPerRunFromThePartPerPage) {
 // See Note [Timing calls that may wait] in residency/page_runs.cc: calls that waited
 // for the device, more often and longer in longer runs (as when the host is far
 // ahead), leave the fit to the calls' own costs: a least-squares fit over every run
-// would put the waits per page and nothing per run.
+// would put the waits per page and nothing per run. Where every run's fit puts more
+// per run (waits once a run, whatever its length), that fit is kept.
 TEST(RunCostFit, CallsThatWaitedDoNotCount) {
   run_cost_fit f;
   for (int i = 0; i < 32; ++i) {
@@ -462,6 +463,17 @@ TEST(RunCostFit, CallsThatWaitedDoNotCount) {
   engine.merge(f);
   EXPECT_NEAR(engine.per_run_ns(), 188'000, 1);
   EXPECT_NEAR(engine.per_page_ns(), 13'000, 1);
+
+  // Short runs that waited long half the time, long ones a little every time: the
+  // quartiles give 168 us a run, every run's fit all of its mean wait, and it is kept.
+  run_cost_fit per_run;
+  for (int i = 0; i < 32; ++i) {
+    per_run.add(1, 190'000 + (i % 2 == 0 ? 2'000'000 : 0));
+    per_run.add(16, 520'000);
+    per_run.add_maps(16, 16 * 11'000);
+  }
+  EXPECT_GT(per_run.per_run_ns(), 1'000'000);
+  EXPECT_NEAR(per_run.per_page_ns(), 11'000, 1);
 }
 
 // The prefetch tests' device: four pages of room, five pages filled with fill + i;
