@@ -33,7 +33,7 @@ CUmemAccessDesc device_access(int device) {
 // of the maps' time per page) stands for the calls themselves: robust while fewer than
 // three in four runs of a length wait, and, unlike the minimum, not taken from the rare
 // call made while the device is idle (the H200 measured cuMemSetAccess at 27 us idle
-// against 122 us beside a running kernel: docs/gpu-results.md). But where the longer
+// against 124 us beside a running kernel: docs/gpu-results.md). But where the longer
 // runs all wait, their quartile holds the wait too and the fit tilts the same way:
 // ResNet-152 at 1/8, 1.5x, went from 75 runs to 523 and from 127 to 212 ms. A wait
 // also comes once a run, so it is part of what a run costs and of what a batch saves;

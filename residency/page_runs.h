@@ -56,7 +56,6 @@ struct run_cost_fit {
   void fit() const;
 };
 
-
 // Read-write access for the device, as every swap page is mapped.
 CUmemAccessDesc device_access(int device);
 

@@ -161,10 +161,11 @@
 // Runs form only where moves are made together, and room comes a page at a time (each
 // eviction's own copy out, Note [Evictions copy page by page]). So the engine times
 // each run's unmap and grant on its copy clock (set_copy_clock) and fits them as a part
-// per run plus a part per page (run_cost_fit; what a call spends waiting for the
-// device is left out: Note [Timing calls that may wait] in residency/page_runs.cc). Where a run's own part is worth the
-// copies of several pages, a fetch that finds room for fewer than that many of its
-// pages waits for the eviction that frees the last of them (batch_pages_locked), and
+// per run plus a part per page (run_cost_fit; with calls that wait for the device:
+// See Note [Timing calls that may wait] in residency/page_runs.cc). Where a run's own
+// part is worth the copies of several pages, a fetch that finds room for fewer than
+// that many of its pages waits for the eviction that frees the last of them
+// (batch_pages_locked), and
 // the evictions that wait frees are finished, and the pages fetched, as runs; the
 // mover waits likewise and takes the pages adjacent to its batch's with it. A batch
 // costs two runs, its evictions' and its fetch's, so it gathers as many pages as

@@ -82,7 +82,8 @@ void write_event(const std::string& event, int host_ordinal = 0) {
   if (host_ordinal > 0 && f->named_threads.insert(host_ordinal).second) {
     char name[160];
     std::snprintf(name, sizeof name,
-                  R"({"name":"thread_name","ph":"M","pid":1,"tid":%d,"args":{"name":"host thread %d calls"}})",
+                  R"({"name":"thread_name","ph":"M","pid":1,"tid":%d,)"
+                  R"("args":{"name":"host thread %d calls"}})",
                   kHostThreadTid + host_ordinal, host_ordinal);
     write_locked(f, name);
   }
@@ -122,7 +123,8 @@ void timeline_host_call(int ordinal, const char* what, double from_ns, double to
   if (memory != nullptr) std::snprintf(args + n, sizeof args - n, R"(,"memory":"%s")", memory);
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                R"({"name":"%s","cat":"host call","ph":"X","pid":1,"tid":%d,"ts":%.3f,"dur":%.3f,"args":{%s}})",
+                R"({"name":"%s","cat":"host call","ph":"X","pid":1,"tid":%d,"ts":%.3f,)"
+                R"("dur":%.3f,"args":{%s}})",
                 what, kHostThreadTid + ordinal, from_ns / 1e3, (to_ns - from_ns) / 1e3, args);
   write_event(buf, ordinal);
 }

@@ -6,8 +6,8 @@
 // "host" track with the spans the host spent waiting for the device (stream, event
 // and device synchronisation), and a track per host thread with its VMM calls
 // (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease: the calls whose
-// host time a residency engine's mover spends). The question it answers is the one virtual times alone
-// cannot: which engine or wait an iteration's time went to.
+// host time a residency engine's mover spends). The question it answers is the one
+// virtual times alone cannot: which engine or wait an iteration's time went to.
 #ifndef SIMGPU_DRIVER_TIMELINE_H
 #define SIMGPU_DRIVER_TIMELINE_H
 

@@ -172,7 +172,8 @@ CUresult vmm_release(CUmemGenericAllocationHandle handle) {
 CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle hid,
                  unsigned long long flags) {
   phys_handle* h = find_handle(hid);
-  vmm_call_cost(dev().model.vmm_map, size, "cuMemMap waits for the device", host_family::vmm_map, ptr,
+  vmm_call_cost(dev().model.vmm_map, size, "cuMemMap waits for the device",
+                host_family::vmm_map, ptr,
                 h == nullptr ? nullptr : h->on_device ? "device" : "host");
   if (h == nullptr || flags != 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   if (ptr % kVmmGranularityBytes || size % kVmmGranularityBytes ||
@@ -199,8 +200,8 @@ CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloca
 }
 
 CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
-  vmm_call_cost(dev().model.vmm_unmap, size, "cuMemUnmap waits for the device", host_family::vmm_unmap,
-                ptr);
+  vmm_call_cost(dev().model.vmm_unmap, size, "cuMemUnmap waits for the device",
+                host_family::vmm_unmap, ptr);
   region* r = reservation_for(ptr, size);
   if (r == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   // The range must consist of whole mappings.
