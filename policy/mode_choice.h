@@ -19,8 +19,9 @@
 //   core/device_pool.cc), a remap first drains the device's queue, and the device
 //   has nothing to run while the remap lasts: swap is that replay plus the host time
 //   of every remap. At 1/8 of ResNet-50, GPT-2 and VGG-16 under SIMGPU_VMM_WAIT=1
-//   this was 12% and 38% high at ResNet-50 1.5x and 3x, 6% low at VGG-16 1.5x, 41%
-//   and 14% low at GPT-2 1.5x and 3x (docs/results.md); counting nothing overlapped
+//   on the H200's measured model this is 5% and 24% high at ResNet-50 1.5x and 3x,
+//   8% low at VGG-16 1.5x, 10% and 12% low at GPT-2 1.5x and 3x (against iteration
+//   8 of the replay; docs/results.md); counting nothing overlapped
 //   (the unlimited iteration plus every copy plus every remap) was 12-56% high at four
 //   of the five and took um at all five where swap was faster at four.
 // - um: the learner's cost schedule over whole buffers (Note [What the learner moves]
@@ -47,7 +48,13 @@
 // buffer taking the lowest free unit of its size, and plans the units, each living
 // across iterations. Taking every tensor as a unit of its own instead counted four
 // times the bytes the backend moves (GPT-2 at 1/8 and 1.5x: 8784 MiB each way per
-// iteration in the plan, about 2000 out in the library).
+// iteration in the plan, about 2000 out in the library). A unit's bytes are rounded
+// up to whole managed pages (cost_model::managed_page_bytes): the driver makes a
+// managed allocation resident, and migrates it, a page at a time, so a 4 KiB bias
+// costs a 64 KiB page each way. At ResNet-50 1/8, 1.5x, on the H200's measured
+// model, um's prefetches moved 498 MB each way an iteration and the driver 554;
+// without the rounding um was predicted at 51.2 ms where it ran 64.5 (with it 59.1),
+// and auto took um under the VMM waits where swap ran 52.7.
 //
 // swap is taken unless um is predicted strictly faster, or swap cannot be planned
 // and um can. Left out: the host time of um's prefetch calls, and the engines'

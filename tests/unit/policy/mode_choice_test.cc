@@ -178,6 +178,22 @@ TEST(ModeChoice, UmUnitsAreTheBuffersTheBackendReuses) {
   for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(units.launches[i].duration_ns, 10'000u);
 }
 
+// See Note [um's units] in policy/mode_choice.h: 160 KiB buffers hold three 64 KiB
+// managed pages each (a fifth more than their bytes), five 32 KiB ones exactly.
+TEST(ModeChoice, UmMovesWholeManagedPages) {
+  const profiler::profile p = profile_of(64, 160 * 1024, scattered_order());
+  mode_costs costs;
+  costs.link_bytes_per_s = 1e9;  // the link, not the launches, bounds the iteration
+  costs.managed_page_bytes = 32 * 1024;
+  const mode_prediction exact = predict_modes(p, 6 * MiB, costs);
+  costs.managed_page_bytes = 64 * 1024;
+  const mode_prediction rounded = predict_modes(p, 6 * MiB, costs);
+  ASSERT_EQ(exact.um_error, "");
+  ASSERT_EQ(rounded.um_error, "");
+  EXPECT_GT(rounded.um_ns, exact.um_ns * 11 / 10) << "whole pages " << rounded.um_ns << " ns";
+  EXPECT_EQ(rounded.swap_ns, exact.swap_ns);
+}
+
 TEST(ModeChoice, NoPredictionWhereALaunchExceedsTheCapacity) {
   const mode_prediction r = predict_modes(profile_of(2, 64 * MiB, {0, 1}), 16 * MiB, {});
   EXPECT_NE(r.swap_error, "");
