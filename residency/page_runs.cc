@@ -3,10 +3,32 @@
 #include "residency/page_runs.h"
 
 #include <algorithm>
+#include <atomic>
 
+#include "common/log.h"
 #include "pool/driver_api.h"
 
 namespace oversub::residency {
+
+// Note [A driver that unmaps one mapping at a time]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A run's pages are separate mappings (one 2 MiB handle each), and remap_runs unmaps
+// the run with one cuMemUnmap over its span, as NVIDIA's vectorAddMMAP sample unmaps
+// its per-device mappings (Note [Remapping runs] in residency/swap_engine.h). But
+// cuMemUnmap's documentation reads "the range must be the entire contiguous address
+// range that was mapped to", PyTorch's expandable segments unmap handle by handle, and
+// no GPU has yet run oversub (gpu_facts `run16_handles_ranged` measures it); a driver
+// that took the sentence strictly would fail every run of two pages or more, and the
+// application's launch with it (simgpu's strict reading, SIMGPU_VMM_UNMAP_SPANS=0,
+// showed that). So a run whose span unmap fails, with nothing unmapped, is unmapped
+// page by page; if its first page's unmap succeeds, the
+// driver takes one mapping a call, and every later run of the process is unmapped page
+// by page from the start (the run cost fit then sees the unmaps' cost per page, and
+// the batches follow: Note [Remapping runs] in residency/swap_engine.h). A page's own
+// unmap that fails is an error like any other.
+namespace {
+std::atomic<bool> g_unmap_by_page{false};
+}  // namespace
 
 CUmemAccessDesc device_access(int device) {
   CUmemAccessDesc access{};
@@ -158,10 +180,34 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
     const std::size_t end = first + count;
     const bool timed = clock != nullptr && fit != nullptr;
     std::uint64_t t0 = timed ? clock() : 0;
-    ++calls;
-    if (CUresult r = d.cuMemUnmap(vas[first], count * page_bytes); r != CUDA_SUCCESS) {
-      first_error = r;  // nothing unmapped: the whole range must be whole mappings
-      return;
+    // See Note [A driver that unmaps one mapping at a time].
+    bool by_page = count > 1 && g_unmap_by_page.load(std::memory_order_relaxed);
+    if (!by_page) {
+      ++calls;
+      if (CUresult r = d.cuMemUnmap(vas[first], count * page_bytes); r != CUDA_SUCCESS) {
+        if (count == 1) {
+          first_error = r;
+          return;
+        }
+        by_page = true;  // nothing unmapped: the whole range must be whole mappings
+      }
+    }
+    for (std::size_t k = first; by_page && k < end; ++k) {
+      ++calls;
+      if (CUresult r = d.cuMemUnmap(vas[k], page_bytes); r != CUDA_SUCCESS) {
+        // The pages before k back on their memory, with access, as on a failed map.
+        for (std::size_t j = first; j < k; ++j) {
+          calls += 2;
+          d.cuMemMap(vas[j], page_bytes, 0, from[j], 0);
+          d.cuMemSetAccess(vas[j], page_bytes, &access, 1);
+        }
+        first_error = r;
+        return;
+      }
+      if (k == first && !g_unmap_by_page.exchange(true, std::memory_order_relaxed)) {
+        log::info("swap: this driver unmaps one mapping per cuMemUnmap; runs of pages are "
+                  "unmapped page by page from now");
+      }
     }
     const std::uint64_t unmapped = timed ? clock() : 0;
     const std::uint64_t spent = unmapped - t0;

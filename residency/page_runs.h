@@ -61,7 +61,9 @@ CUmemAccessDesc device_access(int device);
 
 // See Note [Remapping runs] in residency/swap_engine.h. Remaps vas (sorted, each a
 // page_bytes mapping of from[k]) to to[k]: per run of adjacent pages one cuMemUnmap
-// over the run, one cuMemMap per page, one cuMemSetAccess over the run. Afterwards
+// over the run (one per page where the driver takes one mapping a call: Note [A driver
+// that unmaps one mapping at a time] in residency/page_runs.cc), one cuMemMap per
+// page, one cuMemSetAccess over the run. Afterwards
 // ok[k] is 1 for each page that maps to[k] with access; every other page maps from[k]
 // again (best effort on a failure's way back), so its bytes stay where they were. It
 // stops at the first error (later runs are not touched) and returns it. Every call is

@@ -157,7 +157,9 @@
 // vectorAddMMAP sample (cuda-samples, multidevicealloc_memmap.cpp) maps one handle per
 // device and then grants access and unmaps with one call each over all of them;
 // PyTorch's expandable segments grant access over several mappings at once. simgpu
-// checks the same (whole mappings, every byte mapped).
+// checks the same (whole mappings, every byte mapped). A driver that unmaps only one
+// mapping a call is met page by page: See Note [A driver that unmaps one mapping at a
+// time] in residency/page_runs.cc.
 // Runs form only where moves are made together, and room comes a page at a time (each
 // eviction's own copy out, Note [Evictions copy page by page]). So the engine times
 // each run's unmap and grant on its copy clock (set_copy_clock) and fits them as a part

@@ -88,6 +88,9 @@ def main() -> int:
                          "param_info:1+ in --env): counted, and taken to touch any page")
     ap.add_argument("--no-host-vmm", type=Path, metavar="MODEL",
                     help="run on MODEL with host_vmm_supported = 0: swap must run as um")
+    ap.add_argument("--expect-log", default="", metavar="TEXT",
+                    help="a line the swap run must write to stderr (with OVERSUB_LOG=info "
+                         "in --env)")
     ap.add_argument("--fail", metavar="SIMGPU_FAIL",
                     help="inject this failure (e.g. copy:60) and expect a CUDA error "
                          "with every loss printed before it still correct")
@@ -135,6 +138,8 @@ def main() -> int:
                 fail(f"swap mode without host-located VMM said so {said} times, want once",
                      proc)
             mode = "um"
+        if args.expect_log and args.expect_log not in proc.stderr:
+            fail(f"the run never said '{args.expect_log}'", proc)
         got = ITER_RE.findall(proc.stdout)
         if got != want:
             fail(f"loss bits differ under {args.mode} at {args.ratio}x: {got} != {want}", proc)

@@ -9,6 +9,7 @@
 #include "address_space.h"
 #include "device_model.h"
 #include "clock.h"
+#include "config.h"
 #include "device.h"
 #include "fault_injection.h"
 #include "timeline.h"
@@ -199,17 +200,32 @@ CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloca
   return CUDA_SUCCESS;
 }
 
+// Note [One unmap over several mappings]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// cuMemUnmap's documentation: "The range must be the entire contiguous address range
+// that was mapped to. In other words, cuMemUnmap cannot unmap a sub-range". It says
+// nothing of a range made of several whole mappings (a run of pages mapped one handle
+// at a time). NVIDIA's vectorAddMMAP sample unmaps such a range with one call;
+// PyTorch's expandable segments unmap it handle by handle. By default simgpu takes it
+// (CUDA_SUCCESS, every mapping in it unmapped), which is what swap mode's runs of
+// pages use for one call a run; SIMGPU_VMM_UNMAP_SPANS=0 takes
+// the strict reading: a range that is not exactly one mapping fails with
+// CUDA_ERROR_INVALID_VALUE and unmaps nothing, as a driver might (the GPU kit's
+// gpu_facts `run16_handles_ranged` says which). A sub-range of a mapping fails either
+// way.
 CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
   vmm_call_cost(dev().model.vmm_unmap, size, "cuMemUnmap waits for the device",
                 host_family::vmm_unmap, ptr);
   region* r = reservation_for(ptr, size);
   if (r == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
-  // The range must consist of whole mappings.
+  // The range must consist of whole mappings; see Note [One unmap over several
+  // mappings] for how many.
   uintptr_t at = ptr;
   while (at < ptr + size) {
     auto it = r->mappings.find(at);
     if (it == r->mappings.end() || it->second.hi > ptr + size) return CUDA_ERROR_INVALID_VALUE;
     at = it->second.hi;
+    if (at < ptr + size && !get_config().vmm_unmap_spans) return CUDA_ERROR_INVALID_VALUE;
   }
   race_host_release(ptr, size, "cuMemUnmap by the host");
   while (true) {

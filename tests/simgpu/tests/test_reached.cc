@@ -411,7 +411,39 @@ int host_vmm_refused() {
   return 0;
 }
 
+// Two pages mapped one handle each: one cuMemUnmap over both (its result), then each
+// page's own (after a refused span both are still mapped; after an accepted one,
+// neither is), and a sub-range of a two-page mapping (always refused).
+int unmap_span() {
+  CHECK_RT(cudaFree(nullptr));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUdeviceptr va = 0;
+  CHECK_CU(SIMGPU_DRV(cuMemAddressReserve)(&va, 2 * kGran, 0, 0, 0));
+  CUmemGenericAllocationHandle h[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    CHECK_CU(SIMGPU_DRV(cuMemCreate)(&h[i], kGran, &prop, 0));
+    CHECK_CU(SIMGPU_DRV(cuMemMap)(va + i * kGran, kGran, 0, h[i], 0));
+  }
+  std::printf("span=%d\n", static_cast<int>(SIMGPU_DRV(cuMemUnmap)(va, 2 * kGran)));
+  for (int i = 0; i < 2; ++i) {
+    std::printf("page%d=%d\n", i,
+                static_cast<int>(SIMGPU_DRV(cuMemUnmap)(va + i * kGran, kGran)));
+    CHECK_CU(SIMGPU_DRV(cuMemRelease)(h[i]));
+  }
+  CUmemGenericAllocationHandle two = 0;
+  CHECK_CU(SIMGPU_DRV(cuMemCreate)(&two, 2 * kGran, &prop, 0));
+  CHECK_CU(SIMGPU_DRV(cuMemMap)(va, 2 * kGran, 0, two, 0));
+  std::printf("sub_range=%d\n", static_cast<int>(SIMGPU_DRV(cuMemUnmap)(va, kGran)));
+  CHECK_CU(SIMGPU_DRV(cuMemUnmap)(va, 2 * kGran));
+  CHECK_CU(SIMGPU_DRV(cuMemRelease)(two));
+  CHECK_CU(SIMGPU_DRV(cuMemAddressFree)(va, 2 * kGran));
+  return 0;
+}
+
 int run_scenario(const std::string& name) {
+  if (name == "unmap_span") return unmap_span();
   if (name == "unmap") return unmap_unordered();
   if (name == "unmap_after_event") return unmap_after_event();
   if (name == "set_access") return set_access_unordered();
@@ -568,6 +600,25 @@ TEST(Reached, VmmWaitWaitsForTheDeviceButOrdersNothing) {
   auto bad = scenario("unmap_waits", {{"SIMGPU_VMM_WAIT", "sometimes"}});
   EXPECT_EQ(bad.exit_code, 2) << simgpu_test::describe(bad);
   EXPECT_TRUE(has(bad.err, "SIMGPU_VMM_WAIT='sometimes' is not valid")) << bad.err;
+}
+
+// See Note [One unmap over several mappings] in tests/simgpu/driver/vmm.cc.
+TEST(Reached, UnmapSpansWholeMappingsUnlessTold) {
+  const std::string invalid = std::to_string(CUDA_ERROR_INVALID_VALUE);
+  auto spans = scenario("unmap_span");
+  ASSERT_EQ(spans.exit_code, 0) << simgpu_test::describe(spans);
+  EXPECT_EQ(simgpu_test::field(spans.out, "span"), "0") << spans.out;
+  EXPECT_EQ(simgpu_test::field(spans.out, "page0"), invalid) << spans.out;  // already unmapped
+  EXPECT_EQ(simgpu_test::field(spans.out, "sub_range"), invalid) << spans.out;
+  auto strict = scenario("unmap_span", {{"SIMGPU_VMM_UNMAP_SPANS", "0"}});
+  ASSERT_EQ(strict.exit_code, 0) << simgpu_test::describe(strict);
+  EXPECT_EQ(simgpu_test::field(strict.out, "span"), invalid) << strict.out;
+  EXPECT_EQ(simgpu_test::field(strict.out, "page0"), "0") << strict.out;  // nothing unmapped
+  EXPECT_EQ(simgpu_test::field(strict.out, "page1"), "0") << strict.out;
+  EXPECT_EQ(simgpu_test::field(strict.out, "sub_range"), invalid) << strict.out;
+  auto bad = scenario("unmap_span", {{"SIMGPU_VMM_UNMAP_SPANS", "maybe"}});
+  EXPECT_EQ(bad.exit_code, 2) << simgpu_test::describe(bad);
+  EXPECT_TRUE(has(bad.err, "SIMGPU_VMM_UNMAP_SPANS='maybe' is not valid")) << bad.err;
 }
 
 TEST(Reached, ModelWithoutHostVmmRefusesHostLocatedCreate) {
