@@ -108,6 +108,17 @@ def calibrate(facts: dict, base: str, source: str = "facts.json") -> str:
             values["managed_fault_ns"] = (str(round(fault_ns)),
                                           "managed_faults.migrated_gbps (events), less a page's "
                                           "migration at managed_h2d_bandwidth")
+    # Whether one cuMemUnmap may span several whole mappings (Note [One unmap over
+    # several mappings] in tests/simgpu/driver/vmm.cc): 16 one-page handles mapped one
+    # by one, then one access grant and one unmap over their span, on an idle GPU.
+    calls = facts.get("vmm_calls")
+    ranged = calls.get("run16_handles_ranged") if isinstance(calls, dict) else None
+    idle = ranged.get("idle") if isinstance(ranged, dict) else None
+    if isinstance(idle, dict):
+        refused = "cuMemUnmap" in str(idle.get("error", ""))
+        if refused or "error" not in idle:
+            values["vmm_unmap_spans_mappings"] = ("0" if refused else "1",
+                                                  "vmm_calls.run16_handles_ranged.idle")
     host = facts.get("host_vmm")
     if isinstance(host, dict) and "supported" in host:
         values["host_vmm_supported"] = ("1" if host["supported"] else "0", "host_vmm.supported")

@@ -159,8 +159,10 @@ config load() {
     c.vmm_wait = wait ? 1 : 0;
   }
   if (const char* v = env("SIMGPU_VMM_UNMAP_SPANS")) {
-    if (!parse_bool(v, &c.vmm_unmap_spans))
+    bool spans = true;
+    if (!parse_bool(v, &spans))
       config_error("SIMGPU_VMM_UNMAP_SPANS='%s' is not valid: expected 1/0, on/off, yes/no", v);
+    c.vmm_unmap_spans = spans ? 1 : 0;
   }
   if (const char* v = env("SIMGPU_LAUNCH_LOG")) c.launch_log = v;
   if (const char* v = env("SIMGPU_TIMELINE")) c.timeline = v;

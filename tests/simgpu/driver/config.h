@@ -44,10 +44,9 @@ struct config {
   bool cupti_when_done = false;
   // SIMGPU_VMM_WAIT=0|1: overrides the model's vmm_waits_for_device; -1: unset.
   int vmm_wait = -1;
-  // SIMGPU_VMM_UNMAP_SPANS=0: a cuMemUnmap must name exactly one mapping (Note [One
-  // unmap over several mappings] in tests/simgpu/driver/vmm.cc); 1 (the default): any
-  // range of whole mappings.
-  bool vmm_unmap_spans = true;
+  // SIMGPU_VMM_UNMAP_SPANS=0|1: overrides the model's vmm_unmap_spans_mappings (Note
+  // [One unmap over several mappings] in tests/simgpu/driver/vmm.cc); -1: unset.
+  int vmm_unmap_spans = -1;
 };
 
 // Parsed on first call; exits 2 on a malformed value.

@@ -40,6 +40,10 @@ struct device_model {
   // cuMemMap/cuMemUnmap/cuMemSetAccess first wait (in host time only) until the
   // device has finished the work already enqueued (SIMGPU_VMM_WAIT overrides).
   int vmm_waits_for_device = 0;
+  // One cuMemUnmap may unmap a range of several whole mappings (optional key
+  // vmm_unmap_spans_mappings, default 1; SIMGPU_VMM_UNMAP_SPANS overrides): Note [One
+  // unmap over several mappings] in tests/simgpu/driver/vmm.cc.
+  int vmm_unmap_spans_mappings = 1;
   // A kernel's reads and writes of host memory (pinned, host-located VMM mappings),
   // bytes/s: zero-copy access over the link, below the pinned copy rate.
   double kernel_host_access_bytes_per_s = 0;

@@ -9,7 +9,6 @@
 #include "address_space.h"
 #include "device_model.h"
 #include "clock.h"
-#include "config.h"
 #include "device.h"
 #include "fault_injection.h"
 #include "timeline.h"
@@ -208,11 +207,11 @@ CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloca
 // at a time). NVIDIA's vectorAddMMAP sample unmaps such a range with one call;
 // PyTorch's expandable segments unmap it handle by handle. By default simgpu takes it
 // (CUDA_SUCCESS, every mapping in it unmapped), which is what swap mode's runs of
-// pages use for one call a run; SIMGPU_VMM_UNMAP_SPANS=0 takes
-// the strict reading: a range that is not exactly one mapping fails with
-// CUDA_ERROR_INVALID_VALUE and unmaps nothing, as a driver might (the GPU kit's
-// gpu_facts `run16_handles_ranged` says which). A sub-range of a mapping fails either
-// way.
+// pages use for one call a run. A model's `vmm_unmap_spans_mappings = 0` (optional
+// key; scripts/gpu/calibrate.py writes it from the GPU kit's gpu_facts
+// `run16_handles_ranged`), or SIMGPU_VMM_UNMAP_SPANS=0, takes the strict reading: a
+// range that is not exactly one mapping fails with CUDA_ERROR_INVALID_VALUE and unmaps
+// nothing, as a driver might. A sub-range of a mapping fails either way.
 CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
   vmm_call_cost(dev().model.vmm_unmap, size, "cuMemUnmap waits for the device",
                 host_family::vmm_unmap, ptr);
@@ -225,7 +224,7 @@ CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
     auto it = r->mappings.find(at);
     if (it == r->mappings.end() || it->second.hi > ptr + size) return CUDA_ERROR_INVALID_VALUE;
     at = it->second.hi;
-    if (at < ptr + size && !get_config().vmm_unmap_spans) return CUDA_ERROR_INVALID_VALUE;
+    if (at < ptr + size && !dev().model.vmm_unmap_spans_mappings) return CUDA_ERROR_INVALID_VALUE;
   }
   race_host_release(ptr, size, "cuMemUnmap by the host");
   while (true) {

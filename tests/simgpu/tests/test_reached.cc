@@ -616,6 +616,13 @@ TEST(Reached, UnmapSpansWholeMappingsUnlessTold) {
   EXPECT_EQ(simgpu_test::field(strict.out, "page0"), "0") << strict.out;  // nothing unmapped
   EXPECT_EQ(simgpu_test::field(strict.out, "page1"), "0") << strict.out;
   EXPECT_EQ(simgpu_test::field(strict.out, "sub_range"), invalid) << strict.out;
+  // The model's key says the same; the variable overrides it.
+  std::string path = model_with("vmm_waits_for_device",
+                                "vmm_waits_for_device = 0\nvmm_unmap_spans_mappings = 0");
+  auto keyed = scenario("unmap_span", {{"SIMGPU_DEVICE", path}});
+  EXPECT_EQ(simgpu_test::field(keyed.out, "span"), invalid) << keyed.out;
+  auto overridden = scenario("unmap_span", {{"SIMGPU_DEVICE", path}, {"SIMGPU_VMM_UNMAP_SPANS", "1"}});
+  EXPECT_EQ(simgpu_test::field(overridden.out, "span"), "0") << overridden.out;
   auto bad = scenario("unmap_span", {{"SIMGPU_VMM_UNMAP_SPANS", "maybe"}});
   EXPECT_EQ(bad.exit_code, 2) << simgpu_test::describe(bad);
   EXPECT_TRUE(has(bad.err, "SIMGPU_VMM_UNMAP_SPANS='maybe' is not valid")) << bad.err;
