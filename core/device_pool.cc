@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -109,6 +110,7 @@ struct device_state {
         online(vmm_arena_config{device, 0, static_cast<std::size_t>(s.large_bytes), pages,
                                 swap_range_bytes(s)}) {
     if (s.planned) planned = std::make_unique<planned_region>(online);
+    if (s.um && !s.um_naive) migration = probe_managed_rates(device);
     layout.active.store(pages != nullptr && !g_layout.expected.empty(),
                         std::memory_order_release);
   }
@@ -116,6 +118,7 @@ struct device_state {
   // The backend serves every allocation itself (um mode), not the arena.
   bool backend_allocates() const { return backend && pages == nullptr; }
   std::unique_ptr<residency_backend> backend;  // swap and um modes; outlives the arena
+  managed_rates migration;                     // um mode: Note [um plans at the driver's rates]
   page_backing* pages;                         // the backend's pages the arena maps (swap)
   vmm_arena online;
   std::unique_ptr<planned_region> planned;
@@ -320,9 +323,26 @@ vmm_wait_answer probe_vmm_waits(int device) {
 // timed with events on a stream of its own, each way. A few milliseconds on a GPU;
 // the buffer is freed after the stream is synchronized. Any failure answers 0, and the
 // prediction then takes the copy rates.
+//
+// Note [um plans at the driver's rates]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// um mode's learner plans its prefetches with the link's rates (Note [Launch
+// durations] in core/schedule.cc), and CUPTI's records give those of the copies; but
+// every move um makes is a migration, at the driver's rates. At the copy rates the plan
+// took evictions to the host as six times cheaper than an H200 moves them. So um mode's
+// backend times the migrations once as it starts, as auto does (the same probe, run
+// once a device: auto's measurement is reused), and the learner plans at those rates.
+// On simgpu's H200 model, at 1/8 of the traces' bytes: ResNet-50 1.5x 64.49 -> 51.37 ms
+// an iteration, VGG-16 1.5x 223.96 -> 189.16, GPT-2 3x 468.31 -> 451.98, GPT-2 1.5x
+// 316.91 -> 315.80, ResNet-50 3x 81.87 either way (docs/results.md).
 managed_rates probe_managed_rates(int device) {
+  // Once a device: the answer does not change, and auto and um's backend both ask.
+  static std::mutex cache_mutex;
+  static std::map<int, managed_rates> cache;
+  std::lock_guard<std::mutex> cache_lock(cache_mutex);
+  if (auto it = cache.find(device); it != cache.end()) return it->second;
+  managed_rates& out = cache[device];
   const driver_table& d = driver();
-  managed_rates out;
   if (!d.complete || !concurrent_managed_access(device)) return out;
   // Never more than a quarter of what is free: a migration the device has no room for
   // would time the driver's evictions instead.
@@ -543,6 +563,11 @@ std::size_t device_batch_pages(int device) noexcept {
 residency::residency_backend::remap_costs device_remap_costs(int device) noexcept {
   residency_backend* b = backend_of(device);
   return b == nullptr ? residency_backend::remap_costs{} : b->measured_remap_costs();
+}
+
+managed_rates device_migration_rates(int device) noexcept {
+  const device_state* s = existing(device);
+  return s == nullptr ? managed_rates{} : s->migration;
 }
 
 residency::residency_backend::remap_totals device_moved_totals(int device) noexcept {

@@ -65,6 +65,10 @@ struct managed_rates {
   double to_host = 0;
 };
 managed_rates probe_managed_rates(int device);
+// See Note [um plans at the driver's rates] (core/device_pool.cc): the rates um mode's
+// backend on device migrates at, measured when it started; 0 for any other backend,
+// or where they could not be measured.
+managed_rates device_migration_rates(int device) noexcept;
 
 // False when the driver could not be loaded: the hooks forward to CUDA then.
 bool available();

@@ -194,6 +194,13 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
     core::device_set_copy_clock(l.device, &profiler::cupti::timestamp_ns, h2d, d2h);
     l.copy_clock_set = true;
   }
+  // See Note [um plans at the driver's rates] in core/device_pool.cc: um moves by
+  // migrations, whatever the copies ran at.
+  if (const core::managed_rates m = core::device_migration_rates(l.device); m.to_device > 0) {
+    l.costs.h2d_bytes_per_s = m.to_device;
+    l.costs.d2h_bytes_per_s = m.to_host;
+    l.link_managed = true;
+  }
   // See Note [Predicting the remaps].
   const residency::residency_backend::remap_costs remaps = core::device_remap_costs(l.device);
   l.remap_measured = remaps.run_ns + remaps.page_ns != 0;
@@ -210,7 +217,9 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
                          "({})",
                          l.measured_launches, s.period, l.costs.h2d_bytes_per_s / 1e9,
                          l.costs.d2h_bytes_per_s / 1e9,
-                         l.link_measured ? "from the engine's copies" : "constant");
+                         l.link_managed    ? "the driver's managed migrations, measured at start"
+                         : l.link_measured ? "from the engine's copies"
+                                           : "constant");
     } else {
       line = fmt::format("swap: no kernel durations from CUPTI ({}); the schedule is planned "
                          "with {} us per launch and a {:.0f} GB/s link",
@@ -468,7 +477,10 @@ bool report_section(stats::section& out) {
   const swap_schedule_stats st = snapshot(l);
   const profiler::timing::source src = profiler::timing::current();
   const char* durations = st.learned == 0 ? "none" : l.durations_measured ? "cupti" : "constant";
-  const char* link = st.learned == 0 ? "none" : l.link_measured ? "cupti" : "constant";
+  const char* link = st.learned == 0 ? "none"
+                     : l.link_managed ? "managed"
+                     : l.link_measured ? "cupti"
+                                       : "constant";
   const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
   std::string durations_ns;
   for (std::size_t i = 0; i < n; ++i) {

@@ -102,6 +102,9 @@ struct learner {
   // core/schedule.cc).
   bool durations_measured = false;
   bool link_measured = false;
+  // The link's rates are the driver's migrations' (um mode; Note [um plans at the
+  // driver's rates] in core/device_pool.cc).
+  bool link_managed = false;
   // The engine's remaps' host costs were measured and are in costs.mover (Note
   // [Predicting the remaps] in core/schedule.cc).
   bool remap_measured = false;

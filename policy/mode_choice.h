@@ -48,13 +48,15 @@
 // buffer taking the lowest free unit of its size, and plans the units, each living
 // across iterations. Taking every tensor as a unit of its own instead counted four
 // times the bytes the backend moves (GPT-2 at 1/8 and 1.5x: 8784 MiB each way per
-// iteration in the plan, about 2000 out in the library). A unit's bytes are rounded
-// up to whole managed pages (cost_model::managed_page_bytes): the driver makes a
-// managed allocation resident, and migrates it, a page at a time, so a 4 KiB bias
-// costs a 64 KiB page each way. At ResNet-50 1/8, 1.5x, on the H200's measured
-// model, um's prefetches moved 498 MB each way an iteration and the driver 554;
-// without the rounding um was predicted at 51.2 ms where it ran 64.5 (with it 59.1),
-// and auto took um under the VMM waits where swap ran 52.7.
+// iteration in the plan, about 2000 out in the library). Each move of a unit costs its
+// bytes rounded up to whole managed pages (cost_model::copy_unit_bytes): the driver
+// migrates a page at a time, so a 4 KiB bias costs a 64 KiB page each way (at
+// ResNet-50 1/8, 1.5x, on the H200's measured model, um's prefetches asked for 405 MB
+// each way an iteration, and the driver moved 443). What a unit holds of the capacity
+// stays its bytes: the backend counts bytes, and the device's pages beyond them fit
+// in the memory the capacity leaves (Note [Swap capacity] in core/device_pool.cc).
+// Rounding the units' bytes for the capacity too predicted um 15% slow there (59.1 ms
+// where it ran 51.4).
 //
 // swap is taken unless um is predicted strictly faster, or swap cannot be planned
 // and um can. Left out: the host time of um's prefetch calls, and the engines'

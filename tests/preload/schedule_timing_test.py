@@ -12,7 +12,8 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             kernel, end - start with each end truncated to whole ns, so the same
             kernel in another iteration may differ by one. The link: simgpu's pinned
             rate and copy latency of the device model, within 1% (the fit is exact up
-            to that truncation). Swap: the remaps' costs the engine timed, which the
+            to that truncation); um's rates are the driver's migrations, timed at
+            start (check_managed_link). Swap: the remaps' costs the engine timed, which the
             prediction counts, match the device model's for one page within 5%; the
             last whole iteration followed is measured part by part (Note [Which part
             differs] in core/schedule.cc): its remaps' host time, split between the
@@ -21,7 +22,7 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             Loss bits identical to a run with enough memory.
   fallback  (--mode swap|um, --holder) another tool holds CUPTI (cupti_holder
             preloaded first): the durations and the link are the constants (20 us, 25
-            GB/s), the stats say "constant" and "held", OVERSUB_VERBOSE=1 says so once,
+            GB/s; um's link its migrations', timed at start without CUPTI), the stats say "constant" and "held", OVERSUB_VERBOSE=1 says so once,
             and the run is still correct and follows its schedule; with no kernel
             records no variants of it are timed (Note [Timing on the device] in core/tuning.cc): the
             stats' tune_status is "no_kernel_times", and OVERSUB_VERBOSE=1 says so once.
@@ -46,11 +47,13 @@ FALLBACK_LINE = "no kernel durations from CUPTI (CUPTI is held by"
 NO_TUNE_LINE = "swap: not timing variants of the schedule: no kernel times from CUPTI (held)"
 
 
-def device_figure(key: str) -> float:
+def device_figure(key: str, default: float | None = None) -> float:
     device = os.environ.get("SIMGPU_DEVICE", "h100-pcie")
     text = (Path(os.environ["SIMGPU_DEVICE_DIR"]) / f"{device}.model").read_text()
     m = re.search(rf"^{key}\s*=\s*([0-9.e+]+)", text, re.M)
     if m is None:
+        if default is not None:
+            return default
         fail(f"{key} missing from the {device} model")
     return float(m.group(1))
 
@@ -82,13 +85,16 @@ def check_measured(sched: dict, durations: list[int], mode: str, swap: dict | No
                  f"ran it in {durations[at]} ns (earlier iterations: {sorted(seen)})")
     if len(set(learned)) < 3:
         fail(f"the durations hardly differ; the test proves little: {learned}")
-    want_gbps = device_figure("h2d_pinned_bandwidth") / 1e9
     want_setup = device_figure("copy_latency_ns")
-    if sched["link_source"] != "cupti":
-        fail(f"link not measured: {sched}")
-    for key in ("h2d_gbps", "d2h_gbps"):
-        if abs(sched[key] - want_gbps) > 0.01 * want_gbps:
-            fail(f"{key} {sched[key]}, the device model's pinned rate is {want_gbps} GB/s")
+    if mode == "um":
+        check_managed_link(sched)
+    else:
+        want_gbps = device_figure("h2d_pinned_bandwidth") / 1e9
+        if sched["link_source"] != "cupti":
+            fail(f"link not measured: {sched}")
+        for key in ("h2d_gbps", "d2h_gbps"):
+            if abs(sched[key] - want_gbps) > 0.01 * want_gbps:
+                fail(f"{key} {sched[key]}, the device model's pinned rate is {want_gbps} GB/s")
     if abs(sched["copy_setup_ns"] - want_setup) > 0.01 * want_setup:
         fail(f"copy setup {sched['copy_setup_ns']} ns, the model's latency is {want_setup} ns")
     check_prediction(sched)
@@ -176,12 +182,29 @@ def check_prediction(sched: dict) -> None:
             fail(f"{key} {sched[key]}: the plan at 3x should move data both ways")
 
 
-def check_fallback(sched: dict, stderr: str) -> str:
+def check_managed_link(sched: dict) -> None:
+    """um plans at the driver's migration rates, timed at start without CUPTI (Note [um
+    plans at the driver's rates] in core/device_pool.cc): the device model's managed
+    rates (its pinned ones where it has none), within 15% (32 MiB timed, simgpu's
+    charges per managed page and per prefetch included: 44.7 GB/s each way on the
+    H100-PCIe model's 50)."""
+    if sched["link_source"] != "managed":
+        fail(f"um's link should be the driver's migrations, measured at start: {sched}")
+    for key, rate, pinned in (("h2d_gbps", "managed_h2d_bandwidth", "h2d_pinned_bandwidth"),
+                              ("d2h_gbps", "managed_d2h_bandwidth", "d2h_pinned_bandwidth")):
+        want = device_figure(rate, device_figure(pinned)) / 1e9
+        if abs(sched[key] - want) > 0.15 * want:
+            fail(f"{key} {sched[key]}, the device model migrates managed memory at {want} GB/s")
+
+
+def check_fallback(sched: dict, stderr: str, mode: str) -> str:
     if sched["cupti"] != "held" or sched["durations_source"] != "constant":
         fail(f"with CUPTI held the durations should be the constants: {sched}")
     if sched["measured_launches"] != 0 or set(sched["durations_ns"]) != {CONSTANT_NS}:
         fail(f"with CUPTI held every launch should count {CONSTANT_NS} ns: {sched}")
-    if sched["link_source"] != "constant" or sched["h2d_gbps"] != CONSTANT_GBPS \
+    if mode == "um":
+        check_managed_link(sched)  # timed with events, CUPTI or not
+    elif sched["link_source"] != "constant" or sched["h2d_gbps"] != CONSTANT_GBPS \
             or sched["d2h_gbps"] != CONSTANT_GBPS:
         fail(f"with CUPTI held the link should be the constant {CONSTANT_GBPS} GB/s: {sched}")
     if stderr.count(FALLBACK_LINE) != 1:
@@ -233,7 +256,7 @@ def main() -> int:
             swap = stats.get("pool", {}).get("device0", {}).get("swap")
             what = check_measured(sched, read_log(log), args.mode, swap)
         else:
-            what = check_fallback(sched, proc.stderr)
+            what = check_fallback(sched, proc.stderr, args.mode)
     print(f"{args.mode} {args.case}: loss bits identical over {len(want)} iterations; {what}")
     return 0
 
