@@ -204,7 +204,12 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
   // See Note [Predicting the remaps].
   const residency::residency_backend::remap_costs remaps = core::device_remap_costs(l.device);
   l.remap_measured = remaps.run_ns + remaps.page_ns != 0;
-  if (l.remap_measured) l.costs.mover.set_run_and_page(remaps.run_ns, remaps.page_ns, remaps.page_bytes);
+  if (l.remap_measured) {
+    l.costs.mover.set_run_and_page(remaps.run_ns, remaps.page_ns, remaps.page_bytes);
+    // The simulator gathers what the engine gathers (Note [Batches that keep up] in
+    // residency/swap_engine.h).
+    l.costs.mover.batch_pages = core::device_batch_pages(l.device);
+  }
   if (!l.source_logged) {
     // Once, in the OVERSUB_VERBOSE=1 output (and at OVERSUB_LOG=info).
     l.source_logged = true;

@@ -13,15 +13,24 @@
 namespace oversub::policy {
 
 // See Note [Remapping runs] in residency/swap_engine.h: the pages of room worth
-// gathering before a remap, so that their copies take as long as the own calls of the
-// two runs each batch costs, its evictions' and its fetch's (run_ns against
-// page_copy_ns each): at least 1, at most 16 (the engine's kMaxRunPages). The swap
-// engine takes run_ns from its timing of its calls, the simulator from the device
-// model.
-inline std::size_t run_batch_pages(double run_ns, double page_copy_ns) {
+// gathering before a remap. At least enough that their copies take as long as the own
+// calls of the two runs each batch costs, its evictions' and its fetch's (run_ns
+// against page_copy_ns each); where the room is known (room_pages, 0: not), as many as
+// keep the mover's calls within the link's time, their parts per page (page_ns, each
+// way) included, but no more than a sixth of the room (Note [Batches that keep up] in
+// residency/swap_engine.h). At least 1, at most 32 (the engine's kMaxRunPages). The swap engine takes run_ns
+// and page_ns from its timing of its calls, the simulator from the device model.
+inline std::size_t run_batch_pages(double run_ns, double page_copy_ns, double page_ns = 0,
+                                   std::size_t room_pages = 0) {
+  constexpr double most = 32;
   if (page_copy_ns <= 0) return 1;
-  const double pages = std::ceil(2 * run_ns / page_copy_ns);
-  return pages <= 1 ? 1 : static_cast<std::size_t>(std::min(pages, 16.0));
+  double pages = std::ceil(2 * run_ns / page_copy_ns);
+  if (room_pages != 0) {
+    const double keep_up =
+        page_copy_ns > 2 * page_ns ? std::ceil(2 * run_ns / (page_copy_ns - 2 * page_ns)) : most;
+    pages = std::max(pages, std::min(keep_up, std::floor(static_cast<double>(room_pages) / 6)));
+  }
+  return pages <= 1 ? 1 : static_cast<std::size_t>(std::min(pages, most));
 }
 
 // The mover's host calls (Note [The mover] in residency/swap_engine.h), ns: a per-call
@@ -40,6 +49,10 @@ struct mover_costs {
   std::uint64_t vmm_set_access_ns = 0, vmm_set_access_per_page_ns = 0;
   std::uint64_t event_sync_ns = 0, event_record_ns = 0, copy_enqueue_ns = 0;
   std::size_t page_bytes = std::size_t{2} << 20;  // the arena's page
+  // The pages of room the engine gathers before a fetch where it is known (the
+  // library's learner asks its engine); 0: from these costs and the room
+  // (run_batch_pages).
+  std::size_t batch_pages = 0;
 
   // The part of a remap a run's pages share: its unmap's and its access grant's
   // per-call parts.
@@ -117,11 +130,14 @@ struct cost_model {
     return mover.fetch_ns(bytes, copy, joins_run);
   }
   // The pages of room the engine gathers before a fetch (run_batch_pages, as its
-  // batch_pages_locked); 1 without a mover or a link.
-  std::size_t mover_batch_pages() const {
+  // batch_pages_locked) with room_pages of room (0: unknown); 1 without a mover or a
+  // link.
+  std::size_t mover_batch_pages(std::size_t room_pages = 0) const {
     if (!has_mover() || h2d_bytes_per_s <= 0 || mover.page_bytes == 0) return 1;
+    if (mover.batch_pages != 0) return mover.batch_pages;
     return run_batch_pages(static_cast<double>(mover.run_ns()),
-                           static_cast<double>(mover.page_bytes) / h2d_bytes_per_s * 1e9);
+                           static_cast<double>(mover.page_bytes) / h2d_bytes_per_s * 1e9,
+                           static_cast<double>(remap_ns(mover.page_bytes, true)), room_pages);
   }
 
   // The time of one copy of `bytes` host to device / device to host, ns.

@@ -358,7 +358,9 @@ class replay {
   std::uint64_t compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0;
   // The mover's batches of fetches and of evictions (addresses, 0: unknown).
   std::vector<std::pair<std::uintptr_t, std::uintptr_t>> fetched_, evicted_;
-  const std::size_t batch_pages_ = costs_.mover_batch_pages();
+  // The plan's capacity stands for the engine's room (a batch's headroom less).
+  const std::size_t batch_pages_ = costs_.mover_batch_pages(
+      costs_.mover.page_bytes == 0 ? 0 : plan_.capacity_bytes / costs_.mover.page_bytes);
   std::uint64_t mover_free_ = 0;  // when the mover is done with the remaps so far
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;

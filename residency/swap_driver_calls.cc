@@ -27,15 +27,17 @@ CUresult swap_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
   return pool::driver().cuMemSetAccess(va, pages * cfg_.page_bytes, &access, 1);
 }
 
-// See Note [Remapping runs] in residency/swap_engine.h: the pages of room a fetch waits
-// for before it remaps: enough that their copies take as long as the own calls of two
-// runs (its evictions' and its own), at most kMaxRunPages and half the room; one until
-// both the calls and the link are measured.
+// See Note [Remapping runs] in residency/swap_engine.h and Note [Batches that keep up] in
+// residency/swap_engine.h:
+// the pages of room a fetch waits for before it remaps (policy::run_batch_pages from
+// the calls' timed costs and the room), at most kMaxRunPages and half the room; one
+// until both the calls and the link are measured.
 std::size_t swap_engine::batch_pages_locked() const {
   if (clock_ == nullptr || h2d_rate_ <= 0 || run_fit_.n < 8) return 1;
-  static_assert(kMaxRunPages == 16, "policy::run_batch_pages caps a batch at 16 pages");
+  static_assert(kMaxRunPages == 32, "policy::run_batch_pages caps a batch at 32 pages");
   const std::size_t pages = policy::run_batch_pages(
-      run_fit_.per_run_ns(), static_cast<double>(cfg_.page_bytes) / h2d_rate_ * 1e9);
+      run_fit_.per_run_ns(), static_cast<double>(cfg_.page_bytes) / h2d_rate_ * 1e9,
+      run_fit_.per_page_ns(), capacity_bytes() / cfg_.page_bytes);
   // Never more than half the room: the room a batch waits for must come.
   return std::max<std::size_t>(1, std::min(pages, capacity_bytes() / cfg_.page_bytes / 2));
 }

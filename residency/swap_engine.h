@@ -173,7 +173,7 @@
 // costs two runs, its evictions' and its fetch's, so it gathers as many pages as
 // copy in the time of two runs' own parts (policy::run_batch_pages, at most
 // kMaxRunPages): on the H200's measured model 10 pages (186 us a run, 38 us a page's
-// copy). With the room of one run's part (5 pages) the mover's remaps bounded the
+// copy), and more where the room allows (Note [Batches that keep up]). With the room of one run's part (5 pages) the mover's remaps bounded the
 // 3x points: ResNet-50 at 1/8 45.32 -> 43.16 ms per iteration, GPT-2 at 1/8
 // 280.88 -> 257.13 (T_unl 254.01), the 1.5x points within 1.5% (docs/results.md,
 // "Swap: a batch of room for two runs"). 16 pages was faster at GPT-2 3x and
@@ -186,6 +186,21 @@
 // T_unl with every page remapped alone, 1.79x with runs and batches of room (226
 // unmaps and access grants per iteration for 532 maps); the H100-PCIe model's points
 // unchanged (docs/results.md, "Swap: remapping runs of pages").
+//
+// Note [Batches that keep up]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A batch of B pages each way costs the mover two runs' own parts and B pages' parts
+// each way (a map, and the unmap's and the grant's parts per page), while the link
+// copies B pages one way: 2 * 186 + 2 * 12.8 * B us against 38 * B on the H200's
+// measured model, so the mover keeps up only from B = 30 on; the two runs' parts alone
+// (Note [Remapping runs]) give 10. But each batch is also room the plan leaves out
+// (policy::planning_capacity), and at ResNet-50 1/8, 3x, the room is 57 pages: 16 and
+// 24 were slower than 10 there. So the batch is the larger of the two runs' rule and
+// the keep-up rule capped at a sixth of the room (policy::run_batch_pages), at most 32
+// pages (kMaxRunPages, which also bounds how far the mover extends a run). Full-size
+// ResNet-50 at 3x (459 pages of room) went from 126.38 to 110.06 ms an iteration (the
+// window bound 77.3); at 1/8 the points moved within 1% (ResNet-50 1.5x 37.59 ->
+// 37.95, GPT-2 3x 256.24 -> 254.72; docs/results.md).
 //
 // Note [Spare device memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -468,7 +483,7 @@ void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
 class swap_engine final : public backend_with_stats<swap_stats>, public pool::page_backing {
  public:
   // See Note [Remapping runs]: the longest run one batch remaps.
-  static constexpr std::size_t kMaxRunPages = 16;
+  static constexpr std::size_t kMaxRunPages = 32;
 
   explicit swap_engine(swap_config cfg);
   ~swap_engine() override;

@@ -31,7 +31,8 @@ what_if_point run_point(const policy::iteration_model& model, std::size_t capaci
   link_costs.mover = {};
   policy::schedule_result plan = policy::plan_schedule(
       model,
-      policy::planning_capacity(capacity_bytes, std::size_t{2} << 20, costs.mover_batch_pages(),
+      policy::planning_capacity(capacity_bytes, std::size_t{2} << 20,
+                                costs.mover_batch_pages(capacity_bytes / (std::size_t{2} << 20)),
                                 policy::largest_launch_footprint(model).bytes),
       link_costs, kind);
   if (!plan.ok()) {
