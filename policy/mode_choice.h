@@ -19,9 +19,9 @@
 //   core/device_pool.cc), a remap first drains the device's queue, and the device
 //   has nothing to run while the remap lasts: swap is that replay plus the host time
 //   of every remap. At 1/8 of ResNet-50, GPT-2 and VGG-16 under SIMGPU_VMM_WAIT=1
-//   on the H200's measured model this is 5% and 24% high at ResNet-50 1.5x and 3x,
-//   8% low at VGG-16 1.5x, 10% and 12% low at GPT-2 1.5x and 3x (against iteration
-//   8 of the replay; docs/results.md); counting nothing overlapped
+//   on the H200's measured model this is 8% and 23% high at ResNet-50 1.5x and 3x,
+//   6% low at VGG-16 1.5x, 5% and 4% low at GPT-2 1.5x and 3x (docs/results.md);
+//   counting nothing overlapped
 //   (the unlimited iteration plus every copy plus every remap) was 12-56% high at four
 //   of the five and took um at all five where swap was faster at four.
 // - um: the learner's cost schedule over whole buffers (Note [What the learner moves]

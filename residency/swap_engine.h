@@ -198,9 +198,9 @@
 // 24 were slower than 10 there. So the batch is the larger of the two runs' rule and
 // the keep-up rule capped at a sixth of the room (policy::run_batch_pages), at most 32
 // pages (kMaxRunPages, which also bounds how far the mover extends a run). Full-size
-// ResNet-50 at 3x (459 pages of room) went from 126.38 to 110.06 ms an iteration (the
+// ResNet-50 at 3x (459 pages of room) went from 126.38 to 110.04 ms an iteration (the
 // window bound 77.3); at 1/8 the points moved within 1% (ResNet-50 1.5x 37.59 ->
-// 37.95, GPT-2 3x 256.24 -> 254.72; docs/results.md).
+// 37.95, GPT-2 3x 256.24 -> 254.73; docs/results.md).
 //
 // Note [Spare device memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
