@@ -21,11 +21,11 @@ namespace oversub::residency {
 // that took the sentence strictly would fail every run of two pages or more, and the
 // application's launch with it (simgpu's strict reading, SIMGPU_VMM_UNMAP_SPANS=0,
 // showed that). So a run whose span unmap fails, with nothing unmapped, is unmapped
-// page by page; if its first page's unmap succeeds, the
-// driver takes one mapping a call, and every later run of the process is unmapped page
-// by page from the start (the run cost fit then sees the unmaps' cost per page, and
-// the batches follow: Note [Remapping runs] in residency/swap_engine.h). A page's own
-// unmap that fails is an error like any other.
+// page by page; if its first page's unmap succeeds, the driver takes one mapping a
+// call, and every later run of the process is unmapped page by page from the start
+// (the run cost fit then sees the unmaps' cost per page, and the batches follow:
+// see Note [Remapping runs] in residency/swap_engine.h). A page's own unmap that fails
+// is an error like any other.
 namespace {
 std::atomic<bool> g_unmap_by_page{false};
 }  // namespace
