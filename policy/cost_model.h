@@ -18,8 +18,9 @@ namespace oversub::policy {
 // against page_copy_ns each); where the room is known (room_pages, 0: not), as many as
 // keep the mover's calls within the link's time, their parts per page (page_ns, each
 // way) included, but no more than a sixth of the room (Note [Batches that keep up] in
-// residency/swap_engine.h). At least 1, at most 32 (the engine's kMaxRunPages). The swap engine takes run_ns
-// and page_ns from its timing of its calls, the simulator from the device model.
+// residency/swap_engine.h). At least 1, at most 32 (the engine's kMaxRunPages). The
+// swap engine takes run_ns and page_ns from its timing of its calls, the simulator
+// from the device model.
 inline std::size_t run_batch_pages(double run_ns, double page_copy_ns, double page_ns = 0,
                                    std::size_t room_pages = 0) {
   constexpr double most = 32;
@@ -164,7 +165,9 @@ struct cost_model {
     return static_cast<std::uint64_t>(static_cast<double>(bytes) * 1e9 / bytes_per_s + 0.5);
   }
   std::uint64_t copy_ns(std::size_t bytes, double bytes_per_s) const {
-    if (copy_unit_bytes > 1) bytes = (bytes + copy_unit_bytes - 1) / copy_unit_bytes * copy_unit_bytes;
+    if (copy_unit_bytes > 1) {
+      bytes = (bytes + copy_unit_bytes - 1) / copy_unit_bytes * copy_unit_bytes;
+    }
     return copy_setup_ns + transfer_ns(bytes, bytes_per_s);
   }
 };

@@ -52,7 +52,8 @@ std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
                                page_bytes);
   const schedule_result r = plan_schedule(
       m.model,
-      planning_capacity(capacity_bytes, page_bytes, costs.mover_batch_pages(capacity_bytes / page_bytes),
+      planning_capacity(capacity_bytes, page_bytes,
+                        costs.mover_batch_pages(capacity_bytes / page_bytes),
                         largest_launch_footprint(m.model).bytes),
       device.costs, policy_kind::cost, 0);
   if (!r.ok()) return 0;

@@ -135,18 +135,19 @@ void run_cost_fit::merge(const run_cost_fit& o) {
 void run_cost_fit::fit() const {
   if (fitted_) return;
   fitted_ = true;
-  double m = 0, sx = 0, sy_ = 0, sxx = 0, sxy = 0;
+  // Over each length's lower quartile (q) and over every run (the members).
+  double qm = 0, qx = 0, qy = 0, qxx = 0, qxy = 0;
   for (std::size_t k = 0; k < by_length_.size(); ++k) {
     if (by_length_[k].empty()) continue;
     const double x = static_cast<double>(k + 1), y = lower_quartile(by_length_[k]);
-    m += 1;
-    sx += x;
-    sy_ += y;
-    sxx += x * x;
-    sxy += x * y;
+    qm += 1;
+    qx += x;
+    qy += y;
+    qxx += x * x;
+    qxy += x * y;
   }
   double run = 0, page = 0, all_run = 0, all_page = 0;
-  line(m, sx, sy_, sxx, sxy, run, page);
+  line(qm, qx, qy, qxx, qxy, run, page);
   line(n, sx_, sy, sxx_, sxy_, all_run, all_page);
   const bool quartiles = run >= all_run;
   per_run_ = quartiles ? run : all_run;

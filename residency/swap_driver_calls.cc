@@ -27,11 +27,10 @@ CUresult swap_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
   return pool::driver().cuMemSetAccess(va, pages * cfg_.page_bytes, &access, 1);
 }
 
-// See Note [Remapping runs] in residency/swap_engine.h and Note [Batches that keep up] in
-// residency/swap_engine.h:
-// the pages of room a fetch waits for before it remaps (policy::run_batch_pages from
+// The pages of room a fetch waits for before it remaps (policy::run_batch_pages from
 // the calls' timed costs and the room), at most kMaxRunPages and half the room; one
-// until both the calls and the link are measured.
+// until both the calls and the link are measured. See Note [Remapping runs] in
+// residency/swap_engine.h, and Note [Batches that keep up] in residency/swap_engine.h.
 std::size_t swap_engine::batch_pages_locked() const {
   if (clock_ == nullptr || h2d_rate_ <= 0 || run_fit_.n < 8) return 1;
   static_assert(kMaxRunPages == 32, "policy::run_batch_pages caps a batch at 32 pages");

@@ -173,9 +173,10 @@
 // costs two runs, its evictions' and its fetch's, so it gathers as many pages as
 // copy in the time of two runs' own parts (policy::run_batch_pages, at most
 // kMaxRunPages): on the H200's measured model 10 pages (186 us a run, 38 us a page's
-// copy), and more where the room allows (Note [Batches that keep up]). With the room of one run's part (5 pages) the mover's remaps bounded the
-// 3x points: ResNet-50 at 1/8 45.32 -> 43.16 ms per iteration, GPT-2 at 1/8
-// 280.88 -> 257.13 (T_unl 254.01), the 1.5x points within 1.5% (docs/results.md,
+// copy), and more where the room allows (Note [Batches that keep up]). With the room
+// of one run's part (5 pages) the mover's remaps bounded the 3x points: ResNet-50 at
+// 1/8 45.32 -> 43.16 ms per iteration, GPT-2 at 1/8 280.88 -> 257.13 (T_unl 254.01),
+// the 1.5x points within 1.5% (docs/results.md,
 // "Swap: a batch of room for two runs"). 16 pages was faster at GPT-2 3x and
 // ResNet-50 1.5x and slower at ResNet-50 3x and VGG-16 (the batch is also room the
 // plan leaves out: policy::planning_capacity). Until both the calls and the

@@ -621,7 +621,8 @@ TEST(Reached, UnmapSpansWholeMappingsUnlessTold) {
                                 "vmm_waits_for_device = 0\nvmm_unmap_spans_mappings = 0");
   auto keyed = scenario("unmap_span", {{"SIMGPU_DEVICE", path}});
   EXPECT_EQ(simgpu_test::field(keyed.out, "span"), invalid) << keyed.out;
-  auto overridden = scenario("unmap_span", {{"SIMGPU_DEVICE", path}, {"SIMGPU_VMM_UNMAP_SPANS", "1"}});
+  auto overridden =
+      scenario("unmap_span", {{"SIMGPU_DEVICE", path}, {"SIMGPU_VMM_UNMAP_SPANS", "1"}});
   EXPECT_EQ(simgpu_test::field(overridden.out, "span"), "0") << overridden.out;
   auto bad = scenario("unmap_span", {{"SIMGPU_VMM_UNMAP_SPANS", "maybe"}});
   EXPECT_EQ(bad.exit_code, 2) << simgpu_test::describe(bad);
