@@ -12,18 +12,24 @@
 
 namespace oversub::policy {
 
+// The most pages the engine's mover fetches as one run (its kMaxRunPages), and how
+// many of the schedule's next fetches it looks among for a run's pages: See Note
+// [The mover] in residency/swap_engine.h.
+inline constexpr std::size_t max_run_pages = 32;
+inline constexpr std::size_t run_window_moves = 4 * max_run_pages;
+
 // See Note [Remapping runs] in residency/swap_engine.h: the pages of room worth
 // gathering before a remap. At least enough that their copies take as long as the own
 // calls of the two runs each batch costs, its evictions' and its fetch's (run_ns
 // against page_copy_ns each); where the room is known (room_pages, 0: not), as many as
 // keep the mover's calls within the link's time, their parts per page (page_ns, each
 // way) included, but no more than a sixth of the room (Note [Batches that keep up] in
-// residency/swap_engine.h). At least 1, at most 32 (the engine's kMaxRunPages). The
+// residency/swap_engine.h). At least 1, at most max_run_pages. The
 // swap engine takes run_ns and page_ns from its timing of its calls, the simulator
 // from the device model.
 inline std::size_t run_batch_pages(double run_ns, double page_copy_ns, double page_ns = 0,
                                    std::size_t room_pages = 0) {
-  constexpr double most = 32;
+  constexpr auto most = static_cast<double>(max_run_pages);
   if (page_copy_ns <= 0) return 1;
   double pages = std::ceil(2 * run_ns / page_copy_ns);
   if (room_pages != 0) {

@@ -174,6 +174,7 @@ class replay {
         resident_(model.buffers.size(), false) {}
 
   simulation run() {
+    if (costs_.has_mover()) find_runs();
     compute_free_ = model_.launches.empty() ? 0 : costs_.launch_latency_ns;
     for (buffer_id b : plan_.resident_at_start) {
       used_ += model_.buffers[b].bytes;
@@ -248,7 +249,7 @@ class replay {
   std::uint64_t fetch_by_mover(const fetch_action& f, std::size_t bytes, std::size_t slack) {
     const std::uint64_t from = std::max(mover_free_, out_done_[f.buffer]);
     const std::uint64_t start = pending_.when_at_most(from, slack);
-    const bool joins = joins_run(f.buffer, fetched_);
+    const bool joins = fetch_joins_[fetches_++] != 0;
     const std::uint64_t busy = costs_.mover_fetch_ns(bytes, f.copy_in, joins);
     mover_free_ = start + busy;
     result_.host_remap_ns += busy;
@@ -293,7 +294,7 @@ class replay {
     if (costs_.has_mover()) {
       // The mover remaps the page once its copy out (or its last user) is done; the
       // memory is free, and the page on the host, only after that.
-      const bool joins = joins_run(e.buffer, evicted_);
+      const bool joins = evict_joins_[evictions_++] != 0;
       const std::uint64_t busy = costs_.mover_evict_ns(bytes, joins);
       mover_free_ = std::max(mover_free_, release) + busy;
       result_.host_remap_ns += busy;
@@ -307,26 +308,50 @@ class replay {
     return 0;
   }
 
-  // See Note [Virtual time model] in policy/simulate.h: true when b touches a buffer
-  // the mover moved in the same direction in b's batch (of
-  // cost_model::mover_batch_pages moves), or the last move before it; b joins the
-  // batch, or begins the next.
-  bool joins_run(buffer_id b, std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& batch) {
-    const model_buffer& m = model_.buffers[b];
-    const std::uintptr_t lo = m.address, hi = m.address + m.bytes;
-    if (batch_pages_ > 1 && batch.size() >= batch_pages_) {
-      batch.erase(batch.begin(), batch.end() - 1);
+  // See Note [Virtual time model] in policy/simulate.h: which of the schedule's moves
+  // join a run, each way, in the order run() makes them.
+  void find_runs() {
+    std::vector<buffer_id> in, out;
+    for (const evict_action& e : plan_.evict_at_start) out.push_back(e.buffer);
+    for (const launch_actions& l : plan_.launches) {
+      for (const fetch_action& f : l.fetch_before) in.push_back(f.buffer);
+      for (const evict_action& e : l.evict_after) out.push_back(e.buffer);
     }
-    const bool joins = touches(batch, lo, hi);
-    if (batch_pages_ <= 1) batch.clear();
-    batch.emplace_back(lo, lo == 0 ? 0 : hi);
-    return joins;
+    for (const fetch_action& f : plan_.end_fetches) in.push_back(f.buffer);
+    fetch_joins_ = joins_of(in, max_run_pages);
+    evict_joins_ = joins_of(out, 0);
   }
-  static bool touches(const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& batch,
-                      std::uintptr_t lo, std::uintptr_t hi) {
-    bool joins = false;
-    if (lo != 0) {
-      for (const auto& [first, last] : batch) joins = joins || last == lo || first == hi;
+  // Per move: true when it joins a run that an earlier move of its window began (the
+  // window's buffers that touch, most_pages pages a run at most where not 0).
+  std::vector<char> joins_of(const std::vector<buffer_id>& moves, std::size_t most_pages) const {
+    std::vector<char> joins(moves.size(), 0);
+    const std::size_t page = std::max<std::size_t>(costs_.mover.page_bytes, 1);
+    const auto pages = [&](std::size_t k) {
+      return std::max<std::size_t>((model_.buffers[moves[k]].bytes + page - 1) / page, 1);
+    };
+    std::vector<std::size_t> window;
+    for (std::size_t first = 0; first < moves.size(); first += run_window_moves) {
+      window.clear();
+      for (std::size_t k = first; k < std::min(moves.size(), first + run_window_moves); ++k) {
+        if (model_.buffers[moves[k]].address != 0) window.push_back(k);  // 0: unknown
+      }
+      std::sort(window.begin(), window.end(), [&](std::size_t x, std::size_t y) {
+        return model_.buffers[moves[x]].address < model_.buffers[moves[y]].address;
+      });
+      for (std::size_t a = 0, b = 0; a < window.size(); a = b) {
+        std::size_t run_pages = pages(window[a]);
+        for (b = a + 1; b < window.size(); ++b) {
+          const model_buffer& prev = model_.buffers[moves[window[b - 1]]];
+          if (prev.address + prev.bytes != model_.buffers[moves[window[b]]].address ||
+              (most_pages != 0 && run_pages + pages(window[b]) > most_pages)) {
+            break;
+          }
+          run_pages += pages(window[b]);
+        }
+        // The run's first move in time pays its shared part.
+        const std::size_t begins = *std::min_element(window.begin() + a, window.begin() + b);
+        for (std::size_t k = a; k < b; ++k) joins[window[k]] = window[k] != begins;
+      }
     }
     return joins;
   }
@@ -356,11 +381,9 @@ class replay {
   std::vector<std::uint64_t> out_done_;  // when its last copy out completes
   pending_releases pending_;
   std::uint64_t compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0;
-  // The mover's batches of fetches and of evictions (addresses, 0: unknown).
-  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> fetched_, evicted_;
-  // The plan's capacity stands for the engine's room (a batch's headroom less).
-  const std::size_t batch_pages_ = costs_.mover_batch_pages(
-      costs_.mover.page_bytes == 0 ? 0 : plan_.capacity_bytes / costs_.mover.page_bytes);
+  // Per fetch and per eviction, in run()'s order: whether it joins a run (find_runs).
+  std::vector<char> fetch_joins_, evict_joins_;
+  std::size_t fetches_ = 0, evictions_ = 0;
   std::uint64_t mover_free_ = 0;  // when the mover is done with the remaps so far
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;

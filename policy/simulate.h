@@ -28,16 +28,18 @@
 //   the mover is free; the memory is released, and the page is on the host, when it
 //   ends. A fetch's remap (mover_fetch_ns) starts when the mover is free, the page is
 //   on the host and the memory is there; it holds the memory from then, and its copy
-//   in starts after the remap and the copy's enqueue. The moves each way fall into
-//   batches of cost_model::mover_batch_pages, as the library's mover gathers room (one
-//   move a batch where it gathers none); a page that touches one moved before it in
-//   its batch, in the same direction (model_buffer::address), joins that run: its
-//   remap costs its map and the per-page parts, not the run's shared unmap and access
-//   grant (Note [Remapping runs] in residency/swap_engine.h); simulation::runs counts
-//   the runs. (Joining only the last move predicted 229 runs for 572 moves at
-//   ResNet-50 at 1/8, 3x, on the H200's measured model, where the library, gathering
-//   10 pages a batch, made 141 for 548; runs formed from the last 16 moves each way,
-//   sliding, over-joined: 109 against 190-220 with batches of 5.)
+//   in starts after the remap and the copy's enqueue. Runs (Note [Remapping runs] in
+//   residency/swap_engine.h): the moves each way fall into windows of
+//   run_window_moves (the schedule's next fetches the library's mover looks among for
+//   a run's pages); the window's buffers that touch (model_buffer::address) are one
+//   run, whatever their order, fetches max_run_pages pages at most (the mover's
+//   longest; an eviction run takes every page whose copy out its wait covers). The
+//   run's first move pays its shared unmap and access grant (cost_model::remap_ns),
+//   the others their map and per-page parts; simulation::runs counts the runs.
+//   (Joining a page only to the moves of its batch of room, in time order, predicted
+//   288 runs where the library made 189 at full-size ResNet-50, 3x, on the H200's
+//   measured model, and the iteration 15% long; 1.5x 36% long. Windows of 128 moves
+//   predicted 229 against 174, the iteration 5.5% long; at 1.5x 100 against 125.)
 //   The launching thread still runs ahead. simulation::host_remap_ns is the mover's
 //   busy time. The plan is made on the link alone, as the library's learner makes it
 //   (tools/simulate/what_if.cc), with a batch of room left out where the mover

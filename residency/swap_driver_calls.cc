@@ -33,7 +33,7 @@ CUresult swap_engine::set_access_locked(std::uintptr_t va, std::size_t pages) {
 // residency/swap_engine.h, and Note [Batches that keep up] in residency/swap_engine.h.
 std::size_t swap_engine::batch_pages_locked() const {
   if (clock_ == nullptr || h2d_rate_ <= 0 || run_fit_.n < 8) return 1;
-  static_assert(kMaxRunPages == 32, "policy::run_batch_pages caps a batch at 32 pages");
+  static_assert(kMaxRunPages == policy::max_run_pages, "the simulator's runs are the mover's");
   const std::size_t pages = policy::run_batch_pages(
       run_fit_.per_run_ns(), static_cast<double>(cfg_.page_bytes) / h2d_rate_ * 1e9,
       run_fit_.per_page_ns(), capacity_bytes() / cfg_.page_bytes);

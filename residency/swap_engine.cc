@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "policy/cost_model.h"
 #include "pool/driver_api.h"
 #include "pool/stream_fences.h"
 
@@ -194,7 +195,7 @@ void swap_engine::extend_with_queued_locked(std::vector<std::uintptr_t>& missing
       stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes;
   if (free_pages <= missing.size()) return;
   std::size_t spare = free_pages - missing.size();
-  const std::size_t look = std::min(mover_fetch_.size(), 4 * kMaxRunPages);
+  const std::size_t look = std::min(mover_fetch_.size(), policy::run_window_moves);
   const auto queue_end = mover_fetch_.begin() + static_cast<std::ptrdiff_t>(look);
   // As the mover's own run (mover_fetch_locked): queued, and a page it may fetch.
   const auto takeable = [&](std::uintptr_t va) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "policy/cost_model.h"
 #include "pool/driver_api.h"
 #include "residency/page_runs.h"
 #include "residency/swap_engine.h"
@@ -264,7 +265,7 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   // for a run's pages over several launches, and not always in address order).
   std::vector<std::uintptr_t> vas{mover_fetch_.front()};
   {
-    const std::size_t look = std::min(mover_fetch_.size(), 4 * kMaxRunPages);
+    const std::size_t look = std::min(mover_fetch_.size(), policy::run_window_moves);
     const auto queued = [&](std::uintptr_t va) {
       const auto end = mover_fetch_.begin() + static_cast<std::ptrdiff_t>(look);
       if (std::find(mover_fetch_.begin(), end, va) == end) return false;

@@ -166,10 +166,10 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
   EXPECT_EQ(c.mover_fetch_ns(100, true), 1013u);
   EXPECT_EQ(c.mover_fetch_ns(100, false), 1005u);
 
-  // See Note [Remapping runs] (residency/swap_engine.h): with addresses, a page that
-  // touches one moved before it in its batch, in the same direction, shares that run's
-  // unmap and access grant (700 ns of a lone page's 900): the evictions of pages 0-3
-  // are one run, the fetches of 1-3 and of page 0 another (a batch holds 14 moves).
+  // See Note [Remapping runs] (residency/swap_engine.h): with addresses, pages that
+  // touch and move the same way in one window of moves share a run's unmap and access
+  // grant (700 ns of a lone page's 900): the evictions of pages 0-3 are one run, the
+  // fetches of 1-3 and of page 0 another.
   cost_model per_call = byte_per_ns();
   per_call.mover.page_bytes = 100;
   per_call.mover.vmm_unmap_ns = 500;
@@ -192,14 +192,15 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
   EXPECT_EQ(runs.runs, 2u);
   EXPECT_EQ(runs.host_remap_ns, 2u * 900 + 6u * 200);
   EXPECT_LT(runs.iteration_ns, apart.iteration_ns);
-  // A link slow enough that the mover gathers no batch: a page joins only the run of
-  // the move just before it, so page 0's fetch, after page 3's, is a run of its own.
+  // Runs do not depend on the batch of room: with a link slow enough that the mover
+  // gathers none, the fetches of pages 1-3 and of page 0 (in that order, one window)
+  // still touch, one run.
   cost_model slow_link = per_call;
   slow_link.h2d_bytes_per_s /= 20;  // 2000 ns a page against two runs' 1400
   EXPECT_EQ(slow_link.mover_batch_pages(), 1u);
   const simulation unbatched = simulate(adjacent, s, slow_link);
-  EXPECT_EQ(unbatched.runs, 3u);
-  EXPECT_EQ(unbatched.host_remap_ns, 3u * 900 + 5u * 200);
+  EXPECT_EQ(unbatched.runs, 2u);
+  EXPECT_EQ(unbatched.host_remap_ns, 2u * 900 + 6u * 200);
 
   // Everything fits: nothing moves, nothing is remapped, the time is the compute's.
   iteration_model fits = m;
@@ -216,6 +217,36 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
   const schedule_result planned = plan_schedule(fits, 400, c, policy_kind::cost);
   ASSERT_TRUE(planned.ok()) << planned.error;
   EXPECT_EQ(simulate(fits, planned.value, c).iteration_ns, 40u);
+}
+
+// See Note [Virtual time model] in policy/simulate.h: runs form within windows of
+// run_window_moves moves each way, fetches max_run_pages pages a run at most.
+TEST(Simulate, RunsFormWithinWindowsOfMoves) {
+  const std::size_t n = 2 * run_window_moves + 40;  // pages, one launch each
+  iteration_model m;
+  schedule s;
+  s.capacity_bytes = s.planned_peak_bytes = 100;
+  s.resident_at_start = {0};
+  s.launches.resize(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto b = static_cast<buffer_id>(k);
+    m.buffers.push_back({100, true, 0, 0, 100 * (k + 1)});
+    m.launches.push_back({10, {b}, {b}, true});
+    if (b != 0) s.launches[k].fetch_before = {{b, true}};
+    s.launches[k].evict_after = {{b, true}};
+  }
+  s.end_fetches = {{0, true}};
+  ASSERT_EQ(check_schedule(m, s), "");
+  cost_model c = byte_per_ns();
+  c.mover.page_bytes = 100;
+  c.mover.vmm_unmap_ns = 500;
+  c.mover.vmm_map_per_page_ns = 100;
+  const simulation r = simulate(m, s, c);
+  EXPECT_EQ(r.remaps, 2 * n);
+  // Fetches: pages 1-128 and 129-256 in four runs of 32 each, 257-295 in two (32 and
+  // 7), page 0 (after 295, not touching it) alone. Evictions: one run a window.
+  EXPECT_EQ(r.runs, 4u + 4u + 2u + 1u + 3u);
+  EXPECT_EQ(r.host_remap_ns, r.runs * 600 + (2 * n - r.runs) * 100);
 }
 
 TEST(Simulate, DemandPagingChargesFaultsToTheLaunch) {
