@@ -560,6 +560,16 @@ std::size_t device_batch_pages(int device) noexcept {
   return b == nullptr ? 1 : b->batch_pages();
 }
 
+void device_take_vacancies(int device, std::vector<residency_backend::vacancy>& out) noexcept {
+  residency_backend* b = backend_of(device);
+  if (b == nullptr) return;
+  try {
+    b->take_vacancies(out);
+  } catch (...) {
+    // Out of memory for the list: the learner plans as if no page died.
+  }
+}
+
 residency::residency_backend::remap_costs device_remap_costs(int device) noexcept {
   residency_backend* b = backend_of(device);
   return b == nullptr ? residency_backend::remap_costs{} : b->measured_remap_costs();

@@ -76,6 +76,14 @@ struct learner {
   std::vector<std::vector<unit>> pages_of_token;
   std::vector<std::uint32_t> trace;
   std::uint64_t trace_first = 0;  // launch number (tag) of trace[0]
+  // See Note [Dead gaps] in core/schedule.cc: what the engine said happened to the
+  // pages' blocks before each launch of the trace (its launch number), and over the
+  // learned period (its position), in order.
+  struct page_vacancy {
+    std::uint64_t at = 0;
+    residency::residency_backend::vacancy what;
+  };
+  std::vector<page_vacancy> vacancies, learned_vacancies;
   std::uint64_t launches = 0;     // launches seen: the next launch's number
   // See Note [The pool's layout changed] (core/schedule.cc): the planned pool's layout
   // generation the trace was taken under.

@@ -38,11 +38,47 @@ std::string validate_model(const iteration_model& model) {
       }
     }
   }
+  for (const dead_window& w : model.dead_windows) {
+    if (w.buffer >= model.buffers.size() || !model.buffers[w.buffer].long_lived ||
+        w.from >= n || w.until >= n) {
+      return "dead window of buffer " + std::to_string(w.buffer) + " [" +
+             std::to_string(w.from) + ", " + std::to_string(w.until) +
+             "]: not a long-lived buffer, or past the " + std::to_string(n) + " launches";
+    }
+  }
   if (model.backward_begin && *model.backward_begin > n) {
     return "backward_begin " + std::to_string(*model.backward_begin) + " past " +
            std::to_string(n) + " launches";
   }
   return {};
+}
+
+bool dead_window_holds(const dead_window& w, std::size_t q, std::size_t launches, bool fetch) {
+  if (launches != 0) q %= launches;
+  if (fetch && q == w.until) return false;
+  return w.from <= w.until ? w.from <= q && q <= w.until : q >= w.from || q <= w.until;
+}
+
+void add_dead_windows(buffer_id b, std::span<const std::pair<std::uint64_t, bool>> events,
+                      std::span<const std::uint32_t> uses, std::size_t launches,
+                      std::vector<dead_window>& out) {
+  const std::size_t n = launches;
+  if (n == 0 || uses.empty()) return;
+  for (std::size_t j = 0; j < events.size(); ++j) {
+    if (!events[j].second) continue;
+    const std::uint64_t from = events[j].first;
+    std::uint64_t block = from + n - 1;  // positions past the end count on from n
+    for (std::size_t k = 1; k < events.size(); ++k) {
+      const auto& [at, vacated] = events[(j + k) % events.size()];
+      if (vacated) continue;
+      block = std::min(block, at + (j + k >= events.size() ? n : 0));
+      break;
+    }
+    const auto next = std::lower_bound(uses.begin(), uses.end(), from);
+    const std::uint64_t use = next != uses.end() ? *next : uses.front() + n;
+    const std::uint64_t until = std::min(block, use);
+    out.push_back({b, static_cast<std::uint32_t>(from % n), static_cast<std::uint32_t>(until % n)});
+  }
 }
 
 bool launch_writes(const model_launch& launch, buffer_id buffer) {

@@ -20,7 +20,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace oversub::policy {
@@ -43,6 +45,17 @@ struct model_buffer {
   std::uintptr_t address = 0;
 };
 
+// The moves before launches from..until (its fetch_before and the evictions after the
+// launch before it) find buffer's content dead: the pool holds no live block on it, or
+// only blocks handed out since then that no work has used yet. from > until: the
+// window wraps past the iteration's last launch. Fetches only before until: the one
+// before until comes after the block that ends the window, and the swap engine copies
+// it if any work that may write (a memset of the new block, say) came between.
+struct dead_window {
+  buffer_id buffer = 0;
+  std::uint32_t from = 0, until = 0;
+};
+
 // One launch (kernel) of the iteration, in stream order.
 struct model_launch {
   // How long it runs on a device with enough memory (ns), from the profile.
@@ -63,7 +76,25 @@ struct iteration_model {
   // after the forward half). Absent: the launch at which the per-iteration live
   // bytes peak (the end of the forward pass in a training step). Note [Halves].
   std::optional<std::uint32_t> backward_begin;
+  // See Note [Dead gaps] in core/schedule.cc: where a long-lived buffer's content is
+  // dead, the moves that copy nothing (none known: empty).
+  std::vector<dead_window> dead_windows;
 };
+
+// True when window w holds the moves before launch q (0 <= q <= the launches; the
+// end's moves are the next iteration's first): evictions, or a fetch.
+bool dead_window_holds(const dead_window& w, std::size_t q, std::size_t launches,
+                       bool fetch = false);
+
+// See Note [Dead gaps] in core/schedule.cc: appends to out buffer b's dead windows from
+// what happened to its blocks over an iteration of `launches` launches, in order:
+// (position, vacated), position the launch the event came before (launches: after the
+// last, before the next iteration's first), vacated false where a block came to it
+// again. uses: its uses' positions, ascending, not empty. Each vacancy begins a window
+// that ends at the first of its next block and its next use.
+void add_dead_windows(buffer_id b, std::span<const std::pair<std::uint64_t, bool>> events,
+                      std::span<const std::uint32_t> uses, std::size_t launches,
+                      std::vector<dead_window>& out);
 
 // Note [Memory of a per-iteration buffer]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -132,6 +132,37 @@ page_model pages_of_profile(const profiler::profile& p, const iteration_model& b
     r.model.launches.push_back(std::move(ml));
   }
   r.pages = r.model.buffers.size();
+  // 4. See Note [Dead gaps] in core/schedule.cc: the region's pages' dead windows, from
+  // their blocks' comings and goings in the replay's order (a page that holds
+  // long-lived bytes is never vacant).
+  std::vector<std::vector<std::pair<std::uint64_t, bool>>> events(r.pages);
+  std::unordered_map<std::size_t, std::uint32_t> occupants;
+  const std::size_t first_region_page = (end + page_bytes - 1) / page_bytes;
+  const auto blocks = [&](std::size_t k, bool vacating, std::size_t pos) {
+    const std::size_t at = offset[members[k]], bytes = p.allocations[members[k]].bytes;
+    if (bytes == 0) return;
+    for (std::size_t pg = at / page_bytes; pg <= (at + bytes - 1) / page_bytes; ++pg) {
+      std::uint32_t& o = occupants[pg];
+      const bool changes = vacating ? --o == 0 : o++ == 0;
+      auto it = id_of_page.find(pg);
+      if (changes && pg >= first_region_page && it != id_of_page.end()) {
+        events[it->second].emplace_back(std::min(pos, n), vacating);
+      }
+    }
+  };
+  for (std::size_t pos = 0; pos < n + 2; ++pos) {
+    for (std::size_t k : frees_at[pos]) blocks(k, true, pos);
+    for (std::size_t k : allocs_at[pos]) blocks(k, false, pos);
+  }
+  std::vector<std::vector<std::uint32_t>> uses(r.pages);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (buffer_id b : r.model.launches[i].uses) uses[b].push_back(static_cast<std::uint32_t>(i));
+  }
+  for (buffer_id b = 0; b < r.pages; ++b) {
+    if (!events[b].empty() && !uses[b].empty()) {
+      add_dead_windows(b, events[b], uses[b], n, r.model.dead_windows);
+    }
+  }
   r.error = validate_model(r.model);
   return r;
 }

@@ -21,12 +21,12 @@
 //      once it has learned the iteration, in a region that follows the long-lived
 //      ones (rounded up to region_alignment);
 //   3. pages are numbered in order of first use, as the learner interns them; the
-//      launches keep their durations.
+//      launches keep their durations;
+//   4. each page of the region is dead where the placement leaves no block on it, as
+//      the learner finds from the engine (Note [Dead gaps] in core/schedule.cc).
 // What it cannot know: where the planned region's base falls within a page in a real
 // run (it is a block the online arena hands out after the first iterations, which
-// depends on their fragmentation), and which pages the engine finds dead at run time
-// (a page whose buffers are all freed is not copied out); the model copies every page
-// it evicts, as the learner's does.
+// depends on their fragmentation).
 #ifndef OVERSUB_POLICY_PAGE_MODEL_H
 #define OVERSUB_POLICY_PAGE_MODEL_H
 

@@ -106,6 +106,10 @@ class planner {
           const cost_model& costs, policy_kind kind, std::uint32_t prefetch_distance)
       : model_(model), uses_(uses), capacity_(capacity), costs_(costs), kind_(kind),
         prefetch_distance_(prefetch_distance) {
+    for (const dead_window& w : model.dead_windows) {
+      if (dead_.empty()) dead_.resize(model.buffers.size());
+      dead_[w.buffer].push_back(w);
+    }
     if (kind_ == policy_kind::vdnn_all) plan_vdnn();
     if (kind_ == policy_kind::cost) plan_headroom();
   }
@@ -124,6 +128,14 @@ class planner {
 
  private:
   std::uint64_t next_use(buffer_id b) const;
+  // See Note [Dead gaps] in core/schedule.cc: b's content is dead for the moves before
+  // launch q (an eviction, or a fetch).
+  bool dead_at(buffer_id b, std::int64_t q, bool fetch) const {
+    if (dead_.empty() || q < 0) return false;
+    return std::any_of(dead_[b].begin(), dead_[b].end(), [&](const dead_window& w) {
+      return dead_window_holds(w, static_cast<std::size_t>(q), model_.launches.size(), fetch);
+    });
+  }
   std::int64_t victim_key(buffer_id b) const;
   void set_key(buffer_id b);
   void unset_key(buffer_id b);
@@ -136,6 +148,7 @@ class planner {
   std::int64_t headroom(std::int64_t now, std::int64_t upto) const;
 
   const iteration_model& model_;
+  std::vector<std::vector<dead_window>> dead_;  // per buffer (empty: none known)
   const use_index& uses_;
   std::size_t capacity_;
   const cost_model& costs_;
@@ -252,13 +265,17 @@ bool planner::make_room(std::size_t need, std::int64_t now, std::uint64_t limit,
 void planner::evict(buffer_id b, std::int64_t now, bool force_copy) {
   buffer_state& s = st_[b];
   unset_key(b);
-  const bool dead = !model_.buffers[b].long_lived && next_use(b) == never;
-  const bool copy = !dead && (force_copy || !s.host_current);
   // cost places the eviction right after the buffer's last use (its copy out then
   // overlaps compute); on-demand policies evict where the need arises.
   std::int64_t after = now - 1;
   if (kind_ == policy_kind::cost) after = std::max(s.last_use, s.fetched_at);
   after = std::min(after, now - 1);
+  // A buffer whose content is dead there leaves without a copy; its host copy is as
+  // good as any then (Note [Dead gaps] in core/schedule.cc).
+  const bool dead = (!model_.buffers[b].long_lived && next_use(b) == never) ||
+                    dead_at(b, std::max<std::int64_t>(after + 1, 0), false);
+  if (dead && model_.buffers[b].long_lived) s.host_current = true;
+  const bool copy = !dead && (force_copy || !s.host_current);
   if (after < 0) {
     out_.evict_at_start.push_back({b, copy});
   } else {
@@ -276,6 +293,7 @@ void planner::evict(buffer_id b, std::int64_t now, bool force_copy) {
 
 void planner::fetch(buffer_id b, std::int64_t now, bool copy_in) {
   buffer_state& s = st_[b];
+  copy_in = copy_in && !dead_at(b, now, true);
   if (now >= static_cast<std::int64_t>(out_.launches.size())) {
     out_.end_fetches.push_back({b, copy_in});
   } else {

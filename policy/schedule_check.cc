@@ -54,7 +54,9 @@ class replay {
     for (std::size_t i = 0; i < n; ++i) {
       const std::int64_t now = static_cast<std::int64_t>(i);
       for (const fetch_action& f : plan_.launches[i].fetch_before) {
-        if (std::string e = fetch(f, "before launch " + std::to_string(i)); !e.empty()) return e;
+        if (std::string e = fetch(f, i, "before launch " + std::to_string(i)); !e.empty()) {
+          return e;
+        }
       }
       const model_launch& launch = model_.launches[i];
       for (buffer_id b : launch.uses) {
@@ -70,7 +72,7 @@ class replay {
       }
     }
     for (const fetch_action& f : plan_.end_fetches) {
-      if (std::string e = fetch(f, "at the end"); !e.empty()) return e;
+      if (std::string e = fetch(f, n, "at the end"); !e.empty()) return e;
     }
     std::vector<bool> wanted(st_.size(), false);
     for (buffer_id b : plan_.resident_at_start) wanted[b] = true;
@@ -102,7 +104,18 @@ class replay {
     return {};
   }
 
-  std::string fetch(const fetch_action& f, const std::string& where) {
+  // See Note [Dead gaps] in core/schedule.cc: b's content is dead for the moves before
+  // launch q.
+  bool dead_at(buffer_id b, std::size_t q) const {
+    return std::any_of(model_.dead_windows.begin(), model_.dead_windows.end(),
+                       [&](const dead_window& w) {
+                         return w.buffer == b &&
+                                dead_window_holds(w, q, model_.launches.size());
+                       });
+  }
+
+  // q: the launch the fetch comes before (the launches' count: at the end).
+  std::string fetch(const fetch_action& f, std::size_t q, const std::string& where) {
     const buffer_id b = f.buffer;
     if (b >= st_.size()) return "fetch of unknown buffer " + std::to_string(b) + " " + where;
     replay_state& s = st_[b];
@@ -111,7 +124,7 @@ class replay {
     if (f.copy_in && !s.host_current) {
       return name + "copied in " + where + " but the host does not hold its content";
     }
-    if (!f.copy_in && s.has_content) {
+    if (!f.copy_in && s.has_content && !dead_at(b, q)) {
       return name + "mapped without copy " + where + ": its content is lost";
     }
     s.resident = true;
@@ -126,8 +139,8 @@ class replay {
     if (b >= st_.size()) return "eviction of unknown buffer " + std::to_string(b) + " " + where;
     replay_state& s = st_[b];
     if (!s.resident) return "buffer " + std::to_string(b) + " evicted while not resident " + where;
-    if (e.copy_out) {
-      s.host_current = true;
+    if (e.copy_out || dead_at(b, static_cast<std::size_t>(after + 1))) {
+      s.host_current = true;  // copied, or dead: any host copy is as good
     } else if (!s.host_current && s.has_content && needed_later(b, after)) {
       return "buffer " + std::to_string(b) + " evicted without copy " + where +
              " while the host copy is stale and the content is needed later: lost";

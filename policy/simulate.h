@@ -47,8 +47,7 @@
 //   policy/schedule.h).
 //   Not modelled: the library's mover finishes an eviction only when a fetch wants
 //   its room, and its launching thread begins an eviction's copy out after all work
-//   enqueued by then, so a page's copy out and remap may come later than here; the
-//   library's dead pages (moved without a copy) are copied here.
+//   enqueued by then, so a page's copy out and remap may come later than here.
 // - The iteration ends when the compute and both copy streams and the mover are idle
 //   (the next iteration starts from the schedule's start state).
 //

@@ -106,6 +106,15 @@ class residency_backend {
   // addr (Note [Dead pages] in residency/swap_engine.h).
   virtual void occupy(std::uintptr_t addr, std::size_t bytes) = 0;
   virtual void vacate(std::uintptr_t addr) = 0;
+  // See Note [Dead gaps] in core/schedule.cc: appends to out, in order, what happened
+  // to the pages' blocks since the last call (a page's last live block vacated; a
+  // block on it again after that), and forgets it (nothing in a backend that does not
+  // track blocks).
+  struct vacancy {
+    std::uintptr_t page = 0;
+    bool vacated = true;  // false: a block came to it again
+  };
+  virtual void take_vacancies(std::vector<vacancy>& out) { (void)out; }
 
   // ---- A launch's preparation ----
   // Before work on stream that uses ranges: what they touch is on the device before

@@ -510,6 +510,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // at addr (the bytes occupy() recorded; an address it never saw is ignored).
   void occupy(std::uintptr_t addr, std::size_t bytes) override;
   void vacate(std::uintptr_t addr) override;
+  void take_vacancies(std::vector<vacancy>& out) override;
 
   // Before work on stream that uses ranges: make every page they touch resident and
   // order the work after the fetches; the pages count as used by stream, and with
@@ -593,6 +594,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   }
   template <typename F>
   void for_pages_locked(std::uintptr_t addr, std::size_t bytes, F&& f);
+  void log_vacancy_locked(vacancy v);
 
   // See Note [Batched moves]: a copy event shared by the pages of one request.
   struct copy_event {
@@ -746,6 +748,9 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // whose own write has already advanced write_epoch_).
   std::uint64_t fetch_epoch_ = 1;
   std::unordered_map<std::uintptr_t, std::size_t> occupied_;  // live blocks: addr -> bytes
+  // Pages vacated and occupied again, until take_vacancies (at most kMaxVacancies).
+  static constexpr std::size_t kMaxVacancies = std::size_t{1} << 16;
+  std::vector<vacancy> vacancies_;
   std::uint64_t epoch_ = 1;  // pages start unpinned (pinned == 0)
 };
 

@@ -150,15 +150,17 @@ void swap_engine::for_pages_locked(std::uintptr_t addr, std::size_t bytes, F&& f
   if (bytes == 0) return;
   const std::uintptr_t mask = ~(std::uintptr_t{cfg_.page_bytes} - 1);
   for (std::uintptr_t a = addr & mask; a < addr + bytes; a += cfg_.page_bytes) {
-    if (page* p = find_locked(a)) f(*p);
+    if (page* p = find_locked(a)) f(a, *p);
   }
 }
 
 void swap_engine::occupy(std::uintptr_t addr, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (bytes == 0 || !occupied_.emplace(addr, bytes).second) return;
-  for_pages_locked(addr, bytes, [&](page& p) {
-    if (p.occupants++ == 0) p.fresh_epoch = write_epoch_;
+  for_pages_locked(addr, bytes, [&](std::uintptr_t va, page& p) {
+    if (p.occupants++ != 0) return;
+    p.fresh_epoch = write_epoch_;
+    if (p.dead) log_vacancy_locked({va, false});
   });
 }
 
@@ -168,9 +170,23 @@ void swap_engine::vacate(std::uintptr_t addr) {
   if (it == occupied_.end()) return;
   const std::size_t bytes = it->second;
   occupied_.erase(it);
-  for_pages_locked(addr, bytes, [&](page& p) {
-    if (p.occupants > 0 && --p.occupants == 0) p.dead = true;
+  for_pages_locked(addr, bytes, [&](std::uintptr_t va, page& p) {
+    if (p.occupants == 0 || --p.occupants != 0) return;
+    p.dead = true;
+    log_vacancy_locked({va, true});
   });
+}
+
+// Kept for the learner (take_vacancies); a log nobody takes stays bounded.
+void swap_engine::log_vacancy_locked(vacancy v) {
+  if (vacancies_.size() >= kMaxVacancies) vacancies_.clear();
+  vacancies_.push_back(v);
+}
+
+void swap_engine::take_vacancies(std::vector<vacancy>& out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  out.insert(out.end(), vacancies_.begin(), vacancies_.end());
+  vacancies_.clear();
 }
 
 }  // namespace oversub::residency

@@ -188,6 +188,49 @@ TEST(Schedule, CleanBufferLeavesWithoutCopy) {
   }
 }
 
+// See Note [Dead gaps] in core/schedule.cc: pages A and B (long-lived, 100 bytes,
+// room for one), used in turn; A's content is dead for the moves before launches 1
+// and 2 (a block comes to it before launch 2). A leaves for B without a copy; its
+// fetch before launch 2, after the new block, copies. B, whose content lives on, is
+// copied out. Without the window both are copied both ways.
+TEST(Schedule, DeadWindowMovesWithoutCopies) {
+  cost_model costs;
+  costs.h2d_bytes_per_s = costs.d2h_bytes_per_s = 1e9;
+  iteration_model m;
+  m.buffers = {{100, true, 0, 0}, {100, true, 0, 0}};
+  m.launches = {{1000, {0}, {0}, true}, {1000, {1}, {1}, true}, {1000, {0}, {0}, true},
+                {1000, {1}, {1}, true}};
+  const auto bytes_moved = [&](const iteration_model& model) {
+    const schedule_result r = plan_schedule(model, 100, costs, policy_kind::cost);
+    EXPECT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(check_schedule(model, r.value), "");
+    const simulation s = simulate(model, r.value, costs);
+    return std::pair{s.h2d_bytes, s.d2h_bytes};
+  };
+  using moved = std::pair<std::size_t, std::size_t>;
+  EXPECT_EQ(bytes_moved(m), (moved{400, 400}));
+  m.dead_windows = {{0, 1, 2}};
+  EXPECT_EQ(bytes_moved(m), (moved{400, 300}));
+  // A window that wraps past the end: A's eviction after launch 2 copies nothing
+  // either.
+  m.dead_windows = {{0, 1, 2}, {0, 3, 0}};
+  EXPECT_EQ(bytes_moved(m), (moved{400, 200}));
+  // Fetches in a window copy nothing before its last launch.
+  EXPECT_TRUE(dead_window_holds({0, 1, 3}, 2, 4, true));
+  EXPECT_FALSE(dead_window_holds({0, 1, 3}, 3, 4, true));
+  EXPECT_TRUE(dead_window_holds({0, 1, 3}, 3, 4, false));
+  EXPECT_TRUE(dead_window_holds({0, 3, 1}, 4, 4, true));  // the end: the next launch 0
+  EXPECT_FALSE(dead_window_holds({0, 3, 1}, 1, 4, true));
+  EXPECT_FALSE(dead_window_holds({0, 3, 1}, 2, 4, false));
+  // A copy-less move outside any window loses content: the checker says so.
+  schedule_result r = plan_schedule(m, 100, costs, policy_kind::cost);
+  ASSERT_TRUE(r.ok());
+  m.dead_windows = {{0, 1, 2}};
+  EXPECT_NE(check_schedule(m, r.value), "");
+  m.dead_windows = {{0, 1, 4}};
+  EXPECT_NE(validate_model(m).find("dead window of buffer 0"), std::string::npos);
+}
+
 TEST(Schedule, VdnnOffloadsEveryActivationAfterForward) {
   const auto device = synthetic::read_device_model("titanx-maxwell");
   const iteration_model m = synthetic::vgg_like(device, 8, 4);

@@ -235,8 +235,21 @@ TEST_F(Residency, DeadPagesMoveWithoutCopies) {
   st = e.stats();
   EXPECT_EQ(st.bytes_to_host, kPage);
   EXPECT_EQ(st.dead_evictions, 1u);
+  // See Note [Dead gaps] in core/schedule.cc: the learner hears of page 1's vacancy,
+  // once.
+  std::vector<swap_engine::vacancy> vacated;
+  const auto pages = [&] {
+    std::vector<std::pair<std::uintptr_t, bool>> out;
+    for (const auto& v : vacated) out.emplace_back(v.page, v.vacated);
+    vacated.clear();
+    return out;
+  };
+  e.take_vacancies(vacated);
+  EXPECT_EQ(pages(), (std::vector<std::pair<std::uintptr_t, bool>>{{va(1), true}}));
   // One of them freed: the page still holds the other's bytes.
   e.vacate(va(0));
+  e.take_vacancies(vacated);
+  EXPECT_TRUE(pages().empty());
   ASSERT_TRUE(use(e, 1));  // page 0 out with a copy; page 1 back without one
   st = e.stats();
   EXPECT_EQ(st.bytes_to_host, 2 * kPage);
@@ -248,12 +261,16 @@ TEST_F(Residency, DeadPagesMoveWithoutCopies) {
   // The last block freed: page 0's content is dead. Out with no copy.
   e.vacate(va(0) + kPage / 2);
   e.vacate(va(0) + kPage / 2);  // a second free of the same block is ignored
+  e.take_vacancies(vacated);
+  EXPECT_EQ(pages(), (std::vector<std::pair<std::uintptr_t, bool>>{{va(0), true}}));
   ASSERT_TRUE(use(e, 1));
   st = e.stats();
   EXPECT_EQ(st.bytes_to_host, 2 * kPage);
   EXPECT_EQ(st.dead_evictions, 3u);
   // A fresh block on it: undefined until written, so its fetch copies nothing.
   e.occupy(va(0), kPage);
+  e.take_vacancies(vacated);
+  EXPECT_EQ(pages(), (std::vector<std::pair<std::uintptr_t, bool>>{{va(0), false}}));
   ASSERT_TRUE(use(e, 0));
   st = e.stats();
   EXPECT_EQ(st.bytes_to_device, in);
