@@ -18,7 +18,9 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             last whole iteration followed is measured part by part (Note [Which part
             differs] in core/schedule.cc): its remaps' host time, split between the
             mover and the launching thread, is what the engine's timed costs give for
-            its runs and pages (within 2%), and no part exceeds the engine's totals.
+            its runs and pages (within 2%), and no part exceeds the engine's totals;
+            its copies out are the plan's within a page (Note [Dead gaps] in
+            core/schedule.cc).
             Loss bits identical to a run with enough memory.
   fallback  (--mode swap|um, --holder) another tool holds CUPTI (cupti_holder
             preloaded first): the durations and the link are the constants (20 us, 25
@@ -158,6 +160,11 @@ def check_parts(sched: dict, mode: str, swap: dict | None) -> str:
                         ("measured_d2h_bytes", "bytes_to_host")):
         if sched[part] > swap[total]:
             fail(f"{part} {sched[part]} is more than the engine's {total} {swap[total]}")
+    # See Note [Dead gaps] in core/schedule.cc: the plan knows which evictions copy
+    # nothing, so its copies out are the engine's, within a page.
+    if abs(sched["measured_d2h_bytes"] - sched["predicted_d2h_bytes"]) > 2 << 20:
+        fail(f"the last iteration copied {sched['measured_d2h_bytes']} bytes out, the plan "
+             f"{sched['predicted_d2h_bytes']}")
     return (f"; the last iteration {sched['measured_ns'] / 1e6:.2f} ms, remaps "
             f"{sched['measured_mover_remap_ns'] / 1e6:.2f} ms on the mover and "
             f"{sched['measured_launch_thread_remap_ns'] / 1e6:.2f} ms on the launching "
