@@ -115,7 +115,7 @@ std::uint64_t device_residency_capacity(int device) noexcept;
 // See Note [Remapping runs] in residency/swap_engine.h: the pages of room device's
 // backend gathers before a fetch (1 without a backend, or before it has timed its calls).
 std::size_t device_batch_pages(int device) noexcept;
-// See Note [Dead gaps] in core/schedule.cc: appends what happened to the blocks on
+// See Note [Dead gaps] in core/dead_gaps.cc: appends what happened to the blocks on
 // device's arena's pages since the last call (nothing without a swap backend).
 void device_take_vacancies(int device,
                            std::vector<residency::residency_backend::vacancy>& out) noexcept;

@@ -76,7 +76,7 @@ struct learner {
   std::vector<std::vector<unit>> pages_of_token;
   std::vector<std::uint32_t> trace;
   std::uint64_t trace_first = 0;  // launch number (tag) of trace[0]
-  // See Note [Dead gaps] in core/schedule.cc: what the engine said happened to the
+  // See Note [Dead gaps] in core/dead_gaps.cc: what the engine said happened to the
   // pages' blocks before each launch of the trace (its launch number), and over the
   // learned period (its position), in order.
   struct page_vacancy {
@@ -150,6 +150,13 @@ learner& state();
 // engine's capacity less v.free_pages pages; on success it becomes what is followed
 // (l.period, the page ids, l.plan, the prediction), and l.current is v.
 bool plan_variant(learner& l, int device, variant v);
+
+// See Note [Dead gaps] in core/dead_gaps.cc: the dead windows of the learned period's
+// pages, rotated by v.rotation (ids and uses as plan_variant numbers them).
+std::vector<policy::dead_window> dead_windows(
+    const learner& l, variant v,
+    const std::unordered_map<std::uintptr_t, policy::buffer_id>& id_of_page,
+    const std::vector<std::vector<std::uint32_t>>& uses_of_id);
 
 // See Note [Choosing among schedules by measured time] (core/tuning.cc): follow v from
 // here on; the launch about to be carried out stays the same launch of the iteration.

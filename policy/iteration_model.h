@@ -76,7 +76,7 @@ struct iteration_model {
   // after the forward half). Absent: the launch at which the per-iteration live
   // bytes peak (the end of the forward pass in a training step). Note [Halves].
   std::optional<std::uint32_t> backward_begin;
-  // See Note [Dead gaps] in core/schedule.cc: where a long-lived buffer's content is
+  // See Note [Dead gaps] in core/dead_gaps.cc: where a long-lived buffer's content is
   // dead, the moves that copy nothing (none known: empty).
   std::vector<dead_window> dead_windows;
 };
@@ -86,7 +86,7 @@ struct iteration_model {
 bool dead_window_holds(const dead_window& w, std::size_t q, std::size_t launches,
                        bool fetch = false);
 
-// See Note [Dead gaps] in core/schedule.cc: appends to out buffer b's dead windows from
+// See Note [Dead gaps] in core/dead_gaps.cc: appends to out buffer b's dead windows from
 // what happened to its blocks over an iteration of `launches` launches, in order:
 // (position, vacated), position the launch the event came before (launches: after the
 // last, before the next iteration's first), vacated false where a block came to it

@@ -132,7 +132,7 @@ page_model pages_of_profile(const profiler::profile& p, const iteration_model& b
     r.model.launches.push_back(std::move(ml));
   }
   r.pages = r.model.buffers.size();
-  // 4. See Note [Dead gaps] in core/schedule.cc: the region's pages' dead windows, from
+  // 4. See Note [Dead gaps] in core/dead_gaps.cc: the region's pages' dead windows, from
   // their blocks' comings and goings in the replay's order (a page that holds
   // long-lived bytes is never vacant).
   std::vector<std::vector<std::pair<std::uint64_t, bool>>> events(r.pages);

@@ -23,7 +23,7 @@
 //   3. pages are numbered in order of first use, as the learner interns them; the
 //      launches keep their durations;
 //   4. each page of the region is dead where the placement leaves no block on it, as
-//      the learner finds from the engine (Note [Dead gaps] in core/schedule.cc).
+//      the learner finds from the engine (Note [Dead gaps] in core/dead_gaps.cc).
 // What it cannot know: where the planned region's base falls within a page in a real
 // run (it is a block the online arena hands out after the first iterations, which
 // depends on their fragmentation).

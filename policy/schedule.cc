@@ -128,7 +128,7 @@ class planner {
 
  private:
   std::uint64_t next_use(buffer_id b) const;
-  // See Note [Dead gaps] in core/schedule.cc: b's content is dead for the moves before
+  // See Note [Dead gaps] in core/dead_gaps.cc: b's content is dead for the moves before
   // launch q (an eviction, or a fetch).
   bool dead_at(buffer_id b, std::int64_t q, bool fetch) const {
     if (dead_.empty() || q < 0) return false;
@@ -271,7 +271,7 @@ void planner::evict(buffer_id b, std::int64_t now, bool force_copy) {
   if (kind_ == policy_kind::cost) after = std::max(s.last_use, s.fetched_at);
   after = std::min(after, now - 1);
   // A buffer whose content is dead there leaves without a copy; its host copy is as
-  // good as any then (Note [Dead gaps] in core/schedule.cc).
+  // good as any then (Note [Dead gaps] in core/dead_gaps.cc).
   const bool dead = (!model_.buffers[b].long_lived && next_use(b) == never) ||
                     dead_at(b, std::max<std::int64_t>(after + 1, 0), false);
   if (dead && model_.buffers[b].long_lived) s.host_current = true;

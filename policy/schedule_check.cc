@@ -104,7 +104,7 @@ class replay {
     return {};
   }
 
-  // See Note [Dead gaps] in core/schedule.cc: b's content is dead for the moves before
+  // See Note [Dead gaps] in core/dead_gaps.cc: b's content is dead for the moves before
   // launch q.
   bool dead_at(buffer_id b, std::size_t q) const {
     return std::any_of(model_.dead_windows.begin(), model_.dead_windows.end(),

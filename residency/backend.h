@@ -106,7 +106,7 @@ class residency_backend {
   // addr (Note [Dead pages] in residency/swap_engine.h).
   virtual void occupy(std::uintptr_t addr, std::size_t bytes) = 0;
   virtual void vacate(std::uintptr_t addr) = 0;
-  // See Note [Dead gaps] in core/schedule.cc: appends to out, in order, what happened
+  // See Note [Dead gaps] in core/dead_gaps.cc: appends to out, in order, what happened
   // to the pages' blocks since the last call (a page's last live block vacated; a
   // block on it again after that), and forgets it (nothing in a backend that does not
   // track blocks).

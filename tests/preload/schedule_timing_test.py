@@ -20,7 +20,7 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             mover and the launching thread, is what the engine's timed costs give for
             its runs and pages (within 2%), and no part exceeds the engine's totals;
             its copies out are the plan's within a page (Note [Dead gaps] in
-            core/schedule.cc).
+            core/dead_gaps.cc).
             Loss bits identical to a run with enough memory.
   fallback  (--mode swap|um, --holder) another tool holds CUPTI (cupti_holder
             preloaded first): the durations and the link are the constants (20 us, 25
@@ -160,7 +160,7 @@ def check_parts(sched: dict, mode: str, swap: dict | None) -> str:
                         ("measured_d2h_bytes", "bytes_to_host")):
         if sched[part] > swap[total]:
             fail(f"{part} {sched[part]} is more than the engine's {total} {swap[total]}")
-    # See Note [Dead gaps] in core/schedule.cc: the plan knows which evictions copy
+    # See Note [Dead gaps] in core/dead_gaps.cc: the plan knows which evictions copy
     # nothing, so its copies out are the engine's, within a page.
     if abs(sched["measured_d2h_bytes"] - sched["predicted_d2h_bytes"]) > 2 << 20:
         fail(f"the last iteration copied {sched['measured_d2h_bytes']} bytes out, the plan "

@@ -323,7 +323,7 @@ TEST(PageModel, DisjointLifetimesShareAPage) {
   EXPECT_EQ(m.region_bytes, 4096u);
   EXPECT_EQ(m.pages, 1u);
   EXPECT_EQ(m.model.launches[1].uses, (std::vector<policy::buffer_id>{0}));
-  // See Note [Dead gaps] in core/schedule.cc: the page loses y0 before launch 1 and gets
+  // See Note [Dead gaps] in core/dead_gaps.cc: the page loses y0 before launch 1 and gets
   // y1 there, and loses y1 at the end and gets y0 before launch 0: dead for the moves
   // before launch 1, and before launch 0 (the end's), each window one launch long.
   std::vector<std::tuple<policy::buffer_id, std::uint32_t, std::uint32_t>> windows;

@@ -188,7 +188,7 @@ TEST(Schedule, CleanBufferLeavesWithoutCopy) {
   }
 }
 
-// See Note [Dead gaps] in core/schedule.cc: pages A and B (long-lived, 100 bytes,
+// See Note [Dead gaps] in core/dead_gaps.cc: pages A and B (long-lived, 100 bytes,
 // room for one), used in turn; A's content is dead for the moves before launches 1
 // and 2 (a block comes to it before launch 2). A leaves for B without a copy; its
 // fetch before launch 2, after the new block, copies. B, whose content lives on, is

@@ -235,7 +235,7 @@ TEST_F(Residency, DeadPagesMoveWithoutCopies) {
   st = e.stats();
   EXPECT_EQ(st.bytes_to_host, kPage);
   EXPECT_EQ(st.dead_evictions, 1u);
-  // See Note [Dead gaps] in core/schedule.cc: the learner hears of page 1's vacancy,
+  // See Note [Dead gaps] in core/dead_gaps.cc: the learner hears of page 1's vacancy,
   // once.
   std::vector<swap_engine::vacancy> vacated;
   const auto pages = [&] {
