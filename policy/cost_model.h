@@ -24,7 +24,8 @@ inline constexpr std::size_t run_window_moves = 4 * max_run_pages;
 // against page_copy_ns each); where the room is known (room_pages, 0: not), as many as
 // keep the mover's calls within the link's time, their parts per page (page_ns, each
 // way) included, but no more than a sixth of the room (Note [Batches that keep up] in
-// residency/swap_engine.h). At least 1, at most max_run_pages. The
+// residency/swap_engine.h); where no batch keeps up (a page's calls take as long as
+// its copy), the two runs' rule alone. At least 1, at most max_run_pages. The
 // swap engine takes run_ns and page_ns from its timing of its calls, the simulator
 // from the device model.
 inline std::size_t run_batch_pages(double run_ns, double page_copy_ns, double page_ns = 0,
@@ -32,9 +33,8 @@ inline std::size_t run_batch_pages(double run_ns, double page_copy_ns, double pa
   constexpr auto most = static_cast<double>(max_run_pages);
   if (page_copy_ns <= 0) return 1;
   double pages = std::ceil(2 * run_ns / page_copy_ns);
-  if (room_pages != 0) {
-    const double keep_up =
-        page_copy_ns > 2 * page_ns ? std::ceil(2 * run_ns / (page_copy_ns - 2 * page_ns)) : most;
+  if (room_pages != 0 && page_copy_ns > 2 * page_ns) {
+    const double keep_up = std::ceil(2 * run_ns / (page_copy_ns - 2 * page_ns));
     pages = std::max(pages, std::min(keep_up, std::floor(static_cast<double>(room_pages) / 6)));
   }
   return pages <= 1 ? 1 : static_cast<std::size_t>(std::min(pages, most));

@@ -366,8 +366,9 @@ TEST(RunBatchPages, KeepUpWhereTheRoomAllows) {
   EXPECT_EQ(run_batch_pages(186e3, 38e3, 12.8e3, 459), 30u);  // keeps up: 372 / (38 - 25.6)
   EXPECT_EQ(run_batch_pages(186e3, 38e3, 12.8e3, 114), 19u);  // a sixth of the room
   EXPECT_EQ(run_batch_pages(186e3, 38e3, 12.8e3, 57), 10u);   // never below two runs' rule
-  EXPECT_EQ(run_batch_pages(700, 100, 200, 6000), 32u);       // never keeps up: at most 32
+  EXPECT_EQ(run_batch_pages(700, 100, 200, 6000), 14u);       // never keeps up: two runs' rule
   EXPECT_EQ(run_batch_pages(700, 100, 200, 60), 14u);
+  EXPECT_EQ(run_batch_pages(0, 42e3, 63.5e3, 459), 1u);  // H100-PCIe: calls per page only
   cost_model costs;
   costs.h2d_bytes_per_s = 2097152 / 38e-6;  // 38 us a 2 MiB page
   costs.mover.vmm_unmap_ns = 186'000;
