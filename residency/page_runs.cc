@@ -150,11 +150,18 @@ void run_cost_fit::fit() const {
   line(qm, qx, qy, qxx, qxy, run, page);
   line(n, sx_, sy, sxx_, sxy_, all_run, all_page);
   const bool quartiles = run >= all_run;
+  const double map_q = map_page_ns_.empty() ? 0 : lower_quartile(map_page_ns_);
   per_run_ = quartiles ? run : all_run;
   per_page_ = (quartiles ? page : all_page) +
               (map_page_ns_.empty() ? 0
-               : quartiles          ? lower_quartile(map_page_ns_)
+               : quartiles          ? map_q
                                     : map_ns / maps);
+  waits_ = n > 0 && sy + map_ns > 1.5 * (run * n + page * sx_ + map_q * maps);
+}
+
+bool run_cost_fit::calls_wait() const {
+  fit();
+  return waits_;
 }
 
 double run_cost_fit::per_run_ns() const {

@@ -42,6 +42,10 @@ struct run_cost_fit {
   // The part per page: the unmap's and the grant's (what the fit leaves after the part
   // per run) and one map.
   double per_page_ns() const;
+  // Whether the calls timed took, all told, more than 1.5 times what their lower
+  // quartiles give: they waited for the device's queued work (Note [Timing calls that
+  // may wait] in residency/page_runs.cc).
+  bool calls_wait() const;
 
  private:
   double sx_ = 0, sxx_ = 0, sxy_ = 0;  // least squares over every run
@@ -53,6 +57,7 @@ struct run_cost_fit {
   // The fit, made when asked after a change (the engine asks for every batch).
   mutable bool fitted_ = false;
   mutable double per_run_ = 0, per_page_ = 0;
+  mutable bool waits_ = false;
   void fit() const;
 };
 

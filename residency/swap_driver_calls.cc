@@ -138,6 +138,7 @@ int swap_engine::new_copy_locked() {
   copies_[c].seq = ++copy_seq_;
   copies_[c].stream = nullptr;
   copies_[c].not_before_ns = 0;
+  copies_[c].pending = false;
   copies_[c].waiters.clear();
   return c;
 }
@@ -180,8 +181,11 @@ CUresult swap_engine::order_after_copy_locked(int c, CUstream s) {
       std::find(e.waiters.begin(), e.waiters.end(), s) != e.waiters.end()) {
     return CUDA_SUCCESS;
   }
-  if (CUresult r = pool::driver().cuStreamWaitEvent(s, e.event, 0); r != CUDA_SUCCESS) return r;
-  e.waiters.push_back(s);
+  if (CUresult r = issued_locked(c); r != CUDA_SUCCESS) return r;
+  if (CUresult r = pool::driver().cuStreamWaitEvent(s, copies_[c].event, 0); r != CUDA_SUCCESS) {
+    return r;
+  }
+  copies_[c].waiters.push_back(s);
   return CUDA_SUCCESS;
 }
 
@@ -217,9 +221,13 @@ int swap_engine::nth_copy_locked(std::vector<int> copies, std::size_t nth) const
 
 CUresult swap_engine::wait_copy_locked(page& p) {
   if (p.copy < 0) return CUDA_SUCCESS;
-  copy_event& c = copies_[p.copy];
-  if (!c.done) {
-    if (CUresult r = pool::driver().cuEventSynchronize(c.event); r != CUDA_SUCCESS) return r;
+  if (!copies_[p.copy].done) {
+    if (CUresult r = issued_locked(p.copy); r != CUDA_SUCCESS) return r;
+    if (p.copy < 0) return CUDA_SUCCESS;  // its job failed: still resident, no copy
+    if (CUresult r = pool::driver().cuEventSynchronize(copies_[p.copy].event);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
     copy_done_locked(p.copy);
   }
   release_copy_locked(p);
@@ -252,29 +260,43 @@ std::size_t swap_engine::copy_runs_locked(std::span<const std::uintptr_t> vas,
       ++j;
     }
     const std::size_t bytes = (j - i) * cfg_.page_bytes;
-    ++stats_.copies;
-    int c = -1;
-    CUresult r = out ? pool::driver().cuMemcpyAsync(ps[i]->shadow, vas[i], bytes, s)
-                     : pool::driver().cuMemcpyAsync(vas[i], ps[i]->shadow, bytes, s);
-    if (r == CUDA_SUCCESS) r = record_copy_locked(s, c);
+    const int c = new_copy_locked();
+    CUresult r = c < 0 ? CUDA_ERROR_OUT_OF_MEMORY
+                       : enqueue_copy_locked(c, s, vas[i], ps[i]->shadow, bytes);
     if (r != CUDA_SUCCESS) {
+      if (c >= 0) recycle_copy_locked(c);
       error = r;
       return i;
-    }
-    if (out) stats_.bytes_to_host += bytes;
-    // See Note [Not asking too early] in residency/swap_engine.h: the earliest this copy
-    // can be done.
-    const double rate = out ? d2h_rate_ : h2d_rate_;
-    if (const std::uint64_t now = clock_ != nullptr && rate > 0 ? clock_() : 0; now != 0) {
-      std::uint64_t& tail = out ? to_host_not_before_ : to_device_not_before_;
-      tail = std::max(tail, now) +
-             static_cast<std::uint64_t>(0.9e9 * static_cast<double>(bytes) / rate);
-      copies_[c].not_before_ns = tail;
     }
     for (std::size_t k = i; k < j; ++k) ev[k] = c;
     i = j;
   }
   return n;
+}
+
+// Copies bytes between the page at va and its host handle's shadow (to the host on
+// to_host_), then records copy c (new, or begun by an out_job) on s.
+CUresult swap_engine::enqueue_copy_locked(int c, CUstream s, std::uintptr_t va,
+                                          std::uintptr_t shadow, std::size_t bytes) {
+  const bool out = s == to_host_;
+  ++stats_.copies;
+  CUresult r = out ? pool::driver().cuMemcpyAsync(shadow, va, bytes, s)
+                   : pool::driver().cuMemcpyAsync(va, shadow, bytes, s);
+  if (r == CUDA_SUCCESS) r = pool::driver().cuEventRecord(copies_[c].event, s);
+  if (r != CUDA_SUCCESS) return r;
+  copies_[c].stream = s;
+  copies_[c].pending = false;
+  if (out) stats_.bytes_to_host += bytes;
+  // See Note [Not asking too early] in residency/swap_engine.h: the earliest this copy
+  // can be done.
+  const double rate = out ? d2h_rate_ : h2d_rate_;
+  if (const std::uint64_t now = clock_ != nullptr && rate > 0 ? clock_() : 0; now != 0) {
+    std::uint64_t& tail = out ? to_host_not_before_ : to_device_not_before_;
+    tail = std::max(tail, now) +
+           static_cast<std::uint64_t>(0.9e9 * static_cast<double>(bytes) / rate);
+    copies_[c].not_before_ns = tail;
+  }
+  return CUDA_SUCCESS;
 }
 
 }  // namespace oversub::residency

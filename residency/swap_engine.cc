@@ -48,6 +48,10 @@ swap_engine::~swap_engine() {
   for (CUmemGenericAllocationHandle h : spare_) d.cuMemRelease(h);
   for (copy_event& c : copies_) d.cuEventDestroy(c.event);
   for (auto& [s, e] : stream_events_) d.cuEventDestroy(e);
+  for (const out_job& job : out_jobs_) {
+    for (CUevent e : job.after_streams) d.cuEventDestroy(e);
+  }
+  for (CUevent e : order_events_) d.cuEventDestroy(e);
   if (shadow_base_ != 0) d.cuMemAddressFree(shadow_base_, shadow_bytes_);
   d.cuStreamDestroy(to_host_);
   d.cuStreamDestroy(to_device_);
@@ -396,6 +400,7 @@ void write_report(int device, std::uint64_t capacity_bytes, const swap_stats& e,
       .count("mover_pages", e.mover_pages)
       .count("mover_waits", e.mover_waits)
       .count("mover_fetches", e.mover_fetches)
+      .count("mover_copies_out", e.mover_copies_out)
       .count("launch_run_pages", e.launch_run_pages)
       .count("mover_handbacks", e.mover_handbacks)
       .nanoseconds("mover_remap_ns", e.mover_remap_ns)

@@ -288,7 +288,8 @@
 // time on the H100 model, against 42 us of link for the page's copy: on the launching
 // thread those calls, not the link, bound swap mode. With swap_config::mover_thread
 // (OVERSUB_MOVER=thread) a thread of the engine's own finishes evictions, so the
-// launching thread only begins them (event records and copies, as before) and goes on.
+// launching thread only begins them (event records; the mover enqueues their copies,
+// see Note [Copies out on the mover]) and goes on.
 // The mover waits for the oldest eviction's copy out (cuEventSynchronize: it never
 // asks about work that is not done), takes every evicting page whose copy is known
 // done by that wait (state finishing), and does the remaps without the engine's lock,
@@ -368,6 +369,41 @@
 // orders their later users) and leave the queue; swap_stats::launch_run_pages counts
 // them.
 //
+// Note [Copies out on the mover]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An eviction's copy out is two calls (the copy, its event) per page, and the
+// launching thread made them: at full-size ResNet-50 on the H200's measured model,
+// 3x, 1240 an iteration, 2.4 us each, most of the 3.3 ms (8.9% of the unlimited
+// iteration) that swap mode added to that thread. With the mover on, the launching
+// thread still begins the eviction, so that it is ordered after all work enqueued by
+// then (Note [Moves after all work]): it records an event on each stream the copy
+// must come after, takes the pages' copy events (pending: not recorded yet) and marks
+// the pages evicting; the rest is an out_job, enqueued by the mover at the top of
+// each of its rounds: the copy stream's waits on those events, then each page's copy
+// and its event. Rules:
+//   - The events are fresh ones (order_events_), not the stream's own: a stream
+//     waiting on an event waits for its latest record, and the stream's work
+//     recorded later must not hold the copy back (a copy that waited for a kernel
+//     that waits for its room would never run).
+//   - Jobs are enqueued in the order they began, so the copy stream runs in that
+//     order, as copy_done_locked and nth_copy_locked assume (each copy's seq is
+//     taken when it begins).
+//   - A pending copy's event is never waited on or asked about: whoever needs it
+//     enqueues the jobs up to it first (issued_locked), on its own thread; asking
+//     whether it is done (finish_completed_locked) takes it as not done.
+//   - A copy the job waits for is held (refs) until the job is enqueued, so that its
+//     event is not taken by another copy meanwhile.
+//   - A job that fails leaves its pages not yet copied resident, as if their
+//     eviction never began, and the error goes to the application at its next call;
+//     when the mover stops, it enqueues the jobs left.
+// With the mover busy remapping, a copy out starts later than when the launching
+// thread enqueued it: the copy stream is idle only if every copy begun is enqueued.
+// Full-size ResNet-50 at 3x went from 111.60 to 113.67 ms an iteration (1.5x and the
+// 1/8 points within 0.8%). Where the mover's calls wait for the device's queued work
+// (run_cost_fit::calls_wait), it falls further behind: with SIMGPU_VMM_WAIT=1
+// ResNet-50 at 1/8, 3x, went from 68.06 to 72.98 ms, GPT-2 at 1/8, 3x, from 407.90 to
+// 432.66; there the launching thread enqueues the copies itself, as with no mover.
+//
 // Note [A launch hands its fetch to the mover]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A launch that reaches pages the mover has not fetched yet does not remap them
@@ -400,6 +436,7 @@
 
 #include <cstdint>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <span>
@@ -462,6 +499,9 @@ struct swap_stats {
   std::uint64_t mover_pages = 0;
   std::uint64_t mover_waits = 0;
   std::uint64_t mover_fetches = 0;  // fetches the mover made (counted in fetches too)
+  // See Note [Copies out on the mover]: the evictions' copies it enqueued (counted in
+  // copies too).
+  std::uint64_t mover_copies_out = 0;
   // See Note [A launch's fetch takes the queue's neighbours]: pages the launching
   // thread took from the mover's queue into its own runs.
   std::uint64_t launch_run_pages = 0;
@@ -604,6 +644,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
     std::uint64_t seq = 0;   // the order events were taken (each copy stream is in order)
     CUstream stream = nullptr;  // the copy stream it was recorded on
     std::uint64_t not_before_ns = 0;  // Note [Not asking too early]
+    bool pending = false;  // its copy not enqueued yet (Note [Copies out on the mover])
     // See Note [Asking the driver once]: the streams already ordered after it.
     std::vector<CUstream> waiters;
   };
@@ -638,8 +679,37 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   CUresult ensure_host_handle_locked(page& p);
   // See Note [Pages born on the host] in residency/swap_page_table.cc.
   bool create_on_host_locked(std::uintptr_t va);
-  CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream);
+  // The stream work that orders a copy after all work, or with `job`, the events that
+  // the job's copy stream waits for when it is enqueued (Note [Copies out on the mover]).
+  struct out_job;
+  CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream,
+                              out_job* job = nullptr);
   CUevent stream_event_locked(CUstream s);
+  // See Note [Copies out on the mover]: an eviction's copies out, begun by the launching
+  // thread and enqueued, in the order they began, by the mover.
+  struct out_job {
+    std::vector<CUevent> after_streams;  // recorded when it began (order_events_)
+    std::vector<int> after_copies;       // copies it waits for, held until then
+    int clean = -1;                      // the event of its pages that need no copy
+    std::vector<std::uintptr_t> clean_pages;
+    struct run {
+      std::uintptr_t va, shadow;
+      std::size_t bytes;
+      int c;
+    };
+    std::vector<run> runs;
+  };
+  std::deque<out_job> out_jobs_;
+  std::vector<CUevent> order_events_;  // free events for out_job::after_streams
+  // Enqueues the jobs begun so far, or those up to the one with copy `through`; on an
+  // error, the failed job's pages not enqueued stay resident and the error is returned.
+  CUresult issue_out_jobs_locked(int through = -1);
+  // Copy c enqueued (c < 0: nothing to do).
+  CUresult issued_locked(int c) {
+    return c >= 0 && copies_[c].pending ? issue_out_jobs_locked(c) : CUDA_SUCCESS;
+  }
+  CUresult enqueue_copy_locked(int c, CUstream s, std::uintptr_t va, std::uintptr_t shadow,
+                               std::size_t bytes);
   // See Note [Moves after all work]: per (copy stream, stream), the work epoch of that
   // stream the copy stream was last ordered after.
   std::map<std::pair<CUstream, CUstream>, std::uint64_t> covered_;

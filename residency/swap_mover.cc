@@ -143,6 +143,10 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
   const int oldest =
       nth_copy_locked(std::move(waitable), std::min(room_wanted_, batch_pages_locked()));
   if (oldest < 0) return move::idle;
+  if (CUresult r = issued_locked(oldest); r != CUDA_SUCCESS) {
+    mover_error_ = r;
+    return move::failed;
+  }
   ++copies_[oldest].refs;  // kept while the lock is let go
   const CUevent event = copies_[oldest].event;
   lock.unlock();
@@ -428,6 +432,11 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
 void swap_engine::mover_main() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
+    // See Note [Copies out on the mover] in residency/swap_engine.h.
+    if (CUresult r = issue_out_jobs_locked(); r != CUDA_SUCCESS) {
+      mover_error_ = r;
+      break;
+    }
     move m = mover_fetch_locked(lock);
     if (m == move::idle) m = mover_finish_locked(lock);
     if (m == move::failed) break;
@@ -438,7 +447,11 @@ void swap_engine::mover_main() {
       mover_idle_ = false;
     }
   }
-  // Stopped, or a driver error: evictions finish on the launching thread from now.
+  // Stopped, or a driver error: evictions finish on the launching thread from now,
+  // and the copies out begun so far are enqueued now.
+  if (CUresult r = issue_out_jobs_locked(); r != CUDA_SUCCESS && mover_error_ == CUDA_SUCCESS) {
+    mover_error_ = r;
+  }
   mover_on_ = false;
   mover_fetch_.clear();
   moved_.notify_all();

@@ -27,7 +27,8 @@ CUevent swap_engine::stream_event_locked(CUstream s) {
 // pages' copies under way: each stream and each copy once (Note [Batched moves] in
 // residency/swap_engine.h); and for everything every other stream enqueued so far (Note
 // [Moves after all work] in residency/swap_engine.h).
-CUresult swap_engine::order_after_locked(std::span<page* const> ps, CUstream copy_stream) {
+CUresult swap_engine::order_after_locked(std::span<page* const> ps, CUstream copy_stream,
+                                         out_job* job) {
   const pool::driver_table& d = pool::driver();
   std::vector<CUstream> users;
   std::vector<int> pending;
@@ -42,7 +43,13 @@ CUresult swap_engine::order_after_locked(std::span<page* const> ps, CUstream cop
     }
   }
   for (int c : pending) {
-    if (CUresult r = order_after_copy_locked(c, copy_stream); r != CUDA_SUCCESS) return r;
+    if (job != nullptr) {
+      if (copies_[c].stream == copy_stream) continue;  // in order on it already
+      ++copies_[c].refs;  // until the job is enqueued
+      job->after_copies.push_back(c);
+    } else if (CUresult r = order_after_copy_locked(c, copy_stream); r != CUDA_SUCCESS) {
+      return r;
+    }
   }
   // The streams that may have work the copy stream is not ordered after yet: the
   // users always, every other stream with work since the copy stream last waited for it.
@@ -55,10 +62,25 @@ CUresult swap_engine::order_after_locked(std::span<page* const> ps, CUstream cop
     others.emplace_back(s, work);
   });
   const auto order_after_stream = [&](CUstream u, std::uint64_t work) -> CUresult {
-    CUevent e = stream_event_locked(u);
+    CUevent e = nullptr;
+    if (job == nullptr) {
+      e = stream_event_locked(u);
+    } else if (!order_events_.empty()) {
+      e = order_events_.back();
+      order_events_.pop_back();
+    } else if (d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      e = nullptr;
+    }
     if (e == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (CUresult r = d.cuEventRecord(e, u); r != CUDA_SUCCESS) return r;
-    if (CUresult r = d.cuStreamWaitEvent(copy_stream, e, 0); r != CUDA_SUCCESS) return r;
+    if (CUresult r = d.cuEventRecord(e, u); r != CUDA_SUCCESS) {
+      if (job != nullptr) order_events_.push_back(e);
+      return r;
+    }
+    if (job != nullptr) {
+      job->after_streams.push_back(e);
+    } else if (CUresult r = d.cuStreamWaitEvent(copy_stream, e, 0); r != CUDA_SUCCESS) {
+      return r;
+    }
     if (work != 0) covered_[{copy_stream, u}] = work;
     return CUDA_SUCCESS;
   };
@@ -150,7 +172,21 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
   }
   const std::size_t n = ps.size();
   if (n == 0) return first_error;
-  if (CUresult r = order_after_locked(ps, to_host_); r != CUDA_SUCCESS) return r;
+  // See Note [Copies out on the mover] in residency/swap_engine.h.
+  const bool defer = mover_on_ && !(run_fit_.n >= 8 && run_fit_.calls_wait());
+  out_job job;
+  const auto drop_job = [&] {
+    order_events_.insert(order_events_.end(), job.after_streams.begin(),
+                         job.after_streams.end());
+    for (int c : job.after_copies) {
+      if (--copies_[c].refs == 0) free_copies_.push_back(c);
+    }
+  };
+  if (CUresult r = order_after_locked(ps, to_host_, defer ? &job : nullptr);
+      r != CUDA_SUCCESS) {
+    drop_job();
+    return r;
+  }
   std::vector<char> dead(n), copy(n);
   for (std::size_t i = 0; i < n; ++i) {
     const page& p = *ps[i];
@@ -163,7 +199,40 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
   // maps its device memory), each with its own event, so that waiting for one page
   // never waits for the copies queued after it.
   std::vector<int> ev(n, -1);
-  if (std::find(copy.begin(), copy.end(), 0) != copy.end()) {
+  if (defer) {
+    // The events now, their calls when the mover enqueues the job.
+    const auto begun = [&] {
+      const int c = new_copy_locked();
+      if (c >= 0) {
+        copies_[c].pending = true;
+        copies_[c].stream = to_host_;
+      }
+      return c;
+    };
+    if (std::find(copy.begin(), copy.end(), 0) != copy.end()) {
+      job.clean = begun();
+      if (job.clean < 0) {
+        drop_job();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!copy[i]) {
+          ev[i] = job.clean;
+          job.clean_pages.push_back(vas[i]);
+        }
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!copy[i]) continue;
+      const int c = begun();
+      if (c < 0) {
+        first_error = CUDA_ERROR_OUT_OF_MEMORY;  // this page and the later ones stay
+        break;
+      }
+      job.runs.push_back({vas[i], ps[i]->shadow, cfg_.page_bytes, c});
+      ev[i] = c;
+    }
+  } else if (std::find(copy.begin(), copy.end(), 0) != copy.end()) {
     int c0 = -1;
     if (CUresult r = record_copy_locked(to_host_, c0); r != CUDA_SUCCESS) return r;
     for (std::size_t i = 0; i < n; ++i) {
@@ -171,7 +240,7 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
     }
   }
   // On an error the run that failed and the ones after it stay resident (no event).
-  copy_runs_locked(vas, ps, copy, to_host_, ev, first_error);
+  if (!defer) copy_runs_locked(vas, ps, copy, to_host_, ev, first_error);
   std::vector<int> recorded;
   for (std::size_t i = 0; i < n; ++i) {
     if (ev[i] < 0) continue;
@@ -189,8 +258,57 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
     }
   }
   for (int c : recorded) recycle_copy_locked(c);
+  if (defer) out_jobs_.push_back(std::move(job));
   if (mover_on_) moved_.notify_all();  // Note [The mover] in residency/swap_engine.h
   return first_error;
+}
+
+// See Note [Copies out on the mover] in residency/swap_engine.h.
+CUresult swap_engine::issue_out_jobs_locked(int through) {
+  const pool::driver_table& d = pool::driver();
+  while (!out_jobs_.empty()) {
+    out_job job = std::move(out_jobs_.front());
+    out_jobs_.pop_front();
+    CUresult r = CUDA_SUCCESS;
+    for (CUevent e : job.after_streams) {
+      if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(to_host_, e, 0);
+      order_events_.push_back(e);
+    }
+    for (int c : job.after_copies) {
+      if (r == CUDA_SUCCESS) r = order_after_copy_locked(c, to_host_);
+      if (--copies_[c].refs == 0) free_copies_.push_back(c);
+    }
+    if (r == CUDA_SUCCESS && job.clean >= 0) {
+      r = d.cuEventRecord(copies_[job.clean].event, to_host_);
+      if (r == CUDA_SUCCESS) copies_[job.clean].pending = false;
+    }
+    const bool by_mover = std::this_thread::get_id() == mover_.get_id();
+    for (const out_job::run& run : job.runs) {
+      if (r != CUDA_SUCCESS) break;
+      r = enqueue_copy_locked(run.c, to_host_, run.va, run.shadow, run.bytes);
+      if (r == CUDA_SUCCESS && by_mover) ++stats_.mover_copies_out;
+    }
+    if (r != CUDA_SUCCESS) {
+      // The pages whose copies were not enqueued still map their device memory, which
+      // holds their bytes: resident, as if their eviction never began.
+      const auto keep = [&](std::uintptr_t va, int c) {
+        auto it = pages_.find(va);
+        if (it == pages_.end()) return;
+        page& p = it->second;
+        if (p.copy != c || !copies_[c].pending) return;
+        if (p.where != state::evicting || p.lent_to != 0) return;
+        p.where = state::resident;
+        release_copy_locked(p);
+      };
+      for (std::uintptr_t va : job.clean_pages) keep(va, job.clean);
+      for (const out_job::run& run : job.runs) keep(run.va, run.c);
+      if (job.clean >= 0) copies_[job.clean].pending = false;
+      for (const out_job::run& run : job.runs) copies_[run.c].pending = false;
+      return r;
+    }
+    if (through >= 0 && !copies_[through].pending) break;
+  }
+  return CUDA_SUCCESS;
 }
 
 // vas: sorted evicting pages whose copies are complete. Maps each one's host handle
@@ -273,7 +391,9 @@ CUresult swap_engine::finish_completed_locked() {
   for (int c : asked) {
     if (copies_[c].done) continue;  // an older one's completion said so
     if (std::find(busy.begin(), busy.end(), copies_[c].stream) != busy.end()) continue;
-    if (now != 0 && now < copies_[c].not_before_ns) {  // Note [Not asking too early] in residency/swap_engine.h
+    // A pending copy is not enqueued yet (Note [Copies out on the mover] in
+    // residency/swap_engine.h); see Note [Not asking too early] in residency/swap_engine.h.
+    if (copies_[c].pending || (now != 0 && now < copies_[c].not_before_ns)) {
       busy.push_back(copies_[c].stream);
     } else if (pool::driver().cuEventQuery(copies_[c].event) == CUDA_SUCCESS) {
       copy_done_locked(c);
@@ -419,6 +539,7 @@ CUresult swap_engine::wait_eviction_locked(std::size_t nth) {
   const int oldest = nth_copy_locked(std::move(under_way), nth);
   if (oldest >= 0) {
     ++stats_.waits;
+    if (CUresult r = issued_locked(oldest); r != CUDA_SUCCESS) return r;
     if (CUresult r = pool::driver().cuEventSynchronize(copies_[oldest].event); r != CUDA_SUCCESS) {
       return r;
     }
@@ -658,6 +779,10 @@ CUresult swap_engine::fetch_batch_locked(std::vector<std::uintptr_t> vas,
     if (const int c = new_lender(done); c >= 0) {
       lender_copies.push_back(c);
       if (!copies_[c].done) {
+        if (CUresult r = issued_locked(c); r != CUDA_SUCCESS) {
+          if (first_error == CUDA_SUCCESS) first_error = r;
+          break;
+        }
         if (CUresult r = d.cuStreamWaitEvent(to_device_, copies_[c].event, 0);
             r != CUDA_SUCCESS) {
           if (first_error == CUDA_SUCCESS) first_error = r;

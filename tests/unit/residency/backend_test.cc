@@ -79,6 +79,7 @@ TEST(Backend, TheSwapSectionOfTheReport) {
             R"("bytes_to_host":0,"bytes_to_device":0,"waits":0,"failures":0,"copies":0,)"
             R"("mapping_calls":0,"spare_reuses":0,"spare_bytes":0,"lends":0,"born_on_host":0,)"
             R"("mover_batches":0,"mover_pages":0,"mover_waits":0,"mover_fetches":0,)"
+            R"("mover_copies_out":0,)"
             R"("launch_run_pages":0,"mover_handbacks":0,"mover_remap_ns":0,"launch_remap_ns":0,"remap_runs":0,"remap_pages":0}}}})"
             "\n");
   EXPECT_EQ(r.text,
@@ -87,6 +88,7 @@ TEST(Backend, TheSwapSectionOfTheReport) {
             "fetches 0  dead fetches 0  bytes to host 0 B  bytes to device 0 B  waits 0  "
             "failures 0  copies 0  mapping calls 0  spare reuses 0  spare 0 B  lends 0  "
             "born on host 0  mover batches 0  mover pages 0  mover waits 0  mover fetches 0  "
+            "mover copies out 0  "
             "launch run pages 0  mover handbacks 0  mover remap 0 ns  launch remap 0 ns  remap runs 0  remap pages 0\n");
   EXPECT_EQ(stats::testing::twin_problems(r.text, r.json), std::vector<std::string>{});
 }

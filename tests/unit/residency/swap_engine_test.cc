@@ -440,6 +440,27 @@ TEST_F(Residency, ALaunchHandsItsMissingPagesToTheMover) {
   EXPECT_GE(after.mover_waits - before.mover_waits, 16u);
 }
 
+// See Note [Copies out on the mover] (residency/swap_engine.h): with the mover on, the
+// launching thread begins each eviction and the mover enqueues its copy; every byte is
+// kept (and, under SIMGPU_RACE=abort, every copy is ordered after the page's users).
+TEST_F(Residency, TheMoverEnqueuesTheCopiesOut) {
+  swap_config c = config(4, 16);
+  c.mover_thread = true;
+  swap_engine e(c);
+  eight_filled_pages(e, 0x50);
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t i = 0; i < 8; ++i) {
+      ASSERT_TRUE(use(e, i, false));
+      expect_bytes(i, static_cast<unsigned char>(0x50 + i));
+    }
+  }
+  const swap_stats s = e.stats();
+  EXPECT_GE(s.evictions, 12u);
+  EXPECT_GT(s.bytes_to_host, 0u);
+  // Pages read only and evicted again are clean (no copy); each copy out is one page.
+  EXPECT_EQ(s.mover_copies_out * kPage, s.bytes_to_host);
+}
+
 // The fit behind it: a part per run and a part per page, told apart once two lengths
 // were timed; with one length only, all of it counts per run.
 TEST(RunCostFit, SeparatesThePartPerRunFromThePartPerPage) {
@@ -453,6 +474,8 @@ TEST(RunCostFit, SeparatesThePartPerRunFromThePartPerPage) {
   run_cost_fit per_page;  // the H100-PCIe model's figures: all per page
   for (double pages : {1.0, 2.0, 4.0}) per_page.add(pages, pages * 62'000);
   EXPECT_NEAR(per_page.per_run_ns(), 0, 1);
+  EXPECT_FALSE(f.calls_wait());  // every call at its cost
+  EXPECT_FALSE(per_page.calls_wait());
 }
 
 // See Note [Timing calls that may wait] in residency/page_runs.cc: calls that waited
@@ -471,6 +494,9 @@ TEST(RunCostFit, CallsThatWaitedDoNotCount) {
   }
   EXPECT_NEAR(f.per_run_ns(), 188'000, 1);
   EXPECT_NEAR(f.per_page_ns(), 2'000 + 11'000, 1);
+  // The waits are most of the time (Note [Copies out on the mover] in
+  // residency/swap_engine.h).
+  EXPECT_TRUE(f.calls_wait());
   // The totals still hold every nanosecond, waits included (the stats' host time).
   EXPECT_EQ(f.n, 64);
   EXPECT_GT(f.sy, 32 * (190'000 + 220'000) + 16 * 3'000'000 - 1);
