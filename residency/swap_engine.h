@@ -288,8 +288,8 @@
 // time on the H100 model, against 42 us of link for the page's copy: on the launching
 // thread those calls, not the link, bound swap mode. With swap_config::mover_thread
 // (OVERSUB_MOVER=thread) a thread of the engine's own finishes evictions, so the
-// launching thread only begins them (event records; the mover enqueues their copies,
-// see Note [Copies out on the mover]) and goes on.
+// launching thread only begins them (event records; a thread of the mover's own
+// enqueues their copies, see Note [Copies out on the mover]) and goes on.
 // The mover waits for the oldest eviction's copy out (cuEventSynchronize: it never
 // asks about work that is not done), takes every evicting page whose copy is known
 // done by that wait (state finishing), and does the remaps without the engine's lock,
@@ -378,9 +378,10 @@
 // thread still begins the eviction, so that it is ordered after all work enqueued by
 // then (Note [Moves after all work]): it records an event on each stream the copy
 // must come after, takes the pages' copy events (pending: not recorded yet) and marks
-// the pages evicting; the rest is an out_job, enqueued by the mover at the top of
-// each of its rounds: the copy stream's waits on those events, then each page's copy
-// and its event. Rules:
+// the pages evicting; the rest is an out_job: the copy stream's waits on those
+// events, then each page's copy and its event. A thread of the mover's own, the
+// copier, enqueues the jobs as they come (without it, the mover at the top of each
+// of its rounds). Rules:
 //   - The events are fresh ones (order_events_), not the stream's own: a stream
 //     waiting on an event waits for its latest record, and the stream's work
 //     recorded later must not hold the copy back (a copy that waited for a kernel
@@ -396,13 +397,14 @@
 //   - A job that fails leaves its pages not yet copied resident, as if their
 //     eviction never began, and the error goes to the application at its next call;
 //     when the mover stops, it enqueues the jobs left.
-// With the mover busy remapping, a copy out starts later than when the launching
-// thread enqueued it: the copy stream is idle only if every copy begun is enqueued.
-// Full-size ResNet-50 at 3x went from 111.60 to 113.67 ms an iteration (1.5x and the
-// 1/8 points within 0.8%). Where the mover's calls wait for the device's queued work
-// (run_cost_fit::calls_wait), it falls further behind: with SIMGPU_VMM_WAIT=1
-// ResNet-50 at 1/8, 3x, went from 68.06 to 72.98 ms, GPT-2 at 1/8, 3x, from 407.90 to
-// 432.66; there the launching thread enqueues the copies itself, as with no mover.
+// Why a thread of its own: with the mover enqueuing them, full-size ResNet-50 at 3x
+// went from 111.60 to 113.67 ms an iteration, the mover (which bounds that point)
+// busier by the copies' calls; with the copier, 111.61 (docs/results.md, "Swap:
+// copies out on the mover"). Where the VMM calls wait for the device's queued work
+// (run_cost_fit::calls_wait, as the mover times them), the launching thread enqueues
+// the copies itself, as with no mover: with SIMGPU_VMM_WAIT=1 deferred copies made
+// GPT-2 at 1/8, 3x, 453.72 ms an iteration with the copier, 432.66 with the mover,
+// 407.97 without either.
 //
 // Note [A launch hands its fetch to the mover]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -767,6 +769,11 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   int mover_pid_ = 0;
   std::thread mover_;
   std::condition_variable_any moved_;  // a batch committed, or evictions begun
+  // See Note [Copies out on the mover]: the thread that enqueues out_jobs_.
+  std::thread copier_;
+  bool copier_on_ = false;
+  std::condition_variable_any copies_begun_;
+  void copier_main();
   std::size_t finishing_ = 0;          // pages in state finishing
   std::size_t room_wanted_ = 0;        // pages of room asked for and not taken yet
   std::size_t fetching_ = 0;           // pages in state fetching

@@ -80,6 +80,22 @@ void swap_engine::start_mover_locked() {
   }
   mover_pid_ = static_cast<int>(::getpid());
   mover_on_ = true;
+  // See Note [Copies out on the mover] in residency/swap_engine.h; without it, the
+  // mover enqueues them.
+  try {
+    copier_ = std::thread([this, context] {
+      if (pool::driver().cuCtxSetCurrent(context) != CUDA_SUCCESS) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        copier_on_ = false;  // the mover enqueues them
+        return;
+      }
+      copier_main();
+    });
+    copier_on_ = true;
+  } catch (...) {
+    log::warn("swap: the copier thread could not be started; the mover enqueues the "
+              "evictions' copies");
+  }
   std::lock_guard<std::mutex> lock(g_movers_mutex);
   static const bool registered = std::atexit(stop_movers_at_exit) == 0;
   (void)registered;
@@ -95,7 +111,9 @@ void swap_engine::stop_mover() {
     stop_ = true;
   }
   moved_.notify_all();
+  copies_begun_.notify_all();
   if (mover_.joinable()) mover_.join();
+  if (copier_.joinable()) copier_.join();
   std::lock_guard<std::mutex> lock(mutex_);
   mover_on_ = false;
   moved_.notify_all();  // anyone waiting for a batch: none comes, go on inline
@@ -429,11 +447,28 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   return error != CUDA_SUCCESS ? move::failed : move::worked;
 }
 
+// See Note [Copies out on the mover] in residency/swap_engine.h.
+void swap_engine::copier_main() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_ && mover_on_) {
+    if (out_jobs_.empty()) {
+      copies_begun_.wait(lock);
+      continue;
+    }
+    if (CUresult r = issue_out_jobs_locked(); r != CUDA_SUCCESS) {
+      // The application hears it at its next call; the mover enqueues the rest.
+      mover_error_ = r;
+      break;
+    }
+  }
+  copier_on_ = false;
+}
+
 void swap_engine::mover_main() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
     // See Note [Copies out on the mover] in residency/swap_engine.h.
-    if (CUresult r = issue_out_jobs_locked(); r != CUDA_SUCCESS) {
+    if (CUresult r = copier_on_ ? CUDA_SUCCESS : issue_out_jobs_locked(); r != CUDA_SUCCESS) {
       mover_error_ = r;
       break;
     }
@@ -455,6 +490,7 @@ void swap_engine::mover_main() {
   mover_on_ = false;
   mover_fetch_.clear();
   moved_.notify_all();
+  copies_begun_.notify_all();  // the copier stops too
 }
 
 }  // namespace oversub::residency

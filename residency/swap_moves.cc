@@ -258,7 +258,10 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
     }
   }
   for (int c : recorded) recycle_copy_locked(c);
-  if (defer) out_jobs_.push_back(std::move(job));
+  if (defer) {
+    out_jobs_.push_back(std::move(job));
+    copies_begun_.notify_all();
+  }
   if (mover_on_) moved_.notify_all();  // Note [The mover] in residency/swap_engine.h
   return first_error;
 }
@@ -282,7 +285,8 @@ CUresult swap_engine::issue_out_jobs_locked(int through) {
       r = d.cuEventRecord(copies_[job.clean].event, to_host_);
       if (r == CUDA_SUCCESS) copies_[job.clean].pending = false;
     }
-    const bool by_mover = std::this_thread::get_id() == mover_.get_id();
+    const std::thread::id me = std::this_thread::get_id();
+    const bool by_mover = me == mover_.get_id() || me == copier_.get_id();
     for (const out_job::run& run : job.runs) {
       if (r != CUDA_SUCCESS) break;
       r = enqueue_copy_locked(run.c, to_host_, run.va, run.shadow, run.bytes);
