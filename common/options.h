@@ -148,7 +148,8 @@ struct config {
   X(MOVER, mover_thread, parse_mover, "thread", "inline | thread",                  \
     "swap mode: who remaps pages (unmapping and mapping device memory or the host "\
     "copy at a page's address, granting access) for evictions and the schedule's "\
-    "fetches: a thread of oversub's own, or the launching thread (inline)")         \
+    "fetches, and enqueues the evictions' copies: threads of oversub's own, or the "\
+    "launching thread (inline)")                                                    \
   X(LOG, log_level, parse_log_level, "warn", "error | warn | info | debug | trace", \
     "lowest level of message printed")                                              \
   X(LOG_FILE, log_file, parse_path, "", "a file path (%p is replaced by the pid)",  \
