@@ -289,7 +289,8 @@
 // thread those calls, not the link, bound swap mode. With swap_config::mover_thread
 // (OVERSUB_MOVER=thread) a thread of the engine's own finishes evictions, so the
 // launching thread only begins them (event records; a thread of the mover's own
-// enqueues their copies, see Note [Copies out on the mover]) and goes on.
+// enqueues their copies, see Note [Copies out on the mover] in
+// residency/swap_copies_out.cc) and goes on.
 // The mover waits for the oldest eviction's copy out (cuEventSynchronize: it never
 // asks about work that is not done), takes every evicting page whose copy is known
 // done by that wait (state finishing), and does the remaps without the engine's lock,
@@ -368,43 +369,6 @@
 // pages it does not use. They are fetched as the mover would have (their copies' event
 // orders their later users) and leave the queue; swap_stats::launch_run_pages counts
 // them.
-//
-// Note [Copies out on the mover]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// An eviction's copy out is two calls (the copy, its event) per page, and the
-// launching thread made them: at full-size ResNet-50 on the H200's measured model,
-// 3x, 1240 an iteration, 2.4 us each, most of the 3.3 ms (8.9% of the unlimited
-// iteration) that swap mode added to that thread. With the mover on, the launching
-// thread still begins the eviction, so that it is ordered after all work enqueued by
-// then (Note [Moves after all work]): it records an event on each stream the copy
-// must come after, takes the pages' copy events (pending: not recorded yet) and marks
-// the pages evicting; the rest is an out_job: the copy stream's waits on those
-// events, then each page's copy and its event. A thread of the mover's own, the
-// copier, enqueues the jobs as they come (without it, the mover at the top of each
-// of its rounds). Rules:
-//   - The events are fresh ones (order_events_), not the stream's own: a stream
-//     waiting on an event waits for its latest record, and the stream's work
-//     recorded later must not hold the copy back (a copy that waited for a kernel
-//     that waits for its room would never run).
-//   - Jobs are enqueued in the order they began, so the copy stream runs in that
-//     order, as copy_done_locked and nth_copy_locked assume (each copy's seq is
-//     taken when it begins).
-//   - A pending copy's event is never waited on or asked about: whoever needs it
-//     enqueues the jobs up to it first (issued_locked), on its own thread; asking
-//     whether it is done (finish_completed_locked) takes it as not done.
-//   - A copy the job waits for is held (refs) until the job is enqueued, so that its
-//     event is not taken by another copy meanwhile.
-//   - A job that fails leaves its pages not yet copied resident, as if their
-//     eviction never began, and the error goes to the application at its next call;
-//     when the mover stops, it enqueues the jobs left.
-// Why a thread of its own: with the mover enqueuing them, full-size ResNet-50 at 3x
-// went from 111.60 to 113.67 ms an iteration, the mover (which bounds that point)
-// busier by the copies' calls; with the copier, 111.61 (docs/results.md, "Swap:
-// copies out on the mover"). Where the VMM calls wait for the device's queued work
-// (run_cost_fit::calls_wait, as the mover times them), the launching thread enqueues
-// the copies itself, as with no mover: with SIMGPU_VMM_WAIT=1 deferred copies made
-// GPT-2 at 1/8, 3x, 453.72 ms an iteration with the copier, 432.66 with the mover,
-// 407.97 without either.
 //
 // Note [A launch hands its fetch to the mover]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -501,8 +465,8 @@ struct swap_stats {
   std::uint64_t mover_pages = 0;
   std::uint64_t mover_waits = 0;
   std::uint64_t mover_fetches = 0;  // fetches the mover made (counted in fetches too)
-  // See Note [Copies out on the mover]: the evictions' copies it enqueued (counted in
-  // copies too).
+  // The evictions' copies its threads enqueued (counted in copies too): see Note
+  // [Copies out on the mover] in residency/swap_copies_out.cc.
   std::uint64_t mover_copies_out = 0;
   // See Note [A launch's fetch takes the queue's neighbours]: pages the launching
   // thread took from the mover's queue into its own runs.
@@ -646,7 +610,9 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
     std::uint64_t seq = 0;   // the order events were taken (each copy stream is in order)
     CUstream stream = nullptr;  // the copy stream it was recorded on
     std::uint64_t not_before_ns = 0;  // Note [Not asking too early]
-    bool pending = false;  // its copy not enqueued yet (Note [Copies out on the mover])
+    // Its copy not enqueued yet: see Note [Copies out on the mover] in
+    // residency/swap_copies_out.cc.
+    bool pending = false;
     // See Note [Asking the driver once]: the streams already ordered after it.
     std::vector<CUstream> waiters;
   };
@@ -681,14 +647,12 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   CUresult ensure_host_handle_locked(page& p);
   // See Note [Pages born on the host] in residency/swap_page_table.cc.
   bool create_on_host_locked(std::uintptr_t va);
-  // The stream work that orders a copy after all work, or with `job`, the events that
-  // the job's copy stream waits for when it is enqueued (Note [Copies out on the mover]).
+  // The stream work that orders a copy after all work (with `job`: its events).
   struct out_job;
   CUresult order_after_locked(std::span<page* const> ps, CUstream copy_stream,
                               out_job* job = nullptr);
   CUevent stream_event_locked(CUstream s);
-  // See Note [Copies out on the mover]: an eviction's copies out, begun by the launching
-  // thread and enqueued, in the order they began, by the mover.
+  // See Note [Copies out on the mover] in residency/swap_copies_out.cc.
   struct out_job {
     std::vector<CUevent> after_streams;  // recorded when it began (order_events_)
     std::vector<int> after_copies;       // copies it waits for, held until then
@@ -769,7 +733,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   int mover_pid_ = 0;
   std::thread mover_;
   std::condition_variable_any moved_;  // a batch committed, or evictions begun
-  // See Note [Copies out on the mover]: the thread that enqueues out_jobs_.
+  // The thread that enqueues out_jobs_ (swap_copies_out.cc).
   std::thread copier_;
   bool copier_on_ = false;
   std::condition_variable_any copies_begun_;

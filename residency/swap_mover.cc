@@ -80,7 +80,7 @@ void swap_engine::start_mover_locked() {
   }
   mover_pid_ = static_cast<int>(::getpid());
   mover_on_ = true;
-  // See Note [Copies out on the mover] in residency/swap_engine.h; without it, the
+  // See Note [Copies out on the mover] in residency/swap_copies_out.cc; without it, the
   // mover enqueues them.
   try {
     copier_ = std::thread([this, context] {
@@ -447,7 +447,7 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   return error != CUDA_SUCCESS ? move::failed : move::worked;
 }
 
-// See Note [Copies out on the mover] in residency/swap_engine.h.
+// See Note [Copies out on the mover] in residency/swap_copies_out.cc.
 void swap_engine::copier_main() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_ && mover_on_) {
@@ -467,7 +467,7 @@ void swap_engine::copier_main() {
 void swap_engine::mover_main() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
-    // See Note [Copies out on the mover] in residency/swap_engine.h.
+    // See Note [Copies out on the mover] in residency/swap_copies_out.cc.
     if (CUresult r = copier_on_ ? CUDA_SUCCESS : issue_out_jobs_locked(); r != CUDA_SUCCESS) {
       mover_error_ = r;
       break;

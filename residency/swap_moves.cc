@@ -107,51 +107,6 @@ CUresult swap_engine::order_after_locked(std::span<page* const> ps, CUstream cop
   return CUDA_SUCCESS;
 }
 
-CUresult swap_engine::ensure_host_handle_locked(page& p) {
-  if (p.host != 0) return CUDA_SUCCESS;
-  if (stats_.host_bytes + cfg_.page_bytes > cfg_.host_budget_bytes) {
-    return CUDA_ERROR_OUT_OF_MEMORY;  // reported as host_budget by the caller
-  }
-  const pool::driver_table& d = pool::driver();
-  if (shadow_base_ == 0) {
-    shadow_bytes_ = (cfg_.host_budget_bytes / cfg_.page_bytes) * cfg_.page_bytes;
-    CUdeviceptr base = 0;
-    if (CUresult r = d.cuMemAddressReserve(&base, shadow_bytes_, cfg_.page_bytes, 0, 0);
-        r != CUDA_SUCCESS) {
-      return r;
-    }
-    shadow_base_ = base;
-  }
-  // Fresh slots first, in order: pages first evicted together get adjacent shadows
-  // and their copies merge (Note [Batched moves] in residency/swap_engine.h).
-  std::uintptr_t slot = 0;
-  if (shadow_next_ < shadow_bytes_ / cfg_.page_bytes) {
-    slot = shadow_base_ + shadow_next_++ * cfg_.page_bytes;
-  } else if (!free_shadow_.empty()) {
-    slot = free_shadow_.back();
-    free_shadow_.pop_back();
-  } else {
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
-  CUmemGenericAllocationHandle h = 0;
-  if (CUresult r = d.cuMemCreate(&h, cfg_.page_bytes, &prop, 0); r != CUDA_SUCCESS) {
-    free_shadow_.push_back(slot);
-    return r;
-  }
-  if (CUresult r = map_locked(slot, h); r != CUDA_SUCCESS) {
-    d.cuMemRelease(h);
-    free_shadow_.push_back(slot);
-    return r;
-  }
-  p.host = h;
-  p.shadow = slot;
-  p.host_current = false;
-  stats_.host_bytes += cfg_.page_bytes;
-  stats_.peak_host_bytes = std::max(stats_.peak_host_bytes, stats_.host_bytes);
-  return CUDA_SUCCESS;
-}
-
 // ---- Evictions ----
 
 // Begins evicting vas (sorted resident pages): ordered after their users, copied to
@@ -172,7 +127,7 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
   }
   const std::size_t n = ps.size();
   if (n == 0) return first_error;
-  // See Note [Copies out on the mover] in residency/swap_engine.h.
+  // See Note [Copies out on the mover] in residency/swap_copies_out.cc.
   const bool defer = mover_on_ && !(run_fit_.n >= 8 && run_fit_.calls_wait());
   out_job job;
   const auto drop_job = [&] {
@@ -266,55 +221,6 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
   return first_error;
 }
 
-// See Note [Copies out on the mover] in residency/swap_engine.h.
-CUresult swap_engine::issue_out_jobs_locked(int through) {
-  const pool::driver_table& d = pool::driver();
-  while (!out_jobs_.empty()) {
-    out_job job = std::move(out_jobs_.front());
-    out_jobs_.pop_front();
-    CUresult r = CUDA_SUCCESS;
-    for (CUevent e : job.after_streams) {
-      if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(to_host_, e, 0);
-      order_events_.push_back(e);
-    }
-    for (int c : job.after_copies) {
-      if (r == CUDA_SUCCESS) r = order_after_copy_locked(c, to_host_);
-      if (--copies_[c].refs == 0) free_copies_.push_back(c);
-    }
-    if (r == CUDA_SUCCESS && job.clean >= 0) {
-      r = d.cuEventRecord(copies_[job.clean].event, to_host_);
-      if (r == CUDA_SUCCESS) copies_[job.clean].pending = false;
-    }
-    const std::thread::id me = std::this_thread::get_id();
-    const bool by_mover = me == mover_.get_id() || me == copier_.get_id();
-    for (const out_job::run& run : job.runs) {
-      if (r != CUDA_SUCCESS) break;
-      r = enqueue_copy_locked(run.c, to_host_, run.va, run.shadow, run.bytes);
-      if (r == CUDA_SUCCESS && by_mover) ++stats_.mover_copies_out;
-    }
-    if (r != CUDA_SUCCESS) {
-      // The pages whose copies were not enqueued still map their device memory, which
-      // holds their bytes: resident, as if their eviction never began.
-      const auto keep = [&](std::uintptr_t va, int c) {
-        auto it = pages_.find(va);
-        if (it == pages_.end()) return;
-        page& p = it->second;
-        if (p.copy != c || !copies_[c].pending) return;
-        if (p.where != state::evicting || p.lent_to != 0) return;
-        p.where = state::resident;
-        release_copy_locked(p);
-      };
-      for (std::uintptr_t va : job.clean_pages) keep(va, job.clean);
-      for (const out_job::run& run : job.runs) keep(run.va, run.c);
-      if (job.clean >= 0) copies_[job.clean].pending = false;
-      for (const out_job::run& run : job.runs) copies_[run.c].pending = false;
-      return r;
-    }
-    if (through >= 0 && !copies_[through].pending) break;
-  }
-  return CUDA_SUCCESS;
-}
-
 // vas: sorted evicting pages whose copies are complete. Maps each one's host handle
 // where its device memory was and keeps the device memory as a spare.
 CUresult swap_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
@@ -396,7 +302,7 @@ CUresult swap_engine::finish_completed_locked() {
     if (copies_[c].done) continue;  // an older one's completion said so
     if (std::find(busy.begin(), busy.end(), copies_[c].stream) != busy.end()) continue;
     // A pending copy is not enqueued yet (Note [Copies out on the mover] in
-    // residency/swap_engine.h); see Note [Not asking too early] in residency/swap_engine.h.
+    // residency/swap_copies_out.cc); see Note [Not asking too early] in residency/swap_engine.h.
     if (copies_[c].pending || (now != 0 && now < copies_[c].not_before_ns)) {
       busy.push_back(copies_[c].stream);
     } else if (pool::driver().cuEventQuery(copies_[c].event) == CUDA_SUCCESS) {

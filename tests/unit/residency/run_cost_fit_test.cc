@@ -1,0 +1,69 @@
+// The swap engine's fit of what its remaps cost (residency/page_runs.h): a part per
+// run, a part per page, and whether the calls waited for the device.
+#include <gtest/gtest.h>
+
+#include "residency/page_runs.h"
+
+namespace oversub::residency {
+namespace {
+
+// A part per run and a part per page, told apart once two lengths
+// were timed; with one length only, all of it counts per run.
+TEST(RunCostFit, SeparatesThePartPerRunFromThePartPerPage) {
+  run_cost_fit f;
+  EXPECT_EQ(f.per_run_ns(), 0);
+  f.add(1, 190'000);
+  f.add(1, 190'000);
+  EXPECT_NEAR(f.per_run_ns(), 190'000, 1);
+  f.add(16, 190'000 + 15 * 2'000);
+  EXPECT_NEAR(f.per_run_ns(), 188'000, 1);
+  run_cost_fit per_page;  // the H100-PCIe model's figures: all per page
+  for (double pages : {1.0, 2.0, 4.0}) per_page.add(pages, pages * 62'000);
+  EXPECT_NEAR(per_page.per_run_ns(), 0, 1);
+  EXPECT_FALSE(f.calls_wait());  // every call at its cost
+  EXPECT_FALSE(per_page.calls_wait());
+}
+
+// See Note [Timing calls that may wait] in residency/page_runs.cc: calls that waited
+// for the device, more often and longer in longer runs (as when the host is far
+// ahead), leave the fit to the calls' own costs: a least-squares fit over every run
+// would put the waits per page and nothing per run. Where every run's fit puts more
+// per run (waits once a run, whatever its length), that fit is kept.
+TEST(RunCostFit, CallsThatWaitedDoNotCount) {
+  run_cost_fit f;
+  for (int i = 0; i < 32; ++i) {
+    const double wait = i % 2 == 0 ? 3'000'000 : 0;  // every other run, its unmap waited
+    f.add(1, 190'000 + (i % 8 == 0 ? 50'000 : 0));
+    f.add(16, 190'000 + 15 * 2'000 + wait);
+    f.add_maps(1, 11'000 + (i % 3 == 0 ? 400'000 : 0));  // its first map waited
+    f.add_maps(16, 16 * 11'000 + wait);
+  }
+  EXPECT_NEAR(f.per_run_ns(), 188'000, 1);
+  EXPECT_NEAR(f.per_page_ns(), 2'000 + 11'000, 1);
+  // The waits are most of the time (Note [Copies out on the mover] in
+  // residency/swap_copies_out.cc).
+  EXPECT_TRUE(f.calls_wait());
+  // The totals still hold every nanosecond, waits included (the stats' host time).
+  EXPECT_EQ(f.n, 64);
+  EXPECT_GT(f.sy, 32 * (190'000 + 220'000) + 16 * 3'000'000 - 1);
+  EXPECT_EQ(f.maps, 32 * 17);
+  // Merged into the engine's fit, the same.
+  run_cost_fit engine;
+  engine.merge(f);
+  EXPECT_NEAR(engine.per_run_ns(), 188'000, 1);
+  EXPECT_NEAR(engine.per_page_ns(), 13'000, 1);
+
+  // Short runs that waited long half the time, long ones a little every time: the
+  // quartiles give 168 us a run, every run's fit all of its mean wait, and it is kept.
+  run_cost_fit per_run;
+  for (int i = 0; i < 32; ++i) {
+    per_run.add(1, 190'000 + (i % 2 == 0 ? 2'000'000 : 0));
+    per_run.add(16, 520'000);
+    per_run.add_maps(16, 16 * 11'000);
+  }
+  EXPECT_GT(per_run.per_run_ns(), 1'000'000);
+  EXPECT_NEAR(per_run.per_page_ns(), 11'000, 1);
+}
+
+}  // namespace
+}  // namespace oversub::residency
