@@ -146,9 +146,10 @@ struct config {
     "about two iterations each, timed on the device by CUPTI's kernel records, "    \
     "and keep the fastest (without CUPTI: the plan as learned)")                    \
   X(MOVER, mover_thread, parse_mover, "thread", "inline | thread",                  \
-    "swap mode: who remaps pages (unmapping and mapping device memory or the host "\
-    "copy at a page's address, granting access) for evictions and the schedule's "\
-    "fetches, and enqueues the evictions' copies: threads of oversub's own, or the "\
+    "who makes the moves off the launch path: in swap mode the remaps of pages "     \
+    "(unmapping and mapping device memory or the host copy at a page's address, "   \
+    "granting access) for evictions and the schedule's fetches, and the evictions' "\
+    "copies; in um mode the schedule's prefetches. Threads of oversub's own, or the "\
     "launching thread (inline)")                                                    \
   X(LOG, log_level, parse_log_level, "warn", "error | warn | info | debug | trace", \
     "lowest level of message printed")                                              \

@@ -58,7 +58,9 @@ std::uint64_t swap_capacity(const pool_settings& s) {
 // Swap mode's page mover, or um mode's managed memory (one backend per device), or
 // none.
 std::unique_ptr<residency_backend> make_backend(int device, const pool_settings& s) {
-  if (s.um) return std::make_unique<um_engine>(device, swap_capacity(s), s.um_naive);
+  if (s.um) {
+    return std::make_unique<um_engine>(device, swap_capacity(s), s.um_naive, s.mover_thread);
+  }
   if (!s.swap) return nullptr;
   swap_config c;
   c.device = device;

@@ -59,9 +59,10 @@
 // where it ran 51.4).
 //
 // swap is taken unless um is predicted strictly faster, or swap cannot be planned
-// and um can. Left out: the host time of um's prefetch calls, and the engines'
-// distance from their plans, so two predictions that are close may rank the modes
-// the wrong way.
+// and um can. Left out: the host time of um's prefetch calls (the schedule's are the
+// mover's, Note [um's mover] in residency/um_mover.cc), and the engines' distance
+// from their plans, so two predictions that are close may rank the modes the wrong
+// way.
 #ifndef OVERSUB_POLICY_MODE_CHOICE_H
 #define OVERSUB_POLICY_MODE_CHOICE_H
 

@@ -103,6 +103,11 @@ void swap_engine::start_mover_locked() {
 }
 
 void swap_engine::stop_mover() {
+  {
+    // A destroyed engine is not stopped again at exit.
+    std::lock_guard<std::mutex> lock(g_movers_mutex);
+    std::erase(movers(), this);
+  }
   // In a forked child the thread does not exist: nothing to stop or wait for.
   if (mover_pid_ != static_cast<int>(::getpid())) return;
   {

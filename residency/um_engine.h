@@ -25,12 +25,16 @@
 #include <cuda.h>
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 #include <unordered_map>
 
@@ -52,6 +56,9 @@ struct um_stats {
   // Allocations that waited on the host for a freed buffer's earlier users (Note
   // [Reused managed buffers]).
   std::uint64_t reuse_waits = 0;
+  // The schedule's prefetches that the mover thread enqueued (Note [um's mover] in
+  // residency/um_mover.cc).
+  std::uint64_t mover_prefetches = 0;
 };
 
 // The exit report's um section (residency/um_engine.cc).
@@ -61,7 +68,14 @@ void write_report(int device, std::uint64_t capacity_bytes, const um_stats& m,
 class um_engine final : public backend_with_stats<um_stats> {
  public:
   // naive: no prefetches and no hints, managed memory as the driver pages it.
-  um_engine(int device, std::uint64_t capacity_bytes, bool naive = false);
+  // mover_thread: the schedule's prefetches are enqueued by a thread of the engine's
+  // own (Note [um's mover] in residency/um_mover.cc); otherwise by the launching thread.
+  um_engine(int device, std::uint64_t capacity_bytes, bool naive = false,
+            bool mover_thread = false);
+  ~um_engine() override;
+  // Stops the mover thread, once its jobs are enqueued; called at exit. A forked
+  // child, where the thread does not exist, stops nothing.
+  void stop_mover();
 
   // ---- Where blocks come from: the backend's own managed memory ----
   pool::page_backing* pages() noexcept override { return nullptr; }
@@ -91,8 +105,10 @@ class um_engine final : public backend_with_stats<um_stats> {
   // buffers (Note [Reused managed buffers]) to the host, none that rank keeps (the rest
   // is appended to later; no live buffer is evicted to make room), and the work that
   // next uses such a buffer waits for that prefetch (prepare). Both also move the
-  // schedule's buffers that are dead now. Neither waits on the host. Large buffers stay with demand paging, as in prepare. False on a driver
-  // error.
+  // schedule's buffers that are dead now. Neither waits on the host, and the
+  // prefetches themselves are enqueued by the mover (Note [um's mover] in
+  // residency/um_mover.cc). Large buffers stay with demand paging, as in prepare.
+  // False on a driver error.
   bool evict(std::span<const byte_range> ranges) override;
   bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
                     const victim_rank& rank = {}) override;
@@ -112,9 +128,9 @@ class um_engine final : public backend_with_stats<um_stats> {
     CUstream last_stream = nullptr;  // meaningful once used (null is the legacy stream)
     bool used = false;
     bool live = true;  // false: freed, kept for reuse (Note [Reused managed buffers])
-    // The schedule's fetch batch that last brought it in (Note [A fetch's own event]
-    // in residency/um_engine.cc); 0: none.
-    std::uint64_t fetch_batch = 0;
+    // The mover's job that last moved it (Note [um's mover] in residency/um_mover.cc);
+    // 0: none, its last move was enqueued by the launching thread.
+    std::uint64_t job = 0;
     // The fences' work epoch when it was last handed out, and once freed what its
     // reuse waits for (Note [Reused managed buffers]).
     std::uint64_t alloc_epoch = 0;
@@ -131,7 +147,35 @@ class um_engine final : public backend_with_stats<um_stats> {
   // The buffers the ranges touch; with dead, cached ones too (the schedule's units).
   std::vector<std::uintptr_t> buffers_of_locked(std::span<const byte_range> ranges,
                                                 bool dead = false) const;
-  CUresult move_locked(std::uintptr_t base, buffer& b, bool to_device, CUstream stream);
+  // A prefetch of a whole buffer on a work stream, enqueued now.
+  CUresult move_locked(std::unique_lock<std::mutex>& lock, std::uintptr_t base, buffer& b,
+                       bool to_device, CUstream stream);
+  // The engine's view of a move: where the buffer is, the stats.
+  void account_move_locked(buffer& b, bool to_device, CUstream stream);
+
+  // ---- The mover (Note [um's mover] in residency/um_mover.cc) ----
+  struct um_job {
+    bool to_device = false;
+    // After the other engine stream's work (a buffer last moved there).
+    bool after_other = false;
+    std::vector<std::pair<std::uintptr_t, std::size_t>> moves;  // base, bytes
+    std::vector<CUstream> after_streams;  // the work streams recorded in `after`
+    std::vector<CUevent> after;           // fresh events recorded on them
+  };
+  // Adds b's move to job: its order after the buffer's last user, recorded now.
+  CUresult add_move_locked(um_job& job, std::uintptr_t base, buffer& b);
+  // Queues the job (the mover enqueues it, or it is enqueued now without one).
+  CUresult begin_job_locked(um_job&& job);
+  // Jobs through seq enqueued (waiting for the mover, or enqueueing them here).
+  CUresult issue_through_locked(std::unique_lock<std::mutex>& lock, std::uint64_t seq);
+  // Enqueues one job's calls; the events it used are returned to order_events_
+  // by the caller. Needs no lock: only one thread enqueues jobs at a time.
+  CUresult run_job(const um_job& job, std::uint64_t seq);
+  CUresult run_queued_locked(std::uint64_t through);
+  void observe_mover_locked();
+  void start_mover_locked();
+  void mover_main();
+  bool mover_running() const;
 
   int device_;
   bool naive_;
@@ -144,8 +188,28 @@ class um_engine final : public backend_with_stats<um_stats> {
   // The schedule has moved buffers: freed ones are kept where they are (Note [Reused
   // managed buffers]); before it, and with lru, they are forgotten.
   bool schedule_driven_ = false;
-  std::array<CUevent, 64> fetch_events_{};
-  std::uint64_t fetch_batches_ = 0;
+  // The mover's queue and its progress (Note [um's mover] in residency/um_mover.cc).
+  bool mover_wanted_ = false;
+  bool mover_on_ = false;
+  bool stop_ = false;
+  bool issuing_ = false;  // the mover is enqueueing jobs, without the lock
+  int mover_pid_ = 0;
+  std::thread mover_;
+  std::condition_variable jobs_queued_;
+  std::condition_variable jobs_issued_cv_;
+  std::deque<um_job> jobs_;
+  std::uint64_t jobs_begun_ = 0;   // jobs ever queued; the last one's seq
+  std::uint64_t jobs_issued_ = 0;  // every job through this seq is enqueued
+  std::uint64_t jobs_taken_ = 0;   // the mover has taken the jobs through this seq
+  std::uint64_t mover_last_ = 0;   // the last job the mover enqueued
+  std::uint64_t observed_ = 0;     // the last of those the launching thread observed
+  CUresult mover_error_ = CUDA_SUCCESS;
+  std::array<CUevent, 128> job_events_{};  // each job's last record, by seq
+  std::vector<CUevent> order_events_;      // fresh events not in use
+  CUevent engine_order_event_ = nullptr;   // the enqueuer's own, for after_other
+  // The last fetch job each work stream waited for (Note [A fetch's own event] in
+  // residency/um_engine.cc).
+  std::unordered_map<CUstream, std::uint64_t> waited_fetch_;
   // Note [Reused managed buffers]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // Freed buffers kept by size for the next

@@ -101,6 +101,10 @@ bool parse_fail(const char* text, std::vector<fail_rule>* rules) {
     else if (kind == "param_info") { r.kind = fail_kind::param_info; r.code = CUDA_ERROR_NOT_SUPPORTED; }
     else if (kind == "access") { r.kind = fail_kind::access; r.code = CUDA_ERROR_INVALID_VALUE; }
     else if (kind == "event") { r.kind = fail_kind::event; r.code = CUDA_ERROR_INVALID_VALUE; }
+    else if (kind == "prefetch") {
+      r.kind = fail_kind::prefetch;
+      r.code = CUDA_ERROR_INVALID_VALUE;
+    }
     else if (kind == "graph_instantiate") {
       r.kind = fail_kind::graph_instantiate;
       r.code = CUDA_ERROR_OUT_OF_MEMORY;
@@ -133,7 +137,7 @@ config load() {
     if (!parse_fail(v, &c.fail))
       config_error("SIMGPU_FAIL='%s' is not valid: expected kind:n[:code][,kind:n[:code]...] "
                    "with kind one of alloc, host_alloc, copy, map, launch, reserve, graph_instantiate, "
-                   "graph_launch, library_load, kernel_query, param_info, access, event, "
+                   "graph_launch, library_load, kernel_query, param_info, access, event, prefetch, "
                    "n a 1-based count (n+ for that call and all later ones) and code a CUresult "
                    "number or name", v);
   }

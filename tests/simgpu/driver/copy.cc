@@ -278,6 +278,9 @@ CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation l
   }
   bool record = false;
   if (CUresult g = capture_gate(s, &record); g != CUDA_SUCCESS) return g;
+  if (!record) {
+    if (CUresult f = inject_failure(fail_kind::prefetch); f != CUDA_SUCCESS) return f;
+  }
   if (record) {
     capture_add(s, "prefetch", [=](stream_obj* on) { return do_prefetch(on, p, bytes, loc); });
     return CUDA_SUCCESS;

@@ -209,6 +209,32 @@ TEST_F(FaultInjection, SecondEventRecordFailsAlone) {  // SIMGPU_FAIL=event:2
   CUDA_OK(cudaStreamDestroy(s));
 }
 
+TEST_F(FaultInjection, SecondPrefetchFailsAlone) {  // SIMGPU_FAIL=prefetch:2
+  expect_setting("prefetch:2");
+  const size_t bytes = size_t{1} << 20;
+  char* m = nullptr;
+  CUDA_OK(cudaMallocManaged(&m, bytes));
+  CUDA_OK(cudaMemset(m, 0x5a, bytes));
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaMemLocation device{};
+  device.type = cudaMemLocationTypeDevice;
+  device.id = 0;
+  cudaMemLocation host{};
+  host.type = cudaMemLocationTypeHost;
+  CUDA_OK(cudaMemPrefetchAsync(m, bytes, device, 0, s));
+  // The default code; nothing migrates, and the bytes stay where they were.
+  EXPECT_EQ(cudaMemPrefetchAsync(m, bytes, host, 0, s), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "not sticky";
+  CUDA_OK(cudaMemPrefetchAsync(m, bytes, host, 0, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  EXPECT_EQ(m[0], 0x5a);
+  EXPECT_EQ(m[bytes - 1], 0x5a);
+  CUDA_OK(cudaStreamDestroy(s));
+  CUDA_OK(cudaFree(m));
+}
+
 TEST_F(FaultInjection, FirstLaunchFailsWithTheChosenCode) {  // SIMGPU_FAIL=launch:1:701
   expect_setting("launch:1:701");
   const int n = 64;

@@ -1,0 +1,169 @@
+// The managed-memory backend (residency/um_engine.h) driven as the learned schedule
+// drives it, on simgpu with races aborting: its mover (Note [um's mover] in
+// residency/um_mover.cc) enqueues the schedule's prefetches, and every byte is kept.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include "pool/driver_api.h"
+#include "residency/um_engine.h"
+
+namespace oversub::residency {
+namespace {
+
+constexpr std::size_t kBuffer = std::size_t{2} << 20;
+constexpr std::size_t kBuffers = 8;
+
+class UmEngine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { ASSERT_EQ(cudaFree(nullptr), cudaSuccess); }
+  void SetUp() override {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess);
+  }
+  void TearDown() override {
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaStreamDestroy(s_);
+  }
+  CUstream cu() const { return reinterpret_cast<CUstream>(s_); }
+  byte_range range(std::size_t i) const { return byte_range{bufs_[i], kBuffer}; }
+  void* ptr(std::size_t i) const { return reinterpret_cast<void*>(bufs_[i]); }
+  // Eight buffers on a device with room for four, buffer i filled with fill + i.
+  void filled(um_engine& e, int fill) {
+    for (std::size_t i = 0; i < kBuffers; ++i) {
+      const pool::allocation_result a = e.allocate(kBuffer, cu());
+      ASSERT_EQ(a.error, pool::pool_errc::ok);
+      bufs_.push_back(reinterpret_cast<std::uintptr_t>(a.ptr));
+      const byte_range r = range(i);
+      ASSERT_TRUE(e.prepare({&r, 1}, cu()));
+      ASSERT_EQ(cudaMemsetAsync(ptr(i), fill + static_cast<int>(i), kBuffer, s_), cudaSuccess);
+    }
+  }
+  // Rounds of the schedule: before buffer i's use, buffer i - 3 goes to the host and
+  // buffer i + 1 comes in ahead; each use reads the buffer and writes it with the
+  // round's value.
+  void rounds(um_engine& e, int fill, int count) {
+    for (int round = 0; round < count; ++round) {
+      for (std::size_t i = 0; i < kBuffers; ++i) {
+        const byte_range old = range((i + kBuffers - 3) % kBuffers);
+        ASSERT_TRUE(e.evict({&old, 1}));
+        const byte_range next = range((i + 1) % kBuffers);
+        std::vector<byte_range> later;
+        ASSERT_TRUE(e.prefetch_now({&next, 1}, later));
+        const byte_range r = range(i);
+        ASSERT_TRUE(e.prepare({&r, 1}, cu()));
+        expect_bytes(i, static_cast<unsigned char>(fill + round * 16 + static_cast<int>(i)));
+        ASSERT_EQ(cudaMemsetAsync(ptr(i), fill + (round + 1) * 16 + static_cast<int>(i),
+                                  kBuffer, s_),
+                  cudaSuccess);
+      }
+    }
+  }
+  void expect_bytes(std::size_t i, unsigned char value) {
+    std::vector<unsigned char> host(kBuffer);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), ptr(i), kBuffer, cudaMemcpyDeviceToHost, s_),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+    for (std::size_t k = 0; k < kBuffer; k += 4099) {
+      ASSERT_EQ(host[k], value) << "buffer " << i << " byte " << k;
+    }
+    ASSERT_EQ(host[kBuffer - 1], value);
+  }
+  cudaStream_t s_ = nullptr;
+  std::vector<std::uintptr_t> bufs_;
+};
+
+// See Note [um's mover] in residency/um_mover.cc: with the mover, the schedule's
+// prefetches are enqueued by the engine's thread, each after the buffer's last use,
+// and every byte is kept.
+TEST_F(UmEngine, TheMoverEnqueuesTheSchedulesPrefetches) {
+  um_engine e(0, 4 * kBuffer, false, true);
+  ASSERT_NO_FATAL_FAILURE(filled(e, 0x10));
+  ASSERT_NO_FATAL_FAILURE(rounds(e, 0x10, 3));
+  e.stop_mover();
+  const um_stats s = e.stats();
+  EXPECT_GT(s.mover_prefetches, 0u);
+  EXPECT_LE(s.mover_prefetches, s.prefetches_in + s.prefetches_out);
+  EXPECT_LE(s.peak_resident_bytes, 4 * kBuffer);
+  EXPECT_GE(s.prefetches_out, 3u * kBuffers);
+}
+
+// OVERSUB_MOVER=inline: the same moves, all enqueued by the launching thread.
+TEST_F(UmEngine, InlineTheLaunchingThreadEnqueuesThem) {
+  um_engine e(0, 4 * kBuffer, false, false);
+  ASSERT_NO_FATAL_FAILURE(filled(e, 0x20));
+  ASSERT_NO_FATAL_FAILURE(rounds(e, 0x20, 3));
+  const um_stats s = e.stats();
+  EXPECT_EQ(s.mover_prefetches, 0u);
+  EXPECT_GE(s.prefetches_out, 3u * kBuffers);
+}
+
+// A buffer the schedule fetched ahead is used, after its fetch, on a second stream:
+// the mover's work is waited for on that stream too.
+TEST_F(UmEngine, AFetchedBufferUsedOnAnotherStream) {
+  um_engine e(0, 4 * kBuffer, false, true);
+  ASSERT_NO_FATAL_FAILURE(filled(e, 0x30));
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  for (std::size_t i = 0; i < kBuffers; ++i) {
+    const byte_range old = range((i + kBuffers - 3) % kBuffers);
+    ASSERT_TRUE(e.evict({&old, 1}));
+    const byte_range r = range(i);
+    std::vector<byte_range> later;
+    ASSERT_TRUE(e.prefetch_now({&r, 1}, later));
+    ASSERT_TRUE(e.prepare({&r, 1}, reinterpret_cast<CUstream>(other)));
+    ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x60 + static_cast<int>(i), kBuffer, other),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  }
+  for (std::size_t i = 0; i < kBuffers; ++i) {
+    const byte_range r = range(i);
+    ASSERT_TRUE(e.prepare({&r, 1}, cu()));
+    expect_bytes(i, static_cast<unsigned char>(0x60 + i));
+  }
+  ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+}
+
+// Run with SIMGPU_FAIL=prefetch:20 (one of the schedule's prefetches, enqueued by
+// the mover, fails): the error reaches the application at its next prepare(), once,
+// and no byte is lost (Note [um's mover] in residency/um_mover.cc).
+TEST_F(UmEngine, AFailedPrefetchReachesTheNextPrepare) {
+  const char* fail = std::getenv("SIMGPU_FAIL");
+  if (fail == nullptr || std::string_view(fail) != "prefetch:20") {
+    GTEST_SKIP() << "run by the residency_um_engine_prefetch_fails test";
+  }
+  um_engine e(0, 4 * kBuffer, false, true);
+  ASSERT_NO_FATAL_FAILURE(filled(e, 0x40));
+  int failures = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < kBuffers; ++i) {
+      const byte_range old = range((i + kBuffers - 3) % kBuffers);
+      (void)e.evict({&old, 1});
+      const byte_range next = range((i + 1) % kBuffers);
+      std::vector<byte_range> later;
+      (void)e.prefetch_now({&next, 1}, later);
+      const byte_range r = range(i);
+      prepare_result p = e.prepare({&r, 1}, cu());
+      if (!p) {
+        ++failures;
+        EXPECT_EQ(p.code, residency_errc::driver_error);
+        EXPECT_EQ(p.driver, CUDA_ERROR_INVALID_VALUE);
+        p = e.prepare({&r, 1}, cu());  // the error is reported once
+        ASSERT_TRUE(p);
+      }
+      expect_bytes(i, static_cast<unsigned char>(0x40 + round * 16 + static_cast<int>(i)));
+      ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x40 + (round + 1) * 16 + static_cast<int>(i),
+                                kBuffer, s_),
+                cudaSuccess);
+    }
+  }
+  e.stop_mover();
+  EXPECT_EQ(failures, 1);
+  EXPECT_GT(e.stats().mover_prefetches, 0u);
+}
+
+}  // namespace
+}  // namespace oversub::residency
