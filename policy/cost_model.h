@@ -46,12 +46,15 @@ inline std::size_t run_batch_pages(double run_ns, double page_copy_ns, double pa
 // thread: an eviction unmaps the device memory, maps the host copy and grants access;
 // a fetch does the reverse. Pages adjacent at their addresses and moved together are
 // one run: one unmap and one access grant over the run, one map per page (Note
-// [Remapping runs] in residency/swap_engine.h). The mover also waits for an eviction's
+// [Remapping runs] in residency/swap_engine.h), made one after another, so each map
+// after the run's first costs vmm_map_repeat_ns (Note [Repeated VMM calls] in
+// tests/simgpu/driver/device_model.cc; negative: vmm_map_ns, every map in full). The mover also waits for an eviction's
 // copy out (event_sync_ns) and records a hand-off event per batch (event_record_ns);
 // a fetch enqueues its copy (copy_enqueue_ns) and records the copy's event. All 0 (the
 // default): no mover (Note [Virtual time model] in policy/simulate.h).
 struct mover_costs {
   std::uint64_t vmm_map_ns = 0, vmm_map_per_page_ns = 0;
+  std::int64_t vmm_map_repeat_ns = -1;
   std::uint64_t vmm_unmap_ns = 0, vmm_unmap_per_page_ns = 0;
   std::uint64_t vmm_set_access_ns = 0, vmm_set_access_per_page_ns = 0;
   std::uint64_t event_sync_ns = 0, event_record_ns = 0, copy_enqueue_ns = 0;
@@ -61,17 +64,23 @@ struct mover_costs {
   // (run_batch_pages).
   std::size_t batch_pages = 0;
 
+  std::uint64_t map_repeat_ns() const {
+    return vmm_map_repeat_ns < 0 ? vmm_map_ns : static_cast<std::uint64_t>(vmm_map_repeat_ns);
+  }
   // The part of a remap a run's pages share: its unmap's and its access grant's
-  // per-call parts.
-  std::uint64_t run_ns() const { return vmm_unmap_ns + vmm_set_access_ns; }
+  // per-call parts, and what its first map costs over a repeated one.
+  std::uint64_t run_ns() const {
+    return vmm_unmap_ns + vmm_set_access_ns +
+           (vmm_map_ns - std::min(vmm_map_ns, map_repeat_ns()));
+  }
   // The time to remap `bytes` (whole pages) as a run of their own, or, joining a run
   // already remapped, without the run's shared part.
   std::uint64_t remap_ns(std::size_t bytes, bool joins_run = false) const {
     const std::uint64_t pages =
         page_bytes == 0 ? 1 : std::max<std::uint64_t>(1, (bytes + page_bytes - 1) / page_bytes);
     return (joins_run ? 0 : run_ns()) +
-           pages * (vmm_unmap_per_page_ns + vmm_map_ns + vmm_map_per_page_ns +
-                    vmm_set_access_per_page_ns);
+           pages * (vmm_unmap_per_page_ns + std::min(vmm_map_ns, map_repeat_ns()) +
+                    vmm_map_per_page_ns + vmm_set_access_per_page_ns);
   }
   bool any() const { return remap_ns(page_bytes) != 0; }
   // A remap known only as a part per run and a part per page (a measurement, or the

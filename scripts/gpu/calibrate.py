@@ -11,7 +11,10 @@ VMM costs: simgpu charges a call `<family>_ns + <family>_per_2mib_ns * pages`. O
 2 MiB page costs a + b and a run of N pages in one call a + N * b, so the two points
 gpu_facts measures (one page; 64 MiB, or 16 pages in one call) give a and b. Where
 the facts have them, the figures measured while a kernel runs are taken: training
-keeps the GPU busy, and the calls cost more then.
+keeps the GPU busy, and the calls cost more then. Where the facts also time 16
+one-page calls of a family in a row (vmm_calls.run16_separate), the per-call part of
+such a repeated call is `<family>_repeat_ns`: (the 16 calls' time - one call's) / 15,
+less the per-page part (Note [Repeated VMM calls] in tests/simgpu/driver/device_model.cc).
 
   python3 scripts/gpu/calibrate.py facts.json tests/simgpu/devices/h100-pcie.model > out.model
 """
@@ -75,6 +78,14 @@ def calibrate(facts: dict, base: str, source: str = "facts.json") -> str:
         per_call = max(0.0, page[fam] - per_page)
         values[f"{key}_ns"] = (str(round(per_call * 1000)), f"{where}: {fam}")
         values[f"{key}_per_2mib_ns"] = (str(round(per_page * 1000)), f"{where}: {fam}")
+        calls = facts.get("vmm_calls")
+        if isinstance(calls, dict) and "run16_separate" in calls and "page" in calls:
+            sixteen = float(field(facts, f"vmm_calls.run16_separate.busy.{fam}_us.p50"))
+            repeat = max(0.0, (sixteen - page[fam]) / 15 - per_page)
+            values[f"{key}_repeat_ns"] = (
+                str(round(repeat * 1000)),
+                f"vmm_calls (p50, a kernel running on another stream): 16 one-page calls "
+                f"in a row less one alone, over 15, less the per-page part: {fam}")
     events = facts.get("events")
     if isinstance(events, dict):
         for key, fact in (("event_record_ns", "record_us"), ("event_query_ns", "query_completed_us"),
@@ -142,6 +153,10 @@ def calibrate(facts: dict, base: str, source: str = "facts.json") -> str:
             value, why = values[key]
             out.append(f"{key} = {value}   # measured: {why}")
             seen.add(key)
+            repeat = key.replace("_per_2mib_ns", "_repeat_ns")
+            if key.endswith("_per_2mib_ns") and repeat in values and repeat not in seen:
+                out.append(f"{repeat} = {values[repeat][0]}   # measured: {values[repeat][1]}")
+                seen.add(repeat)
         else:
             out.append(line)
     for key, (value, why) in values.items():

@@ -113,6 +113,9 @@ device_model_result read_device_model(const std::string& spec, const std::string
   policy::mover_costs& c = d.mover;
   c.vmm_map_ns = optional("vmm_map_ns");
   c.vmm_map_per_page_ns = optional("vmm_map_per_2mib_ns");
+  if (kv.find("vmm_map_repeat_ns") != kv.end()) {
+    c.vmm_map_repeat_ns = static_cast<std::int64_t>(optional("vmm_map_repeat_ns"));
+  }
   c.vmm_unmap_ns = optional("vmm_unmap_ns");
   c.vmm_unmap_per_page_ns = optional("vmm_unmap_per_2mib_ns");
   c.vmm_set_access_ns = optional("vmm_set_access_ns");

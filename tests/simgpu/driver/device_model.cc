@@ -12,6 +12,22 @@
 // call costs api_overhead_ns. Every cost key is required: a model that lacks one, or
 // gives a value that is not a non-negative number, is refused at load with the key's
 // name, so no model silently runs on a default.
+//
+// Note [Repeated VMM calls]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// An H200 (driver 580) made 16 one-page calls of one family in a row, each followed
+// by a stream query, far faster than 16 single calls while a kernel ran on another
+// stream: cuMemMap 33.7 us for the 16 against 11.2 for one, cuMemSetAccess 652
+// against 123.5, cuMemUnmap 372 against 64.4, cuMemCreate 341 against 108,
+// cuMemRelease 263 against 38.1 (docs/gpu-results.md, p50 of 20); idle, the 16 cost
+// 16 single calls. So the busy figure is mostly paid once per run of calls of one
+// family. The optional key <family>_repeat_ns (the per-call part of such a repeat;
+// absent: <family>_ns, every call paying it in full) is charged to a VMM call whose
+// thread's last VMM call was of the same family and ended at most
+// kVmmRepeatGapNs of host time before (other calls between, as the measurement's
+// queries, do not break the run); any other VMM call pays <family>_ns. The gap is
+// an assumption beyond the measurement (whose calls came a query apart, under a
+// microsecond): a thread that did anything else for longer pays the full figure.
 #include "device_model.h"
 
 #include <dlfcn.h>
@@ -134,7 +150,10 @@ device_model load_device_model() {
   auto vmm = [&](const char* family) {
     std::string call = std::string(family) + "_ns";
     std::string page = std::string(family) + "_per_2mib_ns";
-    return device_model::vmm_cost{num(call.c_str()), num(page.c_str())};
+    // See Note [Repeated VMM calls].
+    std::string repeat = std::string(family) + "_repeat_ns";
+    const double call_ns = num(call.c_str());
+    return device_model::vmm_cost{call_ns, num(page.c_str()), opt(repeat.c_str(), call_ns)};
   };
   m.vmm_create = vmm("vmm_create");
   m.vmm_map = vmm("vmm_map");

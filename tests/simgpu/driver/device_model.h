@@ -22,12 +22,16 @@ struct device_model {
   double launch_latency_ns = 0;
   double api_overhead_ns = 0;       // host time of a call without a family cost below
   // Host time per call family (Note [Driver call costs] in device_model.cc).
-  // VMM calls: a per-call part plus a part per 2 MiB page of the call's size.
+  // VMM calls: a per-call part plus a part per 2 MiB page of the call's size; the
+  // per-call part is repeat_ns for a call that repeats the thread's last VMM call's
+  // family right after it (Note [Repeated VMM calls] in device_model.cc).
   struct vmm_cost {
     double call_ns = 0;
     double per_2mib_ns = 0;
-    double for_bytes(uint64_t bytes) const {
-      return call_ns + per_2mib_ns * static_cast<double>((bytes + (2u << 20) - 1) >> 21);
+    double repeat_ns = 0;
+    double for_bytes(uint64_t bytes, bool repeat = false) const {
+      return (repeat ? repeat_ns : call_ns) +
+             per_2mib_ns * static_cast<double>((bytes + (2u << 20) - 1) >> 21);
     }
   };
   vmm_cost vmm_create, vmm_map, vmm_set_access, vmm_unmap, vmm_release;

@@ -64,12 +64,20 @@ region* reservation_for(uintptr_t p, size_t size) {
 // whatever this switch says.
 // For the timeline: `va`, the address mapped, unmapped or granted (0: none) and
 // `memory`, what a map maps ("device" or "host"; nullptr otherwise).
+// See Note [Repeated VMM calls] in tests/simgpu/driver/device_model.cc.
+constexpr double kVmmRepeatGapNs = 5000;
+thread_local host_family t_last_vmm_family = host_family::count_;
+thread_local double t_last_vmm_end_ns = 0;
+
 void vmm_call_cost(const device_model::vmm_cost& c, uint64_t bytes, const char* wait_why,
                    host_family f, uintptr_t va = 0, const char* memory = nullptr) {
   const device_model& m = dev().model;
   if (wait_why != nullptr && m.vmm_waits_for_device) host_wait_device_time(wait_why);
   const double from = clock_host_ns();
-  clock_host_advance(c.for_bytes(bytes), f);
+  const bool repeat = t_last_vmm_family == f && from - t_last_vmm_end_ns <= kVmmRepeatGapNs;
+  clock_host_advance(c.for_bytes(bytes, repeat), f);
+  t_last_vmm_family = f;
+  t_last_vmm_end_ns = clock_host_ns();
   timeline_host_call(host_thread_ordinal(), host_family_name(f), from, clock_host_ns(), bytes, va,
                      memory);
 }

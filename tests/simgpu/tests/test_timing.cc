@@ -444,6 +444,57 @@ TEST_F(Timing, VmmCallsCostTheModelsFigures) {
   ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
 }
 
+// See Note [Repeated VMM calls] in tests/simgpu/driver/device_model.cc: a cuMemMap
+// right after another (a stream query between them allowed) costs the model's
+// vmm_map_repeat_ns (vmm_map_ns where the model has none); one after another family's
+// call, or after more than 5 us of other calls, costs vmm_map_ns.
+TEST_F(Timing, VmmCallsRepeatingTheirFamilyCostTheRepeatFigure) {
+  auto m = simgpu_test::device_model::current();
+  const double page = m.number({"vmm_map_per_2mib_ns"});
+  const double first = m.number({"vmm_map_ns"}) + page;
+  const double repeat = m.number({"vmm_map_repeat_ns", "vmm_map_ns"}) + page;
+  const size_t bytes = 2ull << 20;
+  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
+  auto create = SIMGPU_DRV(cuMemCreate);
+  auto map = SIMGPU_DRV(cuMemMap);
+  auto unmap = SIMGPU_DRV(cuMemUnmap);
+  auto release = SIMGPU_DRV(cuMemRelease);
+  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  auto record = SIMGPU_DRV(cuEventRecord);
+  CUDA_OK(cudaDeviceSynchronize());
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  constexpr int kPages = 5;
+  CUmemGenericAllocationHandle h[kPages] = {};
+  CUdeviceptr va = 0;
+  ASSERT_EQ(reserve(&va, kPages * bytes, 0, 0, 0), CUDA_SUCCESS);
+  for (auto& handle : h) ASSERT_EQ(create(&handle, bytes, &prop, 0), CUDA_SUCCESS);
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(map(va, bytes, 0, h[0], 0), CUDA_SUCCESS); }), first);
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(map(va + bytes, bytes, 0, h[1], 0), CUDA_SUCCESS); }),
+            repeat);
+  EXPECT_EQ(cudaStreamQuery(nullptr), cudaSuccess);  // another call between: still a run
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(map(va + 2 * bytes, bytes, 0, h[2], 0), CUDA_SUCCESS); }),
+            repeat);
+  // More than 5 us of other calls: the next map pays in full.
+  cudaEvent_t e = nullptr;
+  CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  const double record_ns = m.number({"event_record_ns"});
+  for (int i = 0; i < static_cast<int>(5000 / std::max(record_ns, 1.0)) + 2; ++i) {
+    ASSERT_EQ(record(reinterpret_cast<CUevent>(e), nullptr), CUDA_SUCCESS);
+  }
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(map(va + 3 * bytes, bytes, 0, h[3], 0), CUDA_SUCCESS); }),
+            first);
+  // Another family's call between: in full too.
+  ASSERT_EQ(unmap(va, bytes), CUDA_SUCCESS);
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(map(va + 4 * bytes, bytes, 0, h[4], 0), CUDA_SUCCESS); }),
+            first);
+  for (int k = 1; k < kPages; ++k) ASSERT_EQ(unmap(va + k * bytes, bytes), CUDA_SUCCESS);
+  for (auto handle : h) ASSERT_EQ(release(handle), CUDA_SUCCESS);
+  ASSERT_EQ(address_free(va, kPages * bytes), CUDA_SUCCESS);
+  CUDA_OK(cudaEventDestroy(e));
+}
+
 // Event record, query and synchronize, a stream's wait, a copy's and a kernel's
 // enqueue and a graph launch each cost the host their model figure.
 TEST_F(Timing, EventStreamCopyAndLaunchCallsCostTheModelsFigures) {
@@ -501,9 +552,10 @@ TEST_F(Timing, EachHostThreadHasItsOwnClock) {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   const int calls = 8;
-  const double per_call = 2 * m.number({"vmm_create_ns"}) +
-                          2 * m.number({"vmm_create_per_2mib_ns"}) +
-                          m.number({"vmm_release_ns"}) + m.number({"vmm_release_per_2mib_ns"});
+  // A 4 MiB handle made and released: two pages each (no call repeats its family).
+  const double per_call = m.number({"vmm_create_ns"}) + 2 * m.number({"vmm_create_per_2mib_ns"}) +
+                          m.number({"vmm_release_ns"}) +
+                          2 * m.number({"vmm_release_per_2mib_ns"});
   const uint64_t main_start = now();
   uint64_t other_start = 0, other_before_record = 0, other_end = 0;
   CUevent e = reinterpret_cast<CUevent>(e1_);
