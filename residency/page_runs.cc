@@ -28,7 +28,14 @@ namespace oversub::residency {
 // is an error like any other.
 namespace {
 std::atomic<bool> g_unmap_by_page{false};
+// A run of two pages or more was unmapped with one call: the driver spans mappings.
+std::atomic<bool> g_unmap_spans_seen{false};
 }  // namespace
+
+bool runs_may_group() {
+  return g_unmap_spans_seen.load(std::memory_order_relaxed) &&
+         !g_unmap_by_page.load(std::memory_order_relaxed);
+}
 
 CUmemAccessDesc device_access(int device) {
   CUmemAccessDesc access{};
@@ -198,6 +205,8 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
           return;
         }
         by_page = true;  // nothing unmapped: the whole range must be whole mappings
+      } else if (count > 1) {
+        g_unmap_spans_seen.store(true, std::memory_order_relaxed);
       }
     }
     for (std::size_t k = first; by_page && k < end; ++k) {
@@ -258,6 +267,149 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
     for (std::size_t k = first; k < moved; ++k) ok[k] = 1;
   });
   return first_error;
+}
+
+// Note [Calls grouped by family]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An H200 made a VMM call that repeats its thread's last family far faster than one
+// after another family (busy: cuMemUnmap 20 us against 64, cuMemSetAccess 34 against
+// 124, cuMemMap 1.5 against 11.2; Note [Repeated VMM calls] in
+// tests/simgpu/driver/device_model.cc). A run's calls are an unmap, its maps and an
+// access grant, so every run paid each family's first call; the mover's batches pair an
+// eviction's run with the fetch its room is for. remap_grouped remaps both with the
+// calls grouped by family: every run's unmap, then every page's map, then every run's
+// access grant, so the second run's unmap and grant and all its maps are repeats. A
+// fetch page may take the device memory of an eviction page of the same call
+// (borrow): it maps it only once that page's own map to its host copy has been made,
+// so the memory is never mapped at two addresses; if that eviction's run is given its
+// memory back, the fetch is put back first. Only where the driver is known to unmap a
+// run of mappings in one call (runs_may_group): the page-by-page fallback (Note [A
+// driver that unmaps one mapping at a time]) stays with remap_runs.
+CUresult remap_grouped(std::span<const std::uintptr_t> evas,
+                       std::span<const CUmemGenericAllocationHandle> efrom,
+                       std::span<const CUmemGenericAllocationHandle> eto,
+                       std::span<const std::uintptr_t> fvas,
+                       std::span<const CUmemGenericAllocationHandle> ffrom,
+                       std::span<const CUmemGenericAllocationHandle> fto,
+                       std::span<const int> borrow, std::size_t page_bytes, int device,
+                       std::vector<char>& eok, std::vector<char>& fok, CUresult& ferror,
+                       std::uint64_t& calls, std::uint64_t (*clock)() noexcept,
+                       run_cost_fit* fit) {
+  const pool::driver_table& d = pool::driver();
+  const CUmemAccessDesc access = device_access(device);
+  struct run {
+    bool evict;
+    std::size_t first, count;
+    bool unmapped = false;
+    std::size_t moved = 0;  // its pages [first, first + moved) map `to`
+    bool done = false;      // granted, or put back
+    std::uint64_t ns = 0;   // its unmap's time
+    std::uint64_t map_ns = 0;
+  };
+  std::vector<run> runs;
+  for_runs(evas, page_bytes, [&](std::size_t f, std::size_t c) { runs.push_back({true, f, c}); });
+  for_runs(fvas, page_bytes, [&](std::size_t f, std::size_t c) { runs.push_back({false, f, c}); });
+  const auto vas = [&](const run& r) { return r.evict ? evas : fvas; };
+  const auto from = [&](const run& r) { return r.evict ? efrom : ffrom; };
+  const auto to = [&](const run& r) { return r.evict ? eto : fto; };
+  eok.assign(evas.size(), 0);
+  fok.assign(fvas.size(), 0);
+  std::vector<char> emoved(evas.size(), 0);
+  CUresult eerror = CUDA_SUCCESS;
+  ferror = CUDA_SUCCESS;
+  const auto fail = [&](const run& r, CUresult e) {
+    CUresult& mine = r.evict ? eerror : ferror;
+    if (mine == CUDA_SUCCESS) mine = e;
+  };
+  const bool timed = clock != nullptr && fit != nullptr;
+  // The unmaps; after a failure no other run is touched.
+  bool stopped = false;
+  for (run& r : runs) {
+    if (stopped) {
+      fail(r, eerror != CUDA_SUCCESS ? eerror : ferror);
+      continue;
+    }
+    const std::uint64_t t0 = timed ? clock() : 0;
+    ++calls;
+    if (CUresult e = d.cuMemUnmap(vas(r)[r.first], r.count * page_bytes); e != CUDA_SUCCESS) {
+      fail(r, e);
+      stopped = true;
+      continue;
+    }
+    r.unmapped = true;
+    r.ns = timed ? clock() - t0 : 0;
+  }
+  // The maps, the evictions' first; a run's pages not moved get their memory back.
+  for (run& r : runs) {
+    if (!r.unmapped) continue;
+    const std::uint64_t t0 = timed ? clock() : 0;
+    std::size_t k = r.first;
+    const std::size_t end = r.first + r.count;
+    for (; k < end; ++k) {
+      if (!r.evict && borrow[k] >= 0 && !emoved[static_cast<std::size_t>(borrow[k])]) {
+        fail(r, eerror != CUDA_SUCCESS ? eerror : CUDA_ERROR_INVALID_VALUE);
+        break;
+      }
+      ++calls;
+      if (CUresult e = d.cuMemMap(vas(r)[k], page_bytes, 0, to(r)[k], 0); e != CUDA_SUCCESS) {
+        fail(r, e);
+        break;
+      }
+      if (r.evict) emoved[k] = 1;
+    }
+    r.moved = k - r.first;
+    if (timed && k == end) r.map_ns = clock() - t0;
+    for (std::size_t j = k; j < end; ++j) {
+      ++calls;
+      d.cuMemMap(vas(r)[j], page_bytes, 0, from(r)[j], 0);
+    }
+  }
+  // A run back on its old memory, with access page by page.
+  const auto put_back = [&](run& r) {
+    for (std::size_t k = r.first; k < r.first + r.count; ++k) {
+      if (k < r.first + r.moved) {
+        calls += 2;
+        d.cuMemUnmap(vas(r)[k], page_bytes);
+        d.cuMemMap(vas(r)[k], page_bytes, 0, from(r)[k], 0);
+        if (r.evict) emoved[k] = 0;
+      }
+      ++calls;
+      d.cuMemSetAccess(vas(r)[k], page_bytes, &access, 1);
+    }
+    r.moved = 0;
+    r.done = true;
+  };
+  // The access grants.
+  for (run& r : runs) {
+    if (!r.unmapped || r.done) continue;
+    const std::uint64_t t0 = timed ? clock() : 0;
+    ++calls;
+    const CUresult granted = d.cuMemSetAccess(vas(r)[r.first], r.count * page_bytes, &access, 1);
+    if (granted == CUDA_SUCCESS) {
+      r.done = true;
+      if (timed) {
+        fit->add(static_cast<double>(r.count), static_cast<double>(r.ns + (clock() - t0)));
+        if (r.moved == r.count) fit->add_maps(static_cast<double>(r.count),
+                                              static_cast<double>(r.map_ns));
+      }
+      continue;
+    }
+    fail(r, granted);
+    if (r.evict) {
+      // Its device memory goes back to it: every fetch first gives back what it took.
+      for (run& q : runs) {
+        if (!q.evict && q.unmapped && !q.done) {
+          fail(q, granted);
+          put_back(q);
+        }
+      }
+    }
+    put_back(r);
+  }
+  for (const run& r : runs) {
+    for (std::size_t k = r.first; k < r.first + r.moved; ++k) (r.evict ? eok : fok)[k] = 1;
+  }
+  return eerror;
 }
 
 }  // namespace oversub::residency

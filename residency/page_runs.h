@@ -80,6 +80,26 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
                     int device, std::vector<char>& ok, std::uint64_t& calls,
                     std::uint64_t (*clock)() noexcept = nullptr, run_cost_fit* fit = nullptr);
 
+// Whether remap_grouped may be used: the driver has unmapped a run of mappings in one
+// call, and has not been seen to take one mapping a call.
+bool runs_may_group();
+
+// See Note [Calls grouped by family] in residency/page_runs.cc. An eviction's pages
+// (evas, efrom -> eto) and a fetch's (fvas, ffrom -> fto) remapped as remap_runs would
+// remap each, the calls grouped by family; a fetch page with borrow[k] >= 0 maps the
+// device memory of eviction page borrow[k] (fto[k] == efrom[borrow[k]]). eok/fok as
+// remap_runs's ok; returns the evictions' first error, ferror the fetch's.
+CUresult remap_grouped(std::span<const std::uintptr_t> evas,
+                       std::span<const CUmemGenericAllocationHandle> efrom,
+                       std::span<const CUmemGenericAllocationHandle> eto,
+                       std::span<const std::uintptr_t> fvas,
+                       std::span<const CUmemGenericAllocationHandle> ffrom,
+                       std::span<const CUmemGenericAllocationHandle> fto,
+                       std::span<const int> borrow, std::size_t page_bytes, int device,
+                       std::vector<char>& eok, std::vector<char>& fok, CUresult& ferror,
+                       std::uint64_t& calls, std::uint64_t (*clock)() noexcept = nullptr,
+                       run_cost_fit* fit = nullptr);
+
 }  // namespace oversub::residency
 
 #endif  // OVERSUB_RESIDENCY_PAGE_RUNS_H

@@ -746,6 +746,13 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   enum class move : std::uint8_t { idle, worked, failed };
   move mover_finish_locked(std::unique_lock<std::mutex>& lock);
   move mover_fetch_locked(std::unique_lock<std::mutex>& lock);
+  struct fetch_plan;  // residency/swap_mover.cc
+  bool plan_fetch_locked(fetch_plan& f, std::span<const CUmemGenericAllocationHandle> lendable);
+  CUresult create_fetch_memory(fetch_plan& f, std::uint64_t& calls);
+  CUresult copy_fetch_in(fetch_plan& f, const std::vector<char>& ok, CUresult error,
+                         std::uint64_t& calls, std::uint64_t& copy_calls);
+  void commit_fetch_locked(fetch_plan& f, CUresult error, CUresult handed,
+                           std::uint64_t copy_calls, const std::vector<char>& keep);
   std::uint64_t batches_ = 0;          // batches committed
   std::uint64_t next_batch_ = 0;       // batches taken
   std::uint64_t observed_ = 0;         // hand-offs the application's threads asked about

@@ -29,6 +29,22 @@ std::vector<swap_engine*>& movers() {
 
 }  // namespace
 
+// A fetch run the mover has taken: chosen under the lock (plan_fetch_locked), made
+// without it, committed under it again (commit_fetch_locked).
+struct swap_engine::fetch_plan {
+  std::vector<std::uintptr_t> vas;
+  std::vector<CUmemGenericAllocationHandle> hosts, devices;
+  std::vector<std::uintptr_t> shadows;
+  std::vector<char> copy;
+  // The finished eviction's page whose device memory it takes (Note [Calls grouped by
+  // family] in residency/page_runs.cc), or -1.
+  std::vector<int> borrow;
+  std::uint64_t epoch = 0, batch = 0;
+  std::size_t copies = 0;
+  int c = -1;
+  CUevent copy_event = nullptr;
+};
+
 // See Note [The mover] in residency/swap_engine.h: the thread never outlives the exit
 // handlers.
 void stop_movers_at_exit() {
@@ -228,24 +244,43 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
   }
   finishing_ += vas.size();
   const std::uint64_t batch = ++next_batch_;
+  // See Note [Calls grouped by family] in residency/page_runs.cc: the fetch this room is
+  // for, remapped in the same calls, taking this eviction's device memory.
+  fetch_plan f;
+  const bool paired = runs_may_group() && plan_fetch_locked(f, from);
   std::uint64_t (*const clock)() noexcept = clock_;
   lock.unlock();
 
   // The remaps, without the lock (the pages are the mover's): per run of adjacent
   // pages, one unmap and one access grant (Note [Remapping runs] in
   // residency/swap_engine.h).
-  std::uint64_t calls = 0;
-  std::vector<char> ok;
+  std::uint64_t calls = 0, copy_calls = 0;
+  std::vector<char> ok, fok;
   run_cost_fit fit;
-  CUresult error = remap_runs(vas, from, to, cfg_.page_bytes, cfg_.device, ok, calls, clock, &fit);
+  CUresult error = CUDA_SUCCESS;
+  CUresult ferror = paired ? create_fetch_memory(f, calls) : CUDA_SUCCESS;
+  if (paired && ferror == CUDA_SUCCESS) {
+    error = remap_grouped(vas, from, to, f.vas, f.hosts, f.devices, f.borrow, cfg_.page_bytes,
+                          cfg_.device, ok, fok, ferror, calls, clock, &fit);
+  } else {
+    error = remap_runs(vas, from, to, cfg_.page_bytes, cfg_.device, ok, calls, clock, &fit);
+  }
+  if (paired) ferror = copy_fetch_in(f, fok, ferror, calls, copy_calls);
   // A hand-off that could not be recorded is a driver error like any other: the
   // application hears it at its next call (the pages are committed all the same).
   const CUresult handed = d.cuEventRecord(handoff_[batch % handoff_.size()], mover_stream_);
+  const CUresult fhanded =
+      paired ? d.cuEventRecord(handoff_[f.batch % handoff_.size()], mover_stream_) : CUDA_SUCCESS;
 
   lock.lock();
   stats_.mapping_calls += calls;
   count_remaps_locked(fit, true);
   ++stats_.mover_batches;
+  // The device memory the fetch took: it is the fetch's to give back or keep.
+  std::vector<char> lent(vas.size(), 0);
+  for (int j : f.borrow) {
+    if (j >= 0) lent[static_cast<std::size_t>(j)] = 1;
+  }
   for (std::size_t k = 0; k < vas.size(); ++k) {
     page& p = pages_[vas[k]];
     --finishing_;
@@ -257,7 +292,7 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
     }
     ++stats_.mover_pages;
     stats_.resident_bytes -= cfg_.page_bytes;
-    give_device_locked(p.device, batch);
+    if (!lent[k]) give_device_locked(p.device, batch);
     p.device = 0;
     p.where = state::on_host;
     p.host_current = true;
@@ -268,14 +303,28 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
   batches_ = batch;
   if (error == CUDA_SUCCESS) error = handed;
   if (error != CUDA_SUCCESS) mover_error_ = error;
+  if (paired) {
+    // A page whose eviction kept its device memory keeps it from the fetch too.
+    std::vector<char> keep(f.vas.size(), 1);
+    for (std::size_t k = 0; k < f.vas.size(); ++k) {
+      if (f.borrow[k] >= 0 && !ok[static_cast<std::size_t>(f.borrow[k])]) keep[k] = 0;
+    }
+    commit_fetch_locked(f, ferror, fhanded, copy_calls, keep);
+    if (ferror != CUDA_SUCCESS || fhanded != CUDA_SUCCESS) {
+      error = error != CUDA_SUCCESS ? error : ferror != CUDA_SUCCESS ? ferror : fhanded;
+    }
+  }
   moved_.notify_all();
   return error != CUDA_SUCCESS ? move::failed : move::worked;
 }
 
 // The first of the schedule's latest fetches that the mover may make, once a spare and
-// the room are there (Note [The mover] in residency/swap_engine.h).
-swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& lock) {
-  const pool::driver_table& d = pool::driver();
+// the room are there (Note [The mover] in residency/swap_engine.h): the run, its pages
+// marked fetching. With `lendable` (an eviction's device memory, about to be unmapped in
+// the same call) its room counts, and a page with no spare takes one of them; the run
+// is then not taken unless that room is enough, and no room is asked for.
+bool swap_engine::plan_fetch_locked(fetch_plan& f,
+                                    std::span<const CUmemGenericAllocationHandle> lendable) {
   std::size_t next = 0;
   while (next < mover_fetch_.size()) {
     auto it = pages_.find(mover_fetch_[next]);
@@ -284,8 +333,8 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   }
   mover_fetch_.erase(mover_fetch_.begin(), mover_fetch_.begin() + static_cast<std::ptrdiff_t>(next));
   // An application thread waiting for room comes first.
-  if (mover_fetch_.empty() || room_waiters_ != 0) return move::idle;
-  trim_spares_locked();
+  if (mover_fetch_.empty() || room_waiters_ != 0) return false;
+  if (lendable.empty()) trim_spares_locked();
   // The first page, and the pages among the queue's next ones, in any order, that
   // extend its run of adjacent addresses either way: one unmap and one access grant for
   // all of them (Note [Remapping runs] in residency/swap_engine.h; the schedule asks
@@ -312,10 +361,11 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   // finishes (mover_finish_locked). Then the run, as far as the room goes.
   const std::uint64_t cap = capacity_bytes();
   const std::size_t room_pages =
-      stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes;
+      (stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes) +
+      lendable.size();
   if (const std::size_t batch = std::min(vas.size(), batch_pages_locked()); room_pages < batch) {
-    room_wanted_ = std::max(room_wanted_, batch - room_pages);
-    return move::idle;
+    if (lendable.empty()) room_wanted_ = std::max(room_wanted_, batch - room_pages);
+    return false;
   }
   if (vas.size() > room_pages) {
     // The part of the run around the page the schedule wants first.
@@ -330,112 +380,134 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   });
   const std::size_t n = vas.size();
   // The oldest batch's spares, as take_device_locked (the mover's own hand-offs need no
-  // question); with none, new device memory, made below without the lock.
-  std::vector<CUmemGenericAllocationHandle> hosts(n), devices(n, 0);
-  std::vector<std::uintptr_t> shadows(n);
-  std::vector<char> copy(n);
-  const std::uint64_t epoch = write_epoch_;
-  std::size_t copies = 0;
+  // question), then the eviction's memory; with neither, new device memory, made
+  // without the lock.
+  f.vas = std::move(vas);
+  f.hosts.assign(n, 0);
+  f.devices.assign(n, 0);
+  f.shadows.assign(n, 0);
+  f.copy.assign(n, 0);
+  f.borrow.assign(n, -1);
+  f.epoch = write_epoch_;
+  std::size_t lent = 0;
   for (std::size_t k = 0; k < n; ++k) {
-    page& p = pages_[vas[k]];
-    if (std::uint64_t batch_of_spare = 0; !spare_.empty()) devices[k] = take_spare_locked(batch_of_spare);
+    page& p = pages_[f.vas[k]];
+    if (std::uint64_t batch_of_spare = 0; !spare_.empty()) {
+      f.devices[k] = take_spare_locked(batch_of_spare);
+    } else if (lent < lendable.size()) {
+      f.borrow[k] = static_cast<int>(lent);
+      f.devices[k] = lendable[lent++];
+    }
     stats_.resident_bytes += cfg_.page_bytes;  // the room is this page's from now
     p.where = state::fetching;
     ++fetching_;
-    copy[k] = !content_dead(p, epoch);
-    copies += copy[k];
-    hosts[k] = p.host;
-    shadows[k] = p.shadow;
+    f.copy[k] = !content_dead(p, f.epoch);
+    f.copies += f.copy[k];
+    f.hosts[k] = p.host;
+    f.shadows[k] = p.shadow;
   }
   // One copy event for the run's copies in, held by each page copied.
-  int c = -1;
-  CUevent copy_event = nullptr;
-  if (copies != 0) {
-    c = new_copy_locked();
-    if (c >= 0) {
-      copy_event = copies_[c].event;
-      copies_[c].stream = mover_stream_;
-      copies_[c].refs += static_cast<std::uint32_t>(copies);  // the pages', from the commit
+  if (f.copies != 0) {
+    f.c = new_copy_locked();
+    if (f.c >= 0) {
+      f.copy_event = copies_[f.c].event;
+      copies_[f.c].stream = mover_stream_;
+      copies_[f.c].refs += static_cast<std::uint32_t>(f.copies);  // the pages', from the commit
     }
   }
-  const std::uint64_t batch = ++next_batch_;
-  std::uint64_t (*const clock)() noexcept = clock_;
-  lock.unlock();
+  f.batch = ++next_batch_;
+  return true;
+}
 
-  // The remaps and the copies in, without the lock (the pages are the mover's).
-  std::uint64_t calls = 0;
-  CUresult error = copies != 0 && c < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+// The fetch's new device memory, where it took neither a spare nor an eviction's;
+// without the lock.
+CUresult swap_engine::create_fetch_memory(fetch_plan& f, std::uint64_t& calls) {
+  const pool::driver_table& d = pool::driver();
+  CUresult error = f.copies != 0 && f.c < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
   const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);
-  for (std::size_t k = 0; k < n && error == CUDA_SUCCESS; ++k) {
-    if (devices[k] != 0) continue;
+  for (std::size_t k = 0; k < f.vas.size() && error == CUDA_SUCCESS; ++k) {
+    if (f.devices[k] != 0) continue;
     ++calls;
-    if (error = d.cuMemCreate(&devices[k], cfg_.page_bytes, &prop, 0); error != CUDA_SUCCESS) {
-      devices[k] = 0;
+    if (error = d.cuMemCreate(&f.devices[k], cfg_.page_bytes, &prop, 0); error != CUDA_SUCCESS) {
+      f.devices[k] = 0;
     }
   }
-  std::vector<char> ok;
-  std::size_t mapped = 0;
-  run_cost_fit fit;
-  if (error == CUDA_SUCCESS) {
-    error = remap_runs(vas, hosts, devices, cfg_.page_bytes, cfg_.device, ok, calls, clock, &fit);
-    while (mapped < n && ok[mapped]) ++mapped;
-  }
+  return error;
+}
+
+// The fetch's copies in, once its pages are remapped (ok), and on an error its pages
+// back to their host copies; without the lock.
+CUresult swap_engine::copy_fetch_in(fetch_plan& f, const std::vector<char>& ok, CUresult error,
+                                    std::uint64_t& calls, std::uint64_t& copy_calls) {
+  const pool::driver_table& d = pool::driver();
+  const std::size_t n = f.vas.size();
   // Copies in: one per run adjacent at both its addresses and its shadow addresses.
-  std::uint64_t copy_calls = 0;
   for (std::size_t k = 0; k < n && error == CUDA_SUCCESS;) {
-    if (!copy[k]) {
+    if (!f.copy[k]) {
       ++k;
       continue;
     }
     std::size_t end = k + 1;
-    while (end < n && copy[end] && shadows[end] == shadows[end - 1] + cfg_.page_bytes) ++end;
+    while (end < n && f.copy[end] && f.shadows[end] == f.shadows[end - 1] + cfg_.page_bytes) {
+      ++end;
+    }
     ++copy_calls;
-    error = d.cuMemcpyAsync(vas[k], shadows[k], (end - k) * cfg_.page_bytes, mover_stream_);
+    error = d.cuMemcpyAsync(f.vas[k], f.shadows[k], (end - k) * cfg_.page_bytes, mover_stream_);
     k = end;
   }
-  if (error == CUDA_SUCCESS && copies != 0) error = d.cuEventRecord(copy_event, mover_stream_);
-  if (error != CUDA_SUCCESS && mapped != 0) {
+  if (error == CUDA_SUCCESS && f.copies != 0) error = d.cuEventRecord(f.copy_event, mover_stream_);
+  if (error != CUDA_SUCCESS) {
     // Back to the host copies, whose bytes are current, once any copy queued into the
     // device memory is done.
-    d.cuStreamSynchronize(mover_stream_);
-    std::vector<char> back;
-    remap_runs(std::span(vas).first(mapped), std::span(devices).first(mapped),
-               std::span(hosts).first(mapped), cfg_.page_bytes, cfg_.device, back, calls);
+    std::vector<std::uintptr_t> vas;
+    std::vector<CUmemGenericAllocationHandle> devices, hosts;
+    for (std::size_t k = 0; k < n && k < ok.size(); ++k) {
+      if (!ok[k]) continue;
+      vas.push_back(f.vas[k]);
+      devices.push_back(f.devices[k]);
+      hosts.push_back(f.hosts[k]);
+    }
+    if (!vas.empty()) {
+      d.cuStreamSynchronize(mover_stream_);
+      std::vector<char> back;
+      remap_runs(vas, devices, hosts, cfg_.page_bytes, cfg_.device, back, calls);
+    }
   }
-  // As in mover_finish_locked: a hand-off not recorded is heard at the next call.
-  const CUresult handed = d.cuEventRecord(handoff_[batch % handoff_.size()], mover_stream_);
+  return error;
+}
 
-  lock.lock();
-  stats_.mapping_calls += calls;
-  count_remaps_locked(fit, true);
-  if (error != CUDA_SUCCESS && c >= 0) {
-    copies_[c].refs -= static_cast<std::uint32_t>(copies);
-    if (copies_[c].refs == 0) free_copies_.push_back(c);
+// The fetch's pages resident, or on an error back on the host (keep[k] false: its device
+// memory is an eviction's that kept it, not to be given as a spare).
+void swap_engine::commit_fetch_locked(fetch_plan& f, CUresult error, CUresult handed,
+                                      std::uint64_t copy_calls, const std::vector<char>& keep) {
+  if (error != CUDA_SUCCESS && f.c >= 0) {
+    copies_[f.c].refs -= static_cast<std::uint32_t>(f.copies);
+    if (copies_[f.c].refs == 0) free_copies_.push_back(f.c);
   }
-  for (std::size_t k = 0; k < n; ++k) {
-    page& q = pages_[vas[k]];
+  for (std::size_t k = 0; k < f.vas.size(); ++k) {
+    page& q = pages_[f.vas[k]];
     --fetching_;
     if (error != CUDA_SUCCESS) {
       q.where = state::on_host;
       q.device = 0;
       stats_.resident_bytes -= cfg_.page_bytes;
-      if (devices[k] != 0) give_device_locked(devices[k], batch);
+      if (f.devices[k] != 0 && (keep.empty() || keep[k])) give_device_locked(f.devices[k], f.batch);
     } else {
-      if (copy[k]) {
+      if (f.copy[k]) {
         release_copy_locked(q);
-        q.copy = c;  // its reference was taken above
+        q.copy = f.c;  // its reference was taken above
         stats_.bytes_to_device += cfg_.page_bytes;
       } else {
         ++stats_.dead_fetches;
       }
       q.where = state::resident;
-      q.device = devices[k];
+      q.device = f.devices[k];
       q.host_current = true;
-      q.clean_epoch = epoch;
+      q.clean_epoch = f.epoch;
       ++stats_.fetches;
       ++stats_.mover_fetches;
     }
-    q.handoff = batch;
+    q.handoff = f.batch;
   }
   if (error == CUDA_SUCCESS) {
     stats_.copies += copy_calls;
@@ -443,13 +515,36 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
   } else {
     mover_error_ = error;
   }
-  batches_ = batch;
-  if (error == CUDA_SUCCESS && handed != CUDA_SUCCESS) {
-    error = handed;
-    mover_error_ = handed;
+  batches_ = f.batch;
+  if (error == CUDA_SUCCESS && handed != CUDA_SUCCESS) mover_error_ = handed;
+}
+
+swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& lock) {
+  fetch_plan f;
+  if (!plan_fetch_locked(f, {})) return move::idle;
+  std::uint64_t (*const clock)() noexcept = clock_;
+  lock.unlock();
+
+  // The remaps and the copies in, without the lock (the pages are the mover's).
+  std::uint64_t calls = 0, copy_calls = 0;
+  CUresult error = create_fetch_memory(f, calls);
+  std::vector<char> ok;
+  run_cost_fit fit;
+  if (error == CUDA_SUCCESS) {
+    error = remap_runs(f.vas, f.hosts, f.devices, cfg_.page_bytes, cfg_.device, ok, calls, clock,
+                       &fit);
   }
+  error = copy_fetch_in(f, ok, error, calls, copy_calls);
+  // As in mover_finish_locked: a hand-off not recorded is heard at the next call.
+  const CUresult handed =
+      pool::driver().cuEventRecord(handoff_[f.batch % handoff_.size()], mover_stream_);
+
+  lock.lock();
+  stats_.mapping_calls += calls;
+  count_remaps_locked(fit, true);
+  commit_fetch_locked(f, error, handed, copy_calls, {});
   moved_.notify_all();
-  return error != CUDA_SUCCESS ? move::failed : move::worked;
+  return error != CUDA_SUCCESS || handed != CUDA_SUCCESS ? move::failed : move::worked;
 }
 
 // See Note [Copies out on the mover] in residency/swap_copies_out.cc.
