@@ -191,7 +191,7 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
   return result;
 }
 
-// See Note [A launch's fetch takes the queue's neighbours] in residency/swap_engine.h.
+// See Note [A launch's fetch takes the queue's neighbours] in residency/swap_mover.cc.
 void swap_engine::extend_with_queued_locked(std::vector<std::uintptr_t>& missing) {
   if (mover_fetch_.empty()) return;
   const std::uint64_t cap = capacity_bytes();

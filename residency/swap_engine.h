@@ -328,8 +328,9 @@
 //     no page, so it never runs on an address while its mapping changes.
 //   - The thread is stopped by an exit handler, and a forked child (where it does
 //     not exist) never waits for it.
-// The mover also makes the schedule's fetches, and a launch's own (Note [A launch hands
-// its fetch to the mover]). A scheduled prefetch (prefetch_now)
+// The mover also makes the schedule's fetches, and a launch's own (Note [A launch
+// hands its fetch to the mover] in residency/swap_mover.cc). A scheduled prefetch
+// (prefetch_now)
 // begins on the launching thread the evictions its pages need, as before, and hands
 // the pages, in the schedule's order, to the mover (mover_fetch_, replaced by each
 // request: the pages it has not begun go back to the schedule as `later`, which asks
@@ -348,49 +349,13 @@
 // copy's event (use_after_copy_locked), as for any fetched page. An application thread
 // waiting for room comes first: the mover begins no fetch of its own meanwhile.
 // A launch's own missing pages go to the mover too, first in its queue (Note [A launch
-// hands its fetch to the mover]).
+// hands its fetch to the mover] in residency/swap_mover.cc).
 // The library runs the mover by default (OVERSUB_MOVER=thread; inline keeps every
 // remap on the launching thread). On simgpu's H100 model, the traces at 1/8 of their
 // bytes at 1.5x and 3x, the launching thread's host time per iteration fell 5 to 11
 // times, and the iteration was shorter at every point but VGG-16 at 1.5x (5% longer:
 // its launches need their pages sooner than the mover fetches them, so most of its
 // fetches are still made on demand); docs/results.md, "Swap: the mover".
-//
-// Note [A launch's fetch takes the queue's neighbours]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A launch's own missing pages are remapped run by run (Note [Remapping runs]); the
-// pages next to them that the mover has queued and not begun would each cost the
-// mover a run of their own later (its unmap and access grant, about 186 us on the
-// H200's measured model, against 13 us for a page joining a run). So prepare()
-// extends each run of its missing pages either way with queued
-// pages the mover could take (on the host, among the queue's next 4 * kMaxRunPages,
-// used by nothing else there, no lending), up to kMaxRunPages a run, and only as far
-// as the room free now goes beyond its own pages: the launch never waits for room for
-// pages it does not use. They are fetched as the mover would have (their copies' event
-// orders their later users) and leave the queue; swap_stats::launch_run_pages counts
-// them.
-//
-// Note [A launch hands its fetch to the mover]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A launch that reaches pages the mover has not fetched yet does not remap them
-// itself: prepare() begins the evictions that make their room, puts the pages first in
-// the mover's queue (the mover may fetch them though they are pinned: handoff_epoch_)
-// and waits on the condition variable until they are resident, then uses them after
-// their batches' hand-offs, as any work of the mover's (Note [The mover]). So the
-// launching thread makes no mapping call in the steady state: it waits only where its
-// launch needs pages that are not there, the wait a launch queue that is full would
-// make too. The launching thread remapped them itself before, beside the mover: two
-// threads of calls, but the host time added to the application's thread was 9%-44% of
-// T_unl on the H200 model's trace points. Handing them over (ResNet-50, GPT-2 and
-// VGG-16 at 1/8, docs/results.md "Swap: a launch hands its fetch to the mover"): host
-// time added 0.9% and 1.5% of T_unl at ResNet-50; the iteration 0.5% faster at
-// ResNet-50 1.5x and GPT-2 3x, 3.4% slower at ResNet-50 3x and 2.6% at VGG-16, where
-// one thread of calls is busier; with VMM calls that wait for the device
-// (SIMGPU_VMM_WAIT=1), GPT-2 3x 592.5 -> 445.6 ms, where the launching thread's own
-// calls had waited for the device's queue. If the mover stops, or waits with nothing
-// it can do (the room it needs cannot come from evictions it can finish, or the pages
-// are not its to fetch), the launching thread takes the pages back and fetches them
-// itself (swap_stats::mover_handbacks).
 //
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
 // call could have its page evicted in between; training loops launch from one thread
@@ -468,11 +433,12 @@ struct swap_stats {
   // The evictions' copies its threads enqueued (counted in copies too): see Note
   // [Copies out on the mover] in residency/swap_copies_out.cc.
   std::uint64_t mover_copies_out = 0;
-  // See Note [A launch's fetch takes the queue's neighbours]: pages the launching
-  // thread took from the mover's queue into its own runs.
+  // See Note [A launch's fetch takes the queue's neighbours] in residency/swap_mover.cc:
+  // pages the launching thread took from the mover's queue into its own runs.
   std::uint64_t launch_run_pages = 0;
-  // See Note [A launch hands its fetch to the mover]: hand-offs the launching thread
-  // took back (the mover stopped, or could not make the room).
+  // See Note [A launch hands its fetch to the mover] in residency/swap_mover.cc:
+  // hand-offs the launching thread took back (the mover stopped, or could not make the
+  // room).
   std::uint64_t mover_handbacks = 0;
   // See Note [Which part differs] in core/schedule.cc: the remaps' mapping calls (unmaps,
   // maps, access grants) as timed on the copy clock, by the thread that made them, and
@@ -725,8 +691,9 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   CUresult hand_to_mover_locked(std::vector<std::uintptr_t>& vas, const victim_rank& rank);
   void await_page_locked(std::uintptr_t va);
   bool mover_on_ = false;
-  // See Note [A launch hands its fetch to the mover]: the mover waits with nothing it
-  // can do; pages pinned in this epoch are the mover's to fetch.
+  // See Note [A launch hands its fetch to the mover] in residency/swap_mover.cc: the
+  // mover waits with nothing it can do; pages pinned in this epoch are the mover's to
+  // fetch.
   bool mover_idle_ = false;
   std::uint64_t handoff_epoch_ = 0;
   bool stop_ = false;

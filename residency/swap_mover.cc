@@ -1,6 +1,45 @@
 // The swap engine's mover: the thread that finishes evictions off the launching
 // thread, and the hand-offs through which the launching thread uses what it did (Note
 // [The mover] in residency/swap_engine.h).
+//
+// Note [A launch's fetch takes the queue's neighbours]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A launch's own missing pages are remapped run by run (Note [Remapping runs] in
+// residency/swap_engine.h); the
+// pages next to them that the mover has queued and not begun would each cost the
+// mover a run of their own later (its unmap and access grant, about 186 us on the
+// H200's measured model, against 13 us for a page joining a run). So prepare()
+// extends each run of its missing pages either way with queued
+// pages the mover could take (on the host, among the queue's next 4 * kMaxRunPages,
+// used by nothing else there, no lending), up to kMaxRunPages a run, and only as far
+// as the room free now goes beyond its own pages: the launch never waits for room for
+// pages it does not use. They are fetched as the mover would have (their copies' event
+// orders their later users) and leave the queue; swap_stats::launch_run_pages counts
+// them.
+//
+// Note [A launch hands its fetch to the mover]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A launch that reaches pages the mover has not fetched yet does not remap them
+// itself: prepare() begins the evictions that make their room, puts the pages first in
+// the mover's queue (the mover may fetch them though they are pinned: handoff_epoch_)
+// and waits on the condition variable until they are resident, then uses them after
+// their batches' hand-offs, as any work of the mover's (Note [The mover] in
+// residency/swap_engine.h). So the
+// launching thread makes no mapping call in the steady state: it waits only where its
+// launch needs pages that are not there, the wait a launch queue that is full would
+// make too. The launching thread remapped them itself before, beside the mover: two
+// threads of calls, but the host time added to the application's thread was 9%-44% of
+// T_unl on the H200 model's trace points. Handing them over (ResNet-50, GPT-2 and
+// VGG-16 at 1/8, docs/results.md "Swap: a launch hands its fetch to the mover"): host
+// time added 0.9% and 1.5% of T_unl at ResNet-50; the iteration 0.5% faster at
+// ResNet-50 1.5x and GPT-2 3x, 3.4% slower at ResNet-50 3x and 2.6% at VGG-16, where
+// one thread of calls is busier; with VMM calls that wait for the device
+// (SIMGPU_VMM_WAIT=1), GPT-2 3x 592.5 -> 445.6 ms, where the launching thread's own
+// calls had waited for the device's queue. If the mover stops, or waits with nothing
+// it can do (the room it needs cannot come from evictions it can finish, or the pages
+// are not its to fetch), the launching thread takes the pages back and fetches them
+// itself (swap_stats::mover_handbacks).
+
 #include <unistd.h>
 
 #include <algorithm>

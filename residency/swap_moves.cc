@@ -548,7 +548,7 @@ CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
   return CUDA_SUCCESS;
 }
 
-// See Note [A launch hands its fetch to the mover] in residency/swap_engine.h: vas
+// See Note [A launch hands its fetch to the mover] in residency/swap_mover.cc: vas
 // (pages on the host) first in the mover's queue, their evictions begun; returns once
 // the mover has fetched them, or has stopped or has nothing it can do, with the pages
 // still on the host left in vas for the caller to fetch.

@@ -12,23 +12,13 @@
 
 namespace oversub::residency {
 
-namespace {
-
-CUmemLocation device_location(int device) {
+// Where a prefetch sends a managed buffer: the device, or the host.
+CUmemLocation um_location(bool to_device, int device) {
   CUmemLocation l{};
-  l.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  l.id = device;
+  l.type = to_device ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+  l.id = to_device ? device : 0;
   return l;
 }
-
-CUmemLocation host_location() {
-  CUmemLocation l{};
-  l.type = CU_MEM_LOCATION_TYPE_HOST;
-  l.id = 0;
-  return l;
-}
-
-}  // namespace
 
 um_engine::um_engine(int device, std::uint64_t capacity_bytes, bool naive, bool mover_thread)
     : backend_with_stats(capacity_bytes), device_(device), naive_(naive),
@@ -95,7 +85,7 @@ pool::allocation_result um_engine::allocate(std::size_t bytes, CUstream stream) 
   }
   // The device keeps a mapping of the pages wherever they are, so an access we did
   // not prefetch for needs no new mapping.
-  if (!naive_) d.cuMemAdvise(p, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, device_location(device_));
+  if (!naive_) d.cuMemAdvise(p, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, um_location(true, device_));
   buffer b;
   b.bytes = bytes;
   b.last_use = ++tick_;
@@ -185,7 +175,7 @@ CUresult um_engine::move_locked(std::unique_lock<std::mutex>& lock, std::uintptr
     if (b.job != 0) observe_mover_locked();
     if (CUresult r = order_after_locked(stream, b.last_stream); r != CUDA_SUCCESS) return r;
   }
-  const CUmemLocation where = to_device ? device_location(device_) : host_location();
+  const CUmemLocation where = um_location(to_device, device_);
   if (CUresult r = d.cuMemPrefetchAsync(base, b.bytes, where, 0, stream); r != CUDA_SUCCESS) {
     return r;
   }

@@ -61,6 +61,9 @@ struct um_stats {
   std::uint64_t mover_prefetches = 0;
 };
 
+// Where a prefetch sends a managed buffer: the device, or the host.
+CUmemLocation um_location(bool to_device, int device);
+
 // The exit report's um section (residency/um_engine.cc).
 void write_report(int device, std::uint64_t capacity_bytes, const um_stats& m,
                   stats::section& out);

@@ -64,13 +64,6 @@ void stop_um_movers_at_exit() {
   for (um_engine* e : all) e->stop_mover();
 }
 
-CUmemLocation location_of(bool to_device, int device) {
-  CUmemLocation l{};
-  l.type = to_device ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
-  l.id = to_device ? device : 0;
-  return l;
-}
-
 }  // namespace
 
 bool um_engine::mover_running() const {
@@ -241,7 +234,7 @@ CUresult um_engine::run_job(const um_job& job, std::uint64_t seq) {
     }
     if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(stream, engine_order_event_, 0);
   }
-  const CUmemLocation where = location_of(job.to_device, device_);
+  const CUmemLocation where = um_location(job.to_device, device_);
   for (const auto& [base, bytes] : job.moves) {
     if (r != CUDA_SUCCESS) break;
     r = d.cuMemPrefetchAsync(base, bytes, where, 0, stream);

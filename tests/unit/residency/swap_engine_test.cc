@@ -411,7 +411,7 @@ TEST_F(Residency, TheMoverFetchesARunAskedForOutOfOrderAsOneRun) {
   }
 }
 
-// See Note [A launch hands its fetch to the mover] (residency/swap_engine.h): with the
+// See Note [A launch hands its fetch to the mover] (residency/swap_mover.cc): with the
 // mover on, a launch's missing pages are fetched by the mover, not by the launching
 // thread (every fetch is the mover's, none taken back), and every byte is kept, pages
 // used one by one and two at a time on a device of four.
