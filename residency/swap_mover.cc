@@ -249,7 +249,8 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
   if (vas.empty()) return move::worked;
   // The oldest copy's page first, with the pages adjacent to it whose copies this wait
   // covers too: one run, remapped at about one page's cost (Note [Remapping runs] in
-  // residency/swap_engine.h). Launching work that waits for room waits for one batch.
+  // residency/swap_engine.h); where the calls group, more of the covered pages up to
+  // the room wanted. Launching work that waits for room waits for one batch.
   if (room_wanted_ == 0) return move::worked;
   std::sort(vas.begin(), vas.end());
   const std::uintptr_t oldest_va = *std::min_element(
@@ -270,8 +271,25 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
       break;
     }
   }
-  vas = std::vector<std::uintptr_t>(vas.begin() + static_cast<std::ptrdiff_t>(lo),
-                                    vas.begin() + static_cast<std::ptrdiff_t>(hi));
+  {
+    std::vector<std::uintptr_t> taken(vas.begin() + static_cast<std::ptrdiff_t>(lo),
+                                      vas.begin() + static_cast<std::ptrdiff_t>(hi));
+    if (runs_may_group()) {
+      // See Note [Calls grouped by family] in residency/page_runs.cc: the other pages
+      // this wait covers, oldest copy first, in the same calls.
+      std::vector<std::uintptr_t> rest(vas.begin(),
+                                       vas.begin() + static_cast<std::ptrdiff_t>(lo));
+      rest.insert(rest.end(), vas.begin() + static_cast<std::ptrdiff_t>(hi), vas.end());
+      std::stable_sort(rest.begin(), rest.end(), [&](std::uintptr_t a, std::uintptr_t b) {
+        return copies_[pages_[a].copy].seq < copies_[pages_[b].copy].seq;
+      });
+      for (std::size_t k = 0; k < rest.size() && taken.size() < room_wanted_; ++k) {
+        taken.push_back(rest[k]);
+      }
+      std::sort(taken.begin(), taken.end());
+    }
+    vas = std::move(taken);
+  }
   room_wanted_ -= std::min(room_wanted_, vas.size());
   std::vector<CUmemGenericAllocationHandle> from, to;  // device memory, host handles
   for (std::uintptr_t va : vas) {
