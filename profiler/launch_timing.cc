@@ -52,7 +52,10 @@ struct fit_sums {
     }
     // One size: the effective rate, if the copies are large enough for the setup
     // not to dominate; otherwise nothing is known of the rate.
-    if (mx >= static_cast<double>(min_effective_copy_bytes)) e.bytes_per_s = sx / sy * 1e9;
+    if (mx >= static_cast<double>(min_effective_copy_bytes)) {
+      e.bytes_per_s = sx / sy * 1e9;
+      e.mean_bytes = mx;
+    }
     return e;
   }
 };
@@ -115,7 +118,22 @@ class collector final : public cupti::sink {
   }
   link_estimate link() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return link_estimate{h2d_.estimate(), d2h_.estimate()};
+    link_estimate e{h2d_.estimate(), d2h_.estimate()};
+    // One direction fitted, the other an effective rate: the other takes the fitted
+    // setup and its rate is what is left (Note [Link figures from the engine's copies] in
+    // profiler/launch_timing.h).
+    const auto take_setup = [](direction_estimate& eff, const direction_estimate& fit) {
+      if (eff.fitted || !fit.fitted || eff.bytes_per_s <= 0 || eff.mean_bytes <= 0) return;
+      const double copy_ns = eff.mean_bytes / eff.bytes_per_s * 1e9;
+      const auto setup = static_cast<double>(fit.setup_ns);
+      if (copy_ns <= 2 * setup) return;  // the setup would be most of the copy: keep the rate
+      eff.bytes_per_s = eff.mean_bytes / (copy_ns - setup) * 1e9;
+      eff.setup_ns = fit.setup_ns;
+      eff.fitted = true;
+    };
+    take_setup(e.h2d, e.d2h);
+    take_setup(e.d2h, e.h2d);
+    return e;
   }
 
  private:

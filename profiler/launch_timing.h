@@ -25,7 +25,11 @@
 // bytes over total time, with the setup folded into it (setup_ns is then 0 for that
 // direction) -- if the copies average 1 MiB or more; small copies of one size (a
 // program reading back a loss) measure the setup alone, and the direction is then
-// unknown (bytes_per_s 0). Pageable copies (staged by the CPU) would understate the
+// unknown (bytes_per_s 0). Where the other direction was fitted, its setup is taken
+// as this one's (the copy engines' setup, either way) and the rate is what the copies
+// took beyond it: the cost model has one setup for both ways, and the swap engine
+// copies out page by page (one size) but in by runs (many), so an effective rate out
+// beside the setup fitted in would count the setup twice. Pageable copies (staged by the CPU) would understate the
 // link and are left out.
 //
 // Nothing here calls CUDA but through cupti_source; nothing throws.
@@ -73,7 +77,8 @@ struct direction_estimate {
   std::uint64_t copies = 0;          // copies measured
   double bytes_per_s = 0;            // 0: none measured
   std::uint64_t setup_ns = 0;        // per copy, from the fit (0 when not fitted)
-  bool fitted = false;
+  bool fitted = false;               // bytes_per_s and setup_ns apart
+  double mean_bytes = 0;             // an effective rate's copy size
 };
 struct link_estimate {
   direction_estimate h2d;

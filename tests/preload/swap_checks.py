@@ -96,6 +96,41 @@ def check_swap(stats: dict, proc: subprocess.CompletedProcess[str], device: int,
             f"back; {scheduled} launches followed the learned schedule, {deviations} deviations")
 
 
+def device_model(name: str | None = None) -> dict[str, float]:
+    """The simgpu device model's figures (SIMGPU_DEVICE, else simgpu's default); its
+    keys that are not numbers (the name) are left out."""
+    name = name or os.environ.get("SIMGPU_DEVICE", "h100-pcie")
+    path = Path(name) if "/" in name else Path(os.environ["SIMGPU_DEVICE_DIR"]) / f"{name}.model"
+    figures = {}
+    for line in path.read_text().splitlines():
+        key, eq, value = line.split("#")[0].partition("=")
+        try:
+            figures[key.strip()] = float(value)
+        except ValueError:
+            continue
+    return figures
+
+
+def check_link(stats: dict, model: dict[str, float]) -> str:
+    """The link figures the learner fitted from CUPTI's copy records match the device
+    model's: each way's rate within 3% of its pinned bandwidth, the setup within 20%
+    of its copy latency (Note [Link figures from the engine's copies] in
+    profiler/launch_timing.h). The engine copies out page by page and in by runs, so
+    a rate out that kept the setup in it would be 10% low on 2 MiB pages."""
+    s = stats.get("schedule", {})
+    if s.get("link_source") != "cupti":
+        fail(f"no link figures from CUPTI: {s.get('link_source')}")
+    for way, key in (("h2d", "h2d_pinned_bandwidth"), ("d2h", "d2h_pinned_bandwidth")):
+        got = s[f"{way}_gbps"] * 1e9
+        if abs(got / model[key] - 1) > 0.03:
+            fail(f"{way} rate {got / 1e9:.2f} GB/s, the model's {model[key] / 1e9:.2f}")
+    latency = model.get("copy_latency_ns", 0)
+    if abs(s["copy_setup_ns"] - latency) > 0.2 * latency:
+        fail(f"copy setup {s['copy_setup_ns']} ns, the model's latency {latency:.0f}")
+    return (f"link {s['h2d_gbps']:.2f} / {s['d2h_gbps']:.2f} GB/s each way, setup "
+            f"{s['copy_setup_ns']} ns")
+
+
 def check_um(stats: dict, device: int, naive: bool = False) -> str:
     """um mode: what oversub prefetched stayed under the capacity; it prefetched
     (none with naive); nothing refused or leaked."""
