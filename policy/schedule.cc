@@ -685,14 +685,23 @@ schedule_result plan_schedule(const iteration_model& model, std::size_t capacity
   // it is set; `finish` turns each candidate into its final form.
   struct timed {
     schedule plan;
-    std::uint64_t ns = 0;  // simulated iteration (cost only)
+    // Simulated (cost only): an iteration among others (Note [The next iteration] in
+    // policy/simulate.h), and on a tie the bytes moved: of two plans that hide their
+    // copies equally, the one that moves less.
+    std::uint64_t ns = 0, moved = 0;
+    void time(const iteration_model& m, const cost_model& c) {
+      const simulation sim = simulate(m, plan, c);
+      ns = sim.iteration_ns;
+      moved = sim.h2d_bytes + sim.d2h_bytes;
+    }
+    bool faster(const timed& o) const { return ns != o.ns ? ns < o.ns : moved < o.moved; }
   };
   auto steady = [&](auto finish) {
     plan.run({}, false);
     std::vector<buffer_id> start = plan.resident_long_lived();
     timed best{finish(plan.run(start, true))};
     if (kind != policy_kind::cost) return best;
-    best.ns = simulate(model, best.plan, costs).iteration_ns;
+    best.time(model, costs);
     if (!best.plan.evict_at_start.empty()) {
       // A buffer the loop body evicts before its first launch may be better left
       // on the host at the end of the previous iteration (its copy out then follows
@@ -702,8 +711,8 @@ schedule_result plan_schedule(const iteration_model& model, std::size_t capacity
       for (const evict_action& e : best.plan.evict_at_start) leaves[e.buffer] = true;
       std::erase_if(start, [&](buffer_id b) { return leaves[b]; });
       timed smaller{finish(plan.run(start, true))};
-      smaller.ns = simulate(model, smaller.plan, costs).iteration_ns;
-      if (smaller.ns < best.ns) best = std::move(smaller);
+      smaller.time(model, costs);
+      if (smaller.faster(best)) best = std::move(smaller);
     }
     return best;
   };
@@ -733,7 +742,7 @@ schedule_result plan_schedule(const iteration_model& model, std::size_t capacity
         hoist_fetches(model, s, prefetch_distance_launches);
         return s;
       });
-      if (hoisted.ns < best.ns) best = std::move(hoisted);
+      if (hoisted.faster(best)) best = std::move(hoisted);
     }
     result.value = std::move(best.plan);
   }

@@ -181,7 +181,36 @@ class replay {
       resident_[b] = true;
     }
     result_.peak_device_bytes = used_;
-    for (const evict_action& e : plan_.evict_at_start) compute_free_ += evict(e, 0);
+    pass(true);
+    const std::uint64_t first_end = compute_free_;
+    result_.first_iteration_ns = std::max({compute_free_, h2d_free_, d2h_free_, mover_free_});
+    for (buffer_id b = 0; b < resident_.size(); ++b) {
+      if (resident_[b]) hold(b, result_.first_iteration_ns);
+    }
+    result_.peak_device_bytes_in_time = peak_in_time();
+    // See Note [The next iteration] in policy/simulate.h: the schedule once more, from
+    // where the first left every stream; only its time is kept.
+    const simulation first = result_;
+    const std::uint64_t busy_before[3] = {h2d_busy_, d2h_busy_, result_.host_remap_ns};
+    if (!model_.launches.empty()) compute_free_ += costs_.launch_latency_ns;
+    pass(false);
+    const std::uint64_t busy = std::max({h2d_busy_ - busy_before[0], d2h_busy_ - busy_before[1],
+                                         result_.host_remap_ns - busy_before[2]});
+    result_ = first;
+    result_.iteration_ns = std::max(compute_free_ - first_end, busy);
+    const std::uint64_t unlimited = unlimited_iteration_ns(model_, costs_);
+    result_.stall_ns = result_.iteration_ns > unlimited ? result_.iteration_ns - unlimited : 0;
+    return result_;
+  }
+
+ private:
+  // One iteration of the schedule, its launches from compute_free_ on (the first:
+  // their end times kept).
+  void pass(bool first) {
+    fetches_ = evictions_ = 0;
+    for (const evict_action& e : plan_.evict_at_start) {
+      compute_free_ += evict(e, first ? 0 : compute_free_);
+    }
     for (std::size_t i = 0; i < model_.launches.size(); ++i) {
       std::uint64_t paging_ns = 0;
       for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f);
@@ -189,20 +218,12 @@ class replay {
       std::uint64_t start = compute_free_ + paging_ns;
       for (buffer_id b : launch.uses) start = std::max(start, ready_[b]);
       compute_free_ = start + launch.duration_ns;
-      result_.launch_end_ns.push_back(compute_free_);
+      if (first) result_.launch_end_ns.push_back(compute_free_);
       for (const evict_action& e : plan_.launches[i].evict_after) {
         compute_free_ += evict(e, compute_free_);
       }
     }
     for (const fetch_action& f : plan_.end_fetches) compute_free_ += fetch(f);
-    result_.iteration_ns = std::max({compute_free_, h2d_free_, d2h_free_, mover_free_});
-    const std::uint64_t unlimited = unlimited_iteration_ns(model_, costs_);
-    result_.stall_ns = result_.iteration_ns > unlimited ? result_.iteration_ns - unlimited : 0;
-    for (buffer_id b = 0; b < resident_.size(); ++b) {
-      if (resident_[b]) hold(b, result_.iteration_ns);
-    }
-    result_.peak_device_bytes_in_time = peak_in_time();
-    return result_;
   }
 
  private:
@@ -236,6 +257,7 @@ class replay {
     const std::uint64_t start = pending_.when_at_most(from, slack);
     taken_at_[f.buffer] = start;
     h2d_free_ = start + costs_.h2d_ns(bytes);
+    h2d_busy_ += costs_.h2d_ns(bytes);
     ready_[f.buffer] = h2d_free_;
     result_.h2d_bytes += bytes;
     ++result_.h2d_copies;
@@ -262,7 +284,10 @@ class replay {
       return 0;
     }
     const std::uint64_t copy_start = std::max(h2d_free_, remapped + costs_.mover.copy_enqueue_ns);
-    h2d_free_ = copy_start + costs_.h2d_ns(bytes);
+    // A page joining a run is copied with the run's first page: no setup of its own.
+    const std::uint64_t copy = costs_.h2d_ns(bytes) - (joins ? costs_.copy_setup_ns : 0);
+    h2d_free_ = copy_start + copy;
+    h2d_busy_ += copy;
     ready_[f.buffer] = h2d_free_;
     result_.h2d_bytes += bytes;
     ++result_.h2d_copies;
@@ -286,6 +311,7 @@ class replay {
     if (e.copy_out) {
       const std::uint64_t start = std::max(d2h_free_, release);
       d2h_free_ = start + costs_.d2h_ns(bytes);
+      d2h_busy_ += costs_.d2h_ns(bytes);
       out_done_[e.buffer] = d2h_free_;
       release = d2h_free_;
       result_.d2h_bytes += bytes;
@@ -381,6 +407,7 @@ class replay {
   std::vector<std::uint64_t> out_done_;  // when its last copy out completes
   pending_releases pending_;
   std::uint64_t compute_free_ = 0, h2d_free_ = 0, d2h_free_ = 0;
+  std::uint64_t h2d_busy_ = 0, d2h_busy_ = 0;  // the copy streams' time so far
   // Per fetch and per eviction, in run()'s order: whether it joins a run (find_runs).
   std::vector<char> fetch_joins_, evict_joins_;
   std::size_t fetches_ = 0, evictions_ = 0;

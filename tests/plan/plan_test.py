@@ -112,7 +112,9 @@ def case_swaps(env: Env, traces: dict[str, Path]) -> None:
     check(plan["host_memory_bytes"] == 64 * GiB and plan["host_memory_source"] == "--host-memory",
           f"host memory {plan['host_memory_bytes']} from {plan['host_memory_source']}")
     check(not t["fits_without_oversub"] and t["runs"], f"fits/runs: {t}")
-    check(t["slowdown"] > 1.0 and t["moved_bytes"] > 0 and t["host_bytes_needed"] > 0,
+    # Its copies hide behind the compute (slowdown 1.0 once iterations follow one
+    # another: Note [The next iteration] in policy/simulate.h), but they are there.
+    check(t["slowdown"] >= 1.0 and t["moved_bytes"] > 0 and t["host_bytes_needed"] > 0,
           f"a trace twice the memory moves nothing: {t}")
     # The simulator, asked directly, gives the same figures.
     p = env.simulate(trace, t["swap_capacity_bytes"])

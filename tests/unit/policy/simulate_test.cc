@@ -117,6 +117,44 @@ TEST(Simulate, FetchWaitsForTheMemoryACopyOutReleases) {
   EXPECT_NE(simulate(m, over, byte_per_ns()).error, "");
 }
 
+// See Note [The next iteration] in policy/simulate.h. A (long-lived, 100 bytes) is
+// read by the last launch and leaves after it; the fetch that brings it back for the
+// next iteration runs behind that iteration's first two launches (510 ns of compute).
+// The first iteration ends when that fetch does (720 ns); the next one, measured from
+// the first's last launch to its own, is its compute alone. Where the copies take
+// longer than the compute they hide behind, the link's time is the iteration.
+TEST(Simulate, TheNextIterationOverlapsTheCopiesTheLastOneLeft) {
+  iteration_model m;
+  m.buffers = {{100, true, 0, 0}, {100, false, 0, 0}, {100, false, 1, 1}};
+  m.launches = {{10, {1}, {1}, true}, {500, {2}, {2}, true}, {10, {0}, {0}, true}};
+  schedule s;
+  s.capacity_bytes = s.planned_peak_bytes = 300;
+  s.resident_at_start = {0};
+  s.launches.resize(3);
+  s.launches[0].fetch_before = {{1, false}};
+  s.launches[0].evict_after = {{1, false}};
+  s.launches[1].fetch_before = {{2, false}};
+  s.launches[1].evict_after = {{2, false}};
+  s.launches[2].evict_after = {{0, true}};
+  s.end_fetches = {{0, true}};
+  ASSERT_EQ(check_schedule(m, s), "");
+  cost_model c = byte_per_ns();
+  // Launches 0-10, 10-510, 510-520; A out 520-620, back 620-720.
+  simulation r = simulate(m, s, c);
+  EXPECT_EQ(r.first_iteration_ns, 720u);
+  EXPECT_EQ(r.iteration_ns, 520u);
+  EXPECT_EQ(r.stall_ns, 0u);
+  EXPECT_EQ(r.launch_end_ns, (std::vector<std::uint64_t>{10, 510, 520}));
+  EXPECT_EQ(r.h2d_bytes, 100u);  // one iteration's
+  EXPECT_EQ(r.d2h_bytes, 100u);
+  // A link ten times slower: out 520-1520, back 1520-2520, the next iteration's last
+  // launch waits for it (2520-2530, from 520): 2010 ns, though its compute is 520.
+  c.h2d_bytes_per_s = c.d2h_bytes_per_s = 0.1e9;
+  r = simulate(m, s, c);
+  EXPECT_EQ(r.first_iteration_ns, 2520u);
+  EXPECT_EQ(r.iteration_ns, 2010u);
+}
+
 // Four long-lived 100-byte pages, one launch of 10 ns each, in room for one page:
 // each page is fetched, used and copied out in turn, and the mover remaps every
 // move at 1000 ns, one after another (Note [Virtual time model] in policy/simulate.h).
