@@ -226,7 +226,6 @@ class replay {
     for (const fetch_action& f : plan_.end_fetches) compute_free_ += fetch(f);
   }
 
- private:
   // Issues a fetch; returns the time it adds to the compute stream (demand paging).
   std::uint64_t fetch(const fetch_action& f) {
     const std::size_t bytes = model_.buffers[f.buffer].bytes;
