@@ -96,39 +96,37 @@ def check_swap(stats: dict, proc: subprocess.CompletedProcess[str], device: int,
             f"back; {scheduled} launches followed the learned schedule, {deviations} deviations")
 
 
-def device_model(name: str | None = None) -> dict[str, float]:
-    """The simgpu device model's figures (SIMGPU_DEVICE, else simgpu's default); its
-    keys that are not numbers (the name) are left out."""
-    name = name or os.environ.get("SIMGPU_DEVICE", "h100-pcie")
-    path = Path(name) if "/" in name else Path(os.environ["SIMGPU_DEVICE_DIR"]) / f"{name}.model"
-    figures = {}
-    for line in path.read_text().splitlines():
-        key, eq, value = line.split("#")[0].partition("=")
-        try:
-            figures[key.strip()] = float(value)
-        except ValueError:
-            continue
-    return figures
+def device_figure(key: str, default: float | None = None) -> float:
+    """A figure of the simgpu device model the run uses (SIMGPU_DEVICE, else simgpu's
+    default)."""
+    device = os.environ.get("SIMGPU_DEVICE", "h100-pcie")
+    text = (Path(os.environ["SIMGPU_DEVICE_DIR"]) / f"{device}.model").read_text()
+    m = re.search(rf"^{key}\s*=\s*([0-9.e+]+)", text, re.M)
+    if m is None:
+        if default is not None:
+            return default
+        fail(f"{key} missing from the {device} model")
+    return float(m.group(1))
 
 
-def check_link(stats: dict, model: dict[str, float]) -> str:
-    """The link figures the learner fitted from CUPTI's copy records match the device
-    model's: each way's rate within 3% of its pinned bandwidth, the setup within 20%
-    of its copy latency (Note [Link figures from the engine's copies] in
-    profiler/launch_timing.h). The engine copies out page by page and in by runs, so
-    a rate out that kept the setup in it would be 10% low on 2 MiB pages."""
-    s = stats.get("schedule", {})
-    if s.get("link_source") != "cupti":
-        fail(f"no link figures from CUPTI: {s.get('link_source')}")
-    for way, key in (("h2d", "h2d_pinned_bandwidth"), ("d2h", "d2h_pinned_bandwidth")):
-        got = s[f"{way}_gbps"] * 1e9
-        if abs(got / model[key] - 1) > 0.03:
-            fail(f"{way} rate {got / 1e9:.2f} GB/s, the model's {model[key] / 1e9:.2f}")
-    latency = model.get("copy_latency_ns", 0)
-    if abs(s["copy_setup_ns"] - latency) > 0.2 * latency:
-        fail(f"copy setup {s['copy_setup_ns']} ns, the model's latency {latency:.0f}")
-    return (f"link {s['h2d_gbps']:.2f} / {s['d2h_gbps']:.2f} GB/s each way, setup "
-            f"{s['copy_setup_ns']} ns")
+def check_link(sched: dict, rates: bool = True) -> None:
+    """The link figures the learner fitted from CUPTI's copy records (the stats'
+    "schedule" section) are the device model's, within 1% (the fit is exact up to
+    CUPTI's whole ns): the copy setup its copy latency, and with rates each way's rate
+    its pinned bandwidth (Note [Link figures from the engine's copies] in
+    profiler/launch_timing.h: the engine copies out page by page and in by runs, so a
+    rate out that kept the setup in it would be 10% low on 2 MiB pages)."""
+    if rates:
+        if sched["link_source"] != "cupti":
+            fail(f"link not measured: {sched}")
+        for way in ("h2d", "d2h"):
+            want_gbps = device_figure(f"{way}_pinned_bandwidth") / 1e9
+            if abs(sched[f"{way}_gbps"] - want_gbps) > 0.01 * want_gbps:
+                fail(f"{way}_gbps {sched[f'{way}_gbps']}, the device model's pinned rate is "
+                     f"{want_gbps} GB/s")
+    want_setup = device_figure("copy_latency_ns")
+    if abs(sched["copy_setup_ns"] - want_setup) > 0.01 * want_setup:
+        fail(f"copy setup {sched['copy_setup_ns']} ns, the model's latency is {want_setup} ns")
 
 
 def check_um(stats: dict, device: int, naive: bool = False) -> str:

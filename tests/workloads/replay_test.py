@@ -43,8 +43,8 @@ sys.path.insert(0, str(HERE.parent / "preload"))
 sys.path.insert(0, str(HERE.parents[1] / "scripts" / "lib"))
 
 from oprof import Allocation, Copy, Launch, Profile, read_profile, write_profile  # noqa: E402
-from swap_checks import (OOM_RE, check_link, check_swap, check_um, device_model,  # noqa: E402
-                         fail, read_stats, run)
+from swap_checks import (OOM_RE, check_link, check_swap, check_um, fail,  # noqa: E402
+                         read_stats, run)
 
 TRACE_ARGS = ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "5"]
 ITER_RE = re.compile(r"^iter (\d+) time ([0-9.]+) ms checksum (0x[0-9a-f]+) .*$", re.M)
@@ -295,7 +295,10 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
     elif mode == "swap":
         moved = check_swap(stats, proc, device, True, args.expect_scheduled)
         if args.expect_scheduled:
-            moved += "; " + check_link(stats, device_model())
+            check_link(stats["schedule"])
+            s = stats["schedule"]
+            moved += (f"; link {s['h2d_gbps']:.2f} / {s['d2h_gbps']:.2f} GB/s each way, setup "
+                      f"{s['copy_setup_ns']} ns, the device model's")
     else:
         moved = check_um(stats, device)
     if raced:
