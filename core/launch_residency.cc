@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/options.h"
 #include "common/stats.h"
 #include "common/units.h"
 #include "core/error_codes.h"
@@ -119,6 +120,28 @@ cudaError_t make_resident(const resident_call& at, const residency::byte_range* 
   // See Note [A graph's footprint] in core/graph_footprint.h.
   if (r.capturing) core::graph_capture_ranges(at.stream, {ranges, n});
   return answer(at, r);
+}
+
+// Note [Copies in um mode]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// The driver copies to and from managed memory wherever its pages are, so a copy or a
+// memset in um mode needs nothing moved first; its stream only has to count as a user
+// of the buffers, so that a later move of them waits for it. Made resident as launches
+// are, the copies were the one thing the learned schedule did not know of: a training
+// loop reads its loss (a few bytes) each iteration, the schedule had sent that buffer
+// to the host, and the prefetch back, queued behind the room the migrations to the
+// host were still freeing, held the loop for 20 ms of VGG-16's 200 (1/8 of its
+// bytes, 1.5x, the H200's measured model). So they are reachable ranges (Note
+// [Windows into large allocations] in residency/swap_engine.h): no move, a user
+// recorded. swap mode still makes a copy's pages resident.
+cudaError_t make_copy_resident(const resident_call& at, const residency::byte_range* ranges,
+                               std::size_t n, bool writes) {
+  if (current_config().mode != run_mode::um || n > 2) return make_resident(at, ranges, n, writes);
+  residency::byte_range reach[2];
+  for (std::size_t i = 0; i < n; ++i) {
+    reach[i] = residency::byte_range{ranges[i].addr, ranges[i].bytes, false, true};
+  }
+  return make_resident(at, reach, n, writes);
 }
 
 std::uint64_t* launch_words() noexcept {

@@ -33,6 +33,11 @@ struct resident_call {
 cudaError_t make_resident(const resident_call& at, const residency::byte_range* ranges, std::size_t n,
                           bool writes);
 
+// A copy's or a memset's ranges (ranges[0, n), n <= 2): as make_resident, except in um
+// mode (Note [Copies in um mode] in core/launch_residency.cc).
+cudaError_t make_copy_resident(const resident_call& at, const residency::byte_range* ranges,
+                               std::size_t n, bool writes);
+
 // The launch path's per-thread buffer for a launch's argument words
 // (profiler::max_scan_words of them), or null when it cannot be allocated.
 std::uint64_t* launch_words() noexcept;

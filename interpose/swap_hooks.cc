@@ -144,7 +144,7 @@ cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bo
                         cudaStream_t stream) {
   const residency::byte_range ranges[2] = {{reinterpret_cast<std::uintptr_t>(a.ptr), a.bytes},
                                       {reinterpret_cast<std::uintptr_t>(b.ptr), b.bytes}};
-  return make_resident(resident(at, device, stream), ranges, 2, writes);
+  return make_copy_resident(resident(at, device, stream), ranges, 2, writes);
 }
 
 cudaError_t swap_graph_launch(call_site at, int device, cudaGraphExec_t exec, cudaStream_t stream) {

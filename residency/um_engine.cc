@@ -122,8 +122,9 @@ bool um_engine::deallocate(void* ptr, CUstream stream) {
     stats_.resident_bytes -= b.bytes;
   }
   b.live = false;
-  b.used = false;  // its work is done
-  b.last_stream = nullptr;
+  // b.used and b.last_stream stay: the work enqueued before this free may still be
+  // using the pages, and a move of them is ordered after it (Note [Moves of freed
+  // buffers] in residency/um_engine.h).
   b.last_use = ++tick_;
   cached_[b.bytes].insert(it->first);
   cached_bytes_ += b.bytes;
@@ -227,6 +228,18 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
   // caching allocator's segment) is left to demand paging rather than prefetched
   // whole, and so are the best-effort windows; what remains is prefetched while it
   // fits.
+  // Reachable ranges (Note [Copies in um mode] in core/launch_residency.cc): the work
+  // counts as a user of their buffers, nothing is moved for them.
+  std::vector<byte_range> moved;
+  std::vector<std::uintptr_t> reached;
+  const bool some_reach =
+      std::any_of(ranges.begin(), ranges.end(), [](const byte_range& r) { return r.reach; });
+  if (some_reach) {
+    std::vector<byte_range> reach;
+    for (const byte_range& r : ranges) (r.reach ? reach : moved).push_back(r);
+    reached = buffers_of_locked(reach);
+    ranges = moved;
+  }
   std::vector<std::uintptr_t> wanted;
   for (std::uintptr_t base : buffers_of_locked(ranges)) {
     if (buffers_[base].bytes > capacity_bytes() / 4) continue;
@@ -239,31 +252,10 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
   for (std::uintptr_t base : wanted) {
     buffer& b = buffers_[base];
     b.last_use = ++tick_;
-    if (b.on_device && b.used && b.last_stream == to_device_ && to_device_ != nullptr &&
-        stream != to_device_) {
-      // Fetched ahead by the schedule (Note [um follows the schedule] in
-      // residency/um_engine.h): the work waits for that prefetch, not for the driver to
-      // page it in under the kernel: for the job that fetched it (Note [A fetch's own
-      // event]), unless the stream waited for that job or a later fetch already, else
-      // for everything fetched so far.
-      CUresult r = CUDA_SUCCESS;
-      std::uint64_t& waited = waited_fetch_[stream];
-      if (b.job > waited) {
-        r = issue_through_locked(lock, b.job);
-        if (r == CUDA_SUCCESS && b.job + job_events_.size() > jobs_begun_) {
-          r = pool::driver().cuStreamWaitEvent(stream, job_events_[b.job % job_events_.size()],
-                                               0);
-        } else if (r == CUDA_SUCCESS) {
-          observe_mover_locked();
-          r = order_after_locked(stream, to_device_);
-        }
-        if (r == CUDA_SUCCESS) waited = b.job;
-      }
-      if (r != CUDA_SUCCESS) {
-        result.code = residency_errc::driver_error;
-        result.driver = r;
-        return result;
-      }
+    if (CUresult r = wait_for_fetch_locked(lock, b, stream); r != CUDA_SUCCESS) {
+      result.code = residency_errc::driver_error;
+      result.driver = r;
+      return result;
     }
     if (!b.on_device) {
       // Room first: dead buffers, then the least recently used unpinned ones go to the
@@ -287,8 +279,44 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
     b.last_stream = stream;
     b.used = true;
   }
+  for (std::uintptr_t base : reached) {
+    buffer& b = buffers_[base];
+    if (b.pinned == epoch) continue;  // also moved for this work
+    if (CUresult r = wait_for_fetch_locked(lock, b, stream); r != CUDA_SUCCESS) {
+      result.code = residency_errc::driver_error;
+      result.driver = r;
+      return result;
+    }
+    b.last_use = ++tick_;
+    b.last_stream = stream;
+    b.used = true;
+  }
   ++epoch_;  // nothing stays pinned
   return result;
+}
+
+// Fetched ahead by the schedule (Note [um follows the schedule] in
+// residency/um_engine.h): the work on stream waits for that prefetch, not for the
+// driver to page it in under the kernel: for the job that fetched it (Note [A fetch's
+// own event]), unless the stream waited for that job or a later fetch already, else
+// for everything fetched so far.
+CUresult um_engine::wait_for_fetch_locked(std::unique_lock<std::mutex>& lock, buffer& b,
+                                          CUstream stream) {
+  if (!b.on_device || !b.used || b.last_stream != to_device_ || to_device_ == nullptr ||
+      stream == to_device_) {
+    return CUDA_SUCCESS;
+  }
+  std::uint64_t& waited = waited_fetch_[stream];
+  if (b.job <= waited) return CUDA_SUCCESS;
+  CUresult r = issue_through_locked(lock, b.job);
+  if (r == CUDA_SUCCESS && b.job + job_events_.size() > jobs_begun_) {
+    r = pool::driver().cuStreamWaitEvent(stream, job_events_[b.job % job_events_.size()], 0);
+  } else if (r == CUDA_SUCCESS) {
+    observe_mover_locked();
+    r = order_after_locked(stream, to_device_);
+  }
+  if (r == CUDA_SUCCESS) waited = b.job;
+  return r;
 }
 
 // Note [Dead buffers in um mode]

@@ -89,7 +89,7 @@ def main() -> int:
             fail("no line saying auto runs um without a profile", proc)
         if mode_of(stats, proc) != "um":
             fail(f"auto without a profile ran {mode_of(stats, proc)}, not um", proc)
-        moved = check_um(stats, device)
+        moved = check_um(stats, device, proc=proc)
         summary = [f"no profile: um, losses identical; {moved}"]
 
         # 2. With a profile: the mode predicted faster, for two shapes. With a remap at
@@ -122,7 +122,7 @@ def main() -> int:
             if mode_of(stats, proc) != chosen:
                 fail(f"the line says {chosen}, the statistics {mode_of(stats, proc)}", proc)
             moved = (check_swap(stats, proc, shape_device, True, True) if chosen == "swap"
-                     else check_um(stats, shape_device))
+                     else check_um(stats, shape_device, proc=proc))
             summary.append(f"{' '.join(shape)} with its profile: {chosen} ({chosen_ms} ms "
                            f"predicted against {other} {other_ms} ms), losses identical; {moved}")
 

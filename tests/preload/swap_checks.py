@@ -17,6 +17,7 @@ from typing import NoReturn
 MiB = 1 << 20
 OOM_RE = re.compile(r"cudaErrorMemoryAllocation")
 HOST_MAPPED_RE = re.compile(r"kernel bytes in host-located mappings (\d+)")
+IN_USE_RE = re.compile(r"moved while in use (\d+) bytes")
 RUN_TIMEOUT_S = 300
 
 
@@ -129,9 +130,12 @@ def check_link(sched: dict, rates: bool = True) -> None:
         fail(f"copy setup {sched['copy_setup_ns']} ns, the model's latency is {want_setup} ns")
 
 
-def check_um(stats: dict, device: int, naive: bool = False) -> str:
+def check_um(stats: dict, device: int, naive: bool = False,
+             proc: subprocess.CompletedProcess[str] | None = None) -> str:
     """um mode: what oversub prefetched stayed under the capacity; it prefetched
-    (none with naive); nothing refused or leaked."""
+    (none with naive); nothing refused or leaked; with proc (a run with
+    SIMGPU_REPORT=1), no prefetch to the host moved pages a kernel was still using
+    (Note [Migrations of pages in use] in tests/simgpu/driver/managed.h)."""
     counters = stats["counters"]
     um = stats["pool"]["device0"]["um"]
     if not um["peak_resident_bytes"] <= um["capacity_bytes"] <= device:
@@ -140,5 +144,12 @@ def check_um(stats: dict, device: int, naive: bool = False) -> str:
         fail(f"prefetches do not match the policy ({'naive' if naive else 'prefetching'}): {um}")
     if counters["swap_refusals"]["total"] != 0 or counters["allocations"]["current"] != 0:
         fail(f"refusals or allocations left live: {counters}")
+    if proc is not None:
+        in_use = IN_USE_RE.search(proc.stderr)
+        if in_use is None:
+            fail("no simgpu exit report (SIMGPU_REPORT=1)", proc)
+        if int(in_use.group(1)) != 0:
+            fail(f"prefetches to the host moved {in_use.group(1)} bytes that kernels were still "
+                 "using", proc)
     return (f"{um['prefetches_in']} prefetches in ({um['bytes_in'] // MiB} MiB), "
             f"{um['prefetches_out']} out")

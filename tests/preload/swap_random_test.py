@@ -66,7 +66,7 @@ def run_mode(args: argparse.Namespace, mode: str, cmd: list[str], device: int,
     # the same launches, so by the last iterations the learned schedule is followed
     # (with two, the other stream's work may fence planned bytes: docs/design/swap.md).
     moved = (check_swap(stats, proc, device, True, args.streams == "1") if mode == "swap"
-             else check_um(stats, device))
+             else check_um(stats, device, proc=proc))
     print(f"{mode}: checksum bits identical over {len(want)} iterations; {moved}")
 
 

@@ -300,7 +300,7 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
             moved += (f"; link {s['h2d_gbps']:.2f} / {s['d2h_gbps']:.2f} GB/s each way, setup "
                       f"{s['copy_setup_ns']} ns, the device model's")
     else:
-        moved = check_um(stats, device)
+        moved = check_um(stats, device, proc=proc)
     if raced:
         print(f"simgpu reported {len(raced)} races (SIMGPU_RACE={races}), the first:\n  {raced[0]}")
     print(f"{mode} at {args.ratio}x ({device} of {ref['peak']} bytes): {got['buffers']} buffers "

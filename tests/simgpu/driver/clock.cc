@@ -331,6 +331,10 @@ void op_end(stream_obj* s, engine e, double end_ns) {
   }
 }
 
+void engine_delay(engine e, double ns) {
+  if (e != engine::none && ns > 0) g_engine_free_ns[static_cast<int>(e)] += ns;
+}
+
 void host_wait_stream(stream_obj* s) {
   timeline_host_wait("stream synchronize", me().clock_ns, s->tail_ns);
   host_reach(s->tail_ns);

@@ -197,6 +197,9 @@ double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost = call_
 void host_wait_device_time(const char* why);
 // Records that the operation ends at end_ns.
 void op_end(stream_obj* s, engine e, double end_ns);
+// Work already on engine e runs ns longer: whatever starts on it later starts that much
+// later (Note [Migrations of pages in use] in managed.h).
+void engine_delay(engine e, double ns);
 
 void host_wait_stream(stream_obj* s);
 void host_wait_all();

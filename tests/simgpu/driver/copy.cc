@@ -290,7 +290,9 @@ CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation l
   double start = op_begin(s, e, 0);
   double evict_ns = 0;
   const uint64_t free_before = d.capacity_bytes > d.used_bytes ? d.capacity_bytes - d.used_bytes : 0;
-  uint64_t moved = managed_migrate_range(p, bytes, to_device, &evict_ns);
+  double pulled_ns = 0;  // Note [Migrations of pages in use] in managed.h
+  uint64_t moved = managed_migrate_range(p, bytes, to_device, &evict_ns, start, &pulled_ns);
+  engine_delay(engine::compute, pulled_ns);
   // See Note [Room from migrations to the host] in tests/simgpu/driver/managed.h.
   if (to_device && moved) start = managed_room_ready(start, moved, free_before);
   // See Note [Managed migration rates] in tests/simgpu/driver/device_model.cc.

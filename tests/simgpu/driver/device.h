@@ -72,6 +72,9 @@ struct region {
   // Managed memory, one entry per model page.
   std::vector<uint8_t> page_on_device;
   std::vector<uint64_t> page_stamp;
+  // Per page, when the last kernel that used it ends (virtual ns): Note [Migrations
+  // of pages in use] in managed.h.
+  std::vector<double> page_busy_until;
   // Hints by range, host-page granular (CUDA rounds advice and prefetch ranges to
   // host pages): each key is an offset into the region, its hints hold up to the
   // next key or span_bytes. Key 0 is always present; neighbours always differ.
@@ -103,6 +106,9 @@ struct stats {
   uint64_t h2d_bytes = 0, d2h_bytes = 0, d2d_bytes = 0;
   uint64_t managed_faults = 0, managed_to_device_bytes = 0, managed_to_host_bytes = 0;
   uint64_t managed_evicted_bytes = 0;
+  // Bytes a prefetch to the host moved while a kernel still used them, which that
+  // kernel faulted back (Note [Migrations of pages in use] in managed.h).
+  uint64_t managed_in_use_bytes = 0;
   uint64_t races = 0;
   // Bytes kernels read or wrote in host-located VMM mappings (a swapped-out page
   // reached over the link): Note [Kernels on host-located mappings] in kernels.cc.

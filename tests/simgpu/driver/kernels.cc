@@ -216,6 +216,12 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   op_end(s, engine::compute, end);
   timeline_op(w.fault_ns > 0 ? "kernel (faulting)" : "kernel", k->name.c_str(), s->id, start,
               end, 0);
+  // See Note [Migrations of pages in use] in managed.h.
+  for (int i = 0; i < fp.count; ++i) {
+    const simgpuAccess& a = fp.accesses[i];
+    managed_note_device_use(reinterpret_cast<uintptr_t>(a.ptr), a.bytes, end);
+  }
+  for (const reached_run& run : reached) managed_note_device_use(run.lo, run.hi - run.lo, end);
   ++d.st.kernels;
   // Note [Kernels on host-located mappings]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -228,6 +228,7 @@ CUresult managed_alloc(CUdeviceptr* dptr, size_t bytes, unsigned flags) {
   size_t pages = rounded / page_bytes();
   r->page_on_device.assign(pages, 0);
   r->page_stamp.assign(pages, 0);
+  r->page_busy_until.assign(pages, 0);
   r->hints.emplace(0, managed_hints{});
   protect(base, span, PROT_READ | PROT_WRITE);  // all pages start on the host
   *dptr = base;
@@ -304,7 +305,18 @@ void managed_prepare_for_kernel(region* r, device_window& w) {
   protect(r->base, r->span_bytes, PROT_NONE);
 }
 
-uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, double* evict_ns) {
+void managed_note_device_use(uintptr_t p, uint64_t bytes, double end_ns) {
+  region* r = find_region(p);
+  if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0) return;
+  const size_t first = (p - r->base) / page_bytes();
+  const size_t last =
+      std::min(r->page_busy_until.size(), (p + bytes - 1 - r->base) / page_bytes() + 1);
+  for (size_t i = first; i < last; ++i)
+    r->page_busy_until[i] = std::max(r->page_busy_until[i], end_ns);
+}
+
+uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, double* evict_ns,
+                               double start_ns, double* pulled_ns) {
   region* r = find_region(p);
   if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0) return 0;
   size_t first = (p - r->base) / page_bytes();
@@ -318,6 +330,16 @@ uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, doub
       set_page_host(r, i, PROT_READ | PROT_WRITE);
       dev().st.managed_to_host_bytes += page_bytes();
       moved += page_bytes();
+      // See Note [Migrations of pages in use] in managed.h.
+      if (pulled_ns != nullptr && r->page_busy_until[i] > start_ns &&
+          page_to_device(r, i, pulled_ns)) {
+        device_state& d = dev();
+        d.st.managed_in_use_bytes += page_bytes();
+        d.st.managed_to_device_bytes += page_bytes();
+        ++d.st.managed_faults;
+        *pulled_ns +=
+            d.model.managed_fault_ns + page_bytes() / d.model.managed_h2d_bytes_per_s * 1e9;
+      }
     }
   }
   managed_apply_protection(r);

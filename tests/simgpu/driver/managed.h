@@ -28,6 +28,23 @@
 // concurrentManagedAccess (Maxwell, Kepler) the device and the host may not touch
 // managed memory at the same time, and a prefetch to the host unordered with a
 // kernel is recorded as a read and reported as a race.
+//
+// Note [Migrations of pages in use]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// simgpu runs a kernel when it is enqueued, so a prefetch to the host enqueued after
+// it found the pages where the kernel left them and moved them, even when, in virtual
+// time, the kernel had not finished (nothing ordered the prefetch after it). On a GPU
+// that kernel is still running and touches the pages after they left: it faults each
+// back (Note [Prefetches are migrations]). So a prefetch to the host that starts
+// before the end of the last kernel to use a page (page_busy_until, every kernel's
+// footprint and reached pages) moves the page out and the kernel's fault brings it
+// back: the page ends on the device, the transfer out is paid on the prefetch's
+// stream as before, and the fault and the transfer back (managed_fault_ns plus the
+// page at the managed rate to the device, and any page the driver evicts to make
+// room) are added to the compute engine, which runs every later kernel that much
+// later (the hostile reading: the faulting kernel ends late). The bytes are counted
+// (stats::managed_in_use_bytes, the report's "moved while in use"): a program that
+// orders each prefetch to the host after the work that uses its pages moves none.
 #ifndef SIMGPU_DRIVER_MANAGED_H
 #define SIMGPU_DRIVER_MANAGED_H
 
@@ -58,7 +75,12 @@ void managed_prepare_for_kernel(region* r, device_window& w);
 // the bytes moved, and adds to *evict_ns the time of the pages the driver evicted to
 // make room (at the managed rate to the host). Used by cuMemPrefetchAsync, which
 // charges both on the stream.
-uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, double* evict_ns);
+// To the host, pages still in use at start_ns come back (Note [Migrations of pages in
+// use]): their faults' time is added to *pulled_ns.
+uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, double* evict_ns,
+                               double start_ns = 0, double* pulled_ns = nullptr);
+// A kernel that ends at end_ns used [p, p+bytes) (any memory; managed pages are noted).
+void managed_note_device_use(uintptr_t p, uint64_t bytes, double end_ns);
 
 // Note [Room from migrations to the host]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -38,6 +38,18 @@ SIMGPU_KERNEL_FOOTPRINT(busy_kernel, [](simgpu::footprint& fp, float* out, doubl
   fp.flops(flops);
 });
 
+// Reads x while it runs `flops` of work (a long kernel over managed pages).
+__global__ void slow_read_kernel(const float* x, long n, double flops) {
+  (void)x;
+  (void)n;
+  (void)flops;
+}
+SIMGPU_KERNEL_FOOTPRINT(slow_read_kernel,
+                        [](simgpu::footprint& fp, const float* x, long n, double flops) {
+                          fp.read(x, static_cast<std::size_t>(n));
+                          fp.flops(flops);
+                        });
+
 class Managed : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -338,6 +350,59 @@ TEST_F(Managed, CopiesToAndFromManagedMemoryMoveTheData) {
   // A kernel sees what the copy wrote.
   sum_ms(x_);
   EXPECT_DOUBLE_EQ(total(), static_cast<double>(n_ - 8));
+}
+
+// See Note [Migrations of pages in use] in tests/simgpu/driver/managed.h: a prefetch to the
+// host that nothing orders after the kernel reading the pages finds that kernel still
+// running, which faults every page back: the pages end on the device, and the kernels
+// after it start later by the faults' time. Ordered after the kernel (an event), the
+// same prefetch leaves the pages on the host and costs the kernels nothing.
+TEST_F(Managed, APrefetchToTheHostUnderAKernelUsingThePagesIsFaultedBack) {
+  auto m = simgpu_test::device_model::current();
+  const double h2d = m.number({"managed_h2d_bandwidth", "h2d_pinned_bandwidth"});
+  const double back_ms = kPages * (fault_s_ * 1e3 + page_ / h2d * 1e3);
+  const double resident = sum_ms(dev_x_);
+  cudaStream_t other = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  cudaEvent_t after = nullptr;
+  CUDA_OK(cudaEventCreate(&after));
+  for (bool ordered : {false, true}) {
+    SCOPED_TRACE(ordered ? "ordered after the kernel" : "unordered");
+    CUDA_OK(prefetch(cudaMemLocationTypeDevice));
+    CUDA_OK(cudaDeviceSynchronize());
+    long n = n_;
+    double flops = 0.01 * peak_;  // 10 ms
+    void* args[] = {&x_, &n, &flops};
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(&slow_read_kernel), dim3(1),
+                             dim3(32), args, 0, s_));
+    CUDA_OK(cudaEventRecord(e0_, s_));
+    if (ordered) {
+      CUDA_OK(cudaEventRecord(after, s_));
+      CUDA_OK(cudaStreamWaitEvent(other, after, 0));
+    }
+    cudaMemLocation host{};
+    host.type = cudaMemLocationTypeHost;
+    CUDA_OK(cudaMemPrefetchAsync(x_, bytes_, host, 0, other));
+    double tiny = 1;
+    void* fargs[] = {&out_, &tiny};
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(&busy_kernel), dim3(1), dim3(1),
+                             fargs, 0, s_));
+    CUDA_OK(cudaEventRecord(e1_, s_));
+    CUDA_OK(cudaDeviceSynchronize());
+    float late_ms = -1;
+    CUDA_OK(cudaEventElapsedTime(&late_ms, e0_, e1_));
+    const double next = sum_ms(x_);
+    if (ordered) {
+      EXPECT_LT(late_ms, 0.1 * back_ms) << "the kernels after it wait for nothing";
+      EXPECT_GE(next - resident, 0.99 * kPages * fault_s_ * 1e3) << "the pages left";
+    } else {
+      EXPECT_GE(late_ms, 0.99 * back_ms) << "the faults back delay the later kernels";
+      EXPECT_NEAR(next, resident, 0.01 * resident) << "the faults brought the pages back";
+    }
+    EXPECT_DOUBLE_EQ(total(), static_cast<double>(n_)) << "the data is right either way";
+  }
+  CUDA_OK(cudaEventDestroy(after));
+  CUDA_OK(cudaStreamDestroy(other));
 }
 
 TEST_F(Managed, AdviseAndPointerAttributes) {
