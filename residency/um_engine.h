@@ -112,7 +112,10 @@ class um_engine final : public backend_with_stats<um_stats> {
   // prefetches themselves are enqueued by the mover (Note [um's mover] in
   // residency/um_mover.cc). Large buffers stay with demand paging, as in prepare.
   // False on a driver error.
-  //
+  bool evict(std::span<const byte_range> ranges) override;
+  bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
+                    const victim_rank& rank = {}) override;
+
   // Note [Moves of freed buffers]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // A framework frees a tensor as soon as its last kernel is enqueued, and that kernel
@@ -127,9 +130,7 @@ class um_engine final : public backend_with_stats<um_stats> {
   // driver to make room for the faults. Ordered, none moves in use, 1446 MB each
   // way an iteration as planned: 200.2 ms, and 193.0 with copies no longer made
   // resident (Note [Copies in um mode] in core/launch_residency.cc).
-  bool evict(std::span<const byte_range> ranges) override;
-  bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
-                    const victim_rank& rank = {}) override;
+
   // The swap engine's tuning of its own moves: nothing here.
   void set_lending(bool) override {}
   void set_copy_clock(std::uint64_t (*)() noexcept, double, double) override {}
