@@ -29,8 +29,8 @@
 // as this one's (the copy engines' setup, either way) and the rate is what the copies
 // took beyond it: the cost model has one setup for both ways, and the swap engine
 // copies out page by page (one size) but in by runs (many), so an effective rate out
-// beside the setup fitted in would count the setup twice. Pageable copies (staged by the CPU) would understate the
-// link and are left out.
+// beside the setup fitted in would count the setup twice. Pageable copies (staged by
+// the CPU) would understate the link and are left out.
 //
 // Nothing here calls CUDA but through cupti_source; nothing throws.
 #ifndef OVERSUB_PROFILER_LAUNCH_TIMING_H
