@@ -63,6 +63,9 @@ struct mover_costs {
   // library's learner asks its engine); 0: from these costs and the room
   // (run_batch_pages).
   std::size_t batch_pages = 0;
+  // True where cuMemMap, cuMemUnmap and cuMemSetAccess wait for the device's queued
+  // work (Note [Mapping calls that wait] in policy/simulate.h).
+  bool calls_wait = false;
 
   std::uint64_t map_repeat_ns() const {
     return vmm_map_repeat_ns < 0 ? vmm_map_ns : static_cast<std::uint64_t>(vmm_map_repeat_ns);

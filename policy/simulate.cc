@@ -207,13 +207,19 @@ class replay {
   // One iteration of the schedule, its launches from compute_free_ on (the first:
   // their end times kept).
   void pass(bool first) {
-    fetches_ = evictions_ = 0;
+    evictions_ = 0;
+    std::size_t seq = 0;  // the fetches in schedule order
     for (const evict_action& e : plan_.evict_at_start) {
       compute_free_ += evict(e, first ? 0 : compute_free_);
     }
+    if (calls_wait() && waiting_fetches_.empty()) defer_fetches();
     for (std::size_t i = 0; i < model_.launches.size(); ++i) {
       std::uint64_t paging_ns = 0;
-      for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f);
+      if (calls_wait()) {
+        paging_ns += waiting_fetches(i);
+      } else {
+        for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f, seq++);
+      }
       const model_launch& launch = model_.launches[i];
       std::uint64_t start = compute_free_ + paging_ns;
       for (buffer_id b : launch.uses) start = std::max(start, ready_[b]);
@@ -223,11 +229,53 @@ class replay {
         compute_free_ += evict(e, compute_free_);
       }
     }
-    for (const fetch_action& f : plan_.end_fetches) compute_free_ += fetch(f);
+    if (calls_wait()) {
+      compute_free_ += waiting_fetches(model_.launches.size());
+    } else {
+      for (const fetch_action& f : plan_.end_fetches) compute_free_ += fetch(f, seq++);
+    }
+  }
+
+  // See Note [Mapping calls that wait] in policy/simulate.h.
+  bool calls_wait() const {
+    return costs_.has_mover() && costs_.mover.calls_wait && !plan_.demand_paged;
+  }
+  // The fetches made before launch i with mapping calls that wait.
+  std::uint64_t waiting_fetches(std::size_t i) {
+    std::uint64_t ns = 0;
+    for (const auto& [f, seq] : waiting_fetches_[i]) ns += fetch(*f, seq);
+    return ns;
+  }
+  // When a mapping call made now may start: after all the work enqueued so far.
+  std::uint64_t drained(std::uint64_t from) const {
+    return calls_wait() ? std::max({from, compute_free_, h2d_free_, d2h_free_}) : from;
+  }
+  // Each fetch, with its place in the schedule's order, at the launch that first uses
+  // its buffer from the fetch's launch on (none: where the schedule has it); the
+  // end-of-iteration fetches last.
+  void defer_fetches() {
+    const std::size_t n = model_.launches.size();
+    std::vector<std::vector<std::uint32_t>> uses(model_.buffers.size());
+    for (std::uint32_t i = 0; i < n; ++i) {
+      for (buffer_id b : model_.launches[i].uses) uses[b].push_back(i);
+    }
+    std::vector<std::pair<const fetch_action*, std::size_t>> all;  // (fetch, its launch)
+    for (std::size_t i = 0; i < n; ++i) {
+      for (const fetch_action& f : plan_.launches[i].fetch_before) {
+        const std::vector<std::uint32_t>& u = uses[f.buffer];
+        const auto next = std::lower_bound(u.begin(), u.end(), static_cast<std::uint32_t>(i));
+        all.emplace_back(&f, next == u.end() ? i : *next);
+      }
+    }
+    for (const fetch_action& f : plan_.end_fetches) all.emplace_back(&f, n);
+    waiting_fetches_.assign(n + 1, {});
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      waiting_fetches_[all[k].second].emplace_back(all[k].first, k);
+    }
   }
 
   // Issues a fetch; returns the time it adds to the compute stream (demand paging).
-  std::uint64_t fetch(const fetch_action& f) {
+  std::uint64_t fetch(const fetch_action& f, std::size_t seq) {
     const std::size_t bytes = model_.buffers[f.buffer].bytes;
     if (used_ + bytes > plan_.capacity_bytes && result_.error.empty()) {
       result_.error = "fetch of buffer " + std::to_string(f.buffer) + " exceeds the capacity";
@@ -246,7 +294,7 @@ class replay {
       return costs_.fault_in_ns(bytes);
     }
     pending_.prune(std::min({h2d_free_, compute_free_, mover_free_}));
-    if (costs_.has_mover()) return fetch_by_mover(f, bytes, slack);
+    if (costs_.has_mover()) return fetch_by_mover(f, bytes, slack, seq);
     if (!f.copy_in) {
       ready_[f.buffer] = pending_.when_at_most(compute_free_, slack);
       taken_at_[f.buffer] = ready_[f.buffer];
@@ -267,10 +315,11 @@ class replay {
   // the remap starts when the mover is free, the page is on the host (its own
   // eviction's remap done) and the room is there; the copy in starts after the remap
   // and the copy's enqueue.
-  std::uint64_t fetch_by_mover(const fetch_action& f, std::size_t bytes, std::size_t slack) {
-    const std::uint64_t from = std::max(mover_free_, out_done_[f.buffer]);
+  std::uint64_t fetch_by_mover(const fetch_action& f, std::size_t bytes, std::size_t slack,
+                               std::size_t seq) {
+    const std::uint64_t from = drained(std::max(mover_free_, out_done_[f.buffer]));
     const std::uint64_t start = pending_.when_at_most(from, slack);
-    const bool joins = fetch_joins_[fetches_++] != 0;
+    const bool joins = fetch_joins_[seq] != 0;
     const std::uint64_t busy = costs_.mover_fetch_ns(bytes, f.copy_in, joins);
     mover_free_ = start + busy;
     result_.host_remap_ns += busy;
@@ -321,7 +370,7 @@ class replay {
       // memory is free, and the page on the host, only after that.
       const bool joins = evict_joins_[evictions_++] != 0;
       const std::uint64_t busy = costs_.mover_evict_ns(bytes, joins);
-      mover_free_ = std::max(mover_free_, release) + busy;
+      mover_free_ = drained(std::max(mover_free_, release)) + busy;
       result_.host_remap_ns += busy;
       ++result_.remaps;
       result_.runs += joins ? 0 : 1;
@@ -409,7 +458,10 @@ class replay {
   std::uint64_t h2d_busy_ = 0, d2h_busy_ = 0;  // the copy streams' time so far
   // Per fetch and per eviction, in run()'s order: whether it joins a run (find_runs).
   std::vector<char> fetch_joins_, evict_joins_;
-  std::size_t fetches_ = 0, evictions_ = 0;
+  std::size_t evictions_ = 0;
+  // With mapping calls that wait, per launch, the fetches made before it (fetch, its
+  // index in the schedule's order); the last entry: the end-of-iteration fetches.
+  std::vector<std::vector<std::pair<const fetch_action*, std::size_t>>> waiting_fetches_;
   std::uint64_t mover_free_ = 0;  // when the mover is done with the remaps so far
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;

@@ -54,6 +54,28 @@
 //   idle (simulation::first_iteration_ns); the iteration reported is the next one
 //   (Note [The next iteration]).
 //
+// Note [Mapping calls that wait]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where cuMemMap, cuMemUnmap and cuMemSetAccess wait until the device has finished
+// the work queued before them (mover_costs::calls_wait; the device model's
+// vmm_waits_for_device, the pessimistic reading simgpu models: Note [VMM calls that
+// wait] in tests/simgpu/driver/vmm.cc), a prefetch hides nothing. The launching thread
+// runs ahead until a launch needs a page the mover has not handed over yet, so by the
+// time the mover's calls for that page are made, every launch before its first user
+// is queued, and each call waits for them. So with calls_wait the replay makes each
+// fetch before the launch that first uses its buffer (from the schedule's fetch on;
+// none in the iteration: where the schedule has it), and every remap, a fetch's or
+// an eviction's, starts no earlier than the compute stream and both copy streams are
+// idle; the copy in follows the remap, and that launch waits for it. Memory is taken
+// later than the schedule asks, never earlier, so the capacity holds. At the five
+// 1/8-scale trace points on the H200's measured model with the waits (`oversub
+// simulate --granularity page` from each point's profile, against the library's
+// iterations 5-8), the prediction went from 0.68-0.84 of the library's time (the
+// waits not modelled) to 0.957-0.990 at four points and 1.12 at ResNet-50 3x
+// (docs/results.md, "The simulator models mapping calls that wait"). A run of pages
+// is still made when its own first page is wanted: moving a run's later pages with
+// it, where the library's mover does, broke the capacity the schedule kept.
+//
 // Note [The next iteration]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // A training job times an iteration among others, and the next iteration's launches

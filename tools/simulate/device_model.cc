@@ -123,6 +123,7 @@ device_model_result read_device_model(const std::string& spec, const std::string
   c.event_sync_ns = optional("event_sync_ns");
   c.event_record_ns = optional("event_record_ns");
   c.copy_enqueue_ns = optional("copy_enqueue_ns");
+  c.calls_wait = optional("vmm_waits_for_device") != 0;
   return r;
 }
 

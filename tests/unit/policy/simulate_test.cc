@@ -257,6 +257,41 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
   EXPECT_EQ(simulate(fits, planned.value, c).iteration_ns, 40u);
 }
 
+// See Note [Mapping calls that wait] in policy/simulate.h: page 2 is fetched before
+// launch 0, two launches of 1000 ns ahead of launch 2, its first user. With calls
+// that return at once the mover remaps it at 0-100 and it is copied in at 100-200,
+// hidden under launch 0. With calls that wait for the device's queued work, the
+// launching thread has queued launches 0 and 1 by the time the remap's calls are
+// made, so the remap waits for them (2000-2100), the copy follows (2100-2200) and
+// launch 2 waits for it; the eviction's remap after it waits for launch 2.
+TEST(Simulate, MappingCallsThatWaitExposeTheFetch) {
+  iteration_model m;
+  m.buffers = {{100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}};
+  m.launches = {{1000, {0}, {}, true}, {1000, {1}, {}, true}, {10, {2}, {}, true}};
+  schedule s;
+  s.capacity_bytes = s.planned_peak_bytes = 300;
+  s.resident_at_start = {0, 1};
+  s.launches.resize(3);
+  s.launches[0].fetch_before = {{2, true}};
+  s.launches[2].evict_after = {{2, false}};
+  ASSERT_EQ(check_schedule(m, s), "");
+  cost_model c = byte_per_ns();
+  c.mover.page_bytes = 100;
+  c.mover.vmm_map_per_page_ns = 100;
+  const simulation quick = simulate(m, s, c);
+  EXPECT_EQ(quick.error, "");
+  EXPECT_EQ(quick.launch_end_ns, (std::vector<std::uint64_t>{1000, 2000, 2010}));
+  EXPECT_EQ(quick.iteration_ns, 2010u);
+  c.mover.calls_wait = true;
+  const simulation waiting = simulate(m, s, c);
+  EXPECT_EQ(waiting.error, "");
+  EXPECT_EQ(waiting.launch_end_ns, (std::vector<std::uint64_t>{1000, 2000, 2210}));
+  EXPECT_EQ(waiting.iteration_ns, 2210u);
+  EXPECT_EQ(waiting.host_remap_ns, quick.host_remap_ns);  // the calls cost the same
+  EXPECT_EQ(waiting.h2d_bytes, quick.h2d_bytes);
+  EXPECT_LE(waiting.peak_device_bytes_in_time, 300u);
+}
+
 // See Note [Virtual time model] in policy/simulate.h: runs form within windows of
 // run_window_moves moves each way, fetches max_run_pages pages a run at most.
 TEST(Simulate, RunsFormWithinWindowsOfMoves) {
