@@ -70,8 +70,8 @@
 // later than the schedule asks, never earlier, so the capacity holds. At the five
 // 1/8-scale trace points on the H200's measured model with the waits (`oversub
 // simulate --granularity page` from each point's profile, against the library's
-// iterations 5-8), the prediction went from 0.68-0.84 of the library's time (the
-// waits not modelled) to 0.957-0.990 at four points and 1.12 at ResNet-50 3x
+// iterations 5-8), the prediction went from 0.69-0.85 of the library's time (the
+// waits not modelled) to 0.964-0.999 at four points and 1.12 at ResNet-50 3x
 // (docs/results.md, "The simulator models mapping calls that wait"). A run of pages
 // is still made when its own first page is wanted: moving a run's later pages with
 // it, where the library's mover does, broke the capacity the schedule kept.
