@@ -68,6 +68,8 @@ std::unique_ptr<residency_backend> make_backend(int device, const pool_settings&
   c.host_budget_bytes = s.host_budget_bytes;
   c.clean_evictions = s.all_writes_seen;
   c.mover_thread = s.mover_thread;
+  // See Note [Do VMM calls wait?]: the learner plans the remaps' waits where they wait.
+  c.calls_wait = vmm_calls_wait(device);
   return std::make_unique<swap_engine>(c);
 }
 
@@ -254,8 +256,12 @@ bool concurrent_managed_access(int device) {
 // memsets. Not ready: they did not. The page is no kernel's, so the remap races
 // nothing; the scratch is unmapped after the stream is synchronized. Any failure
 // (no memory, a driver error) answers unknown, and auto then takes the calls not to
-// wait. It needs no clock, so it gives the same answer on simgpu (SIMGPU_VMM_WAIT) as
-// on a GPU.
+// wait. (Smaller scratch with more memsets does not do: on a device of a few MiB the
+// host's enqueueing of 2 MiB memsets is slower than the device runs them, nothing is
+// queued when the page is remapped, and the calls seem not to wait.) It needs no clock, so it gives the same answer on simgpu (SIMGPU_VMM_WAIT) as
+// on a GPU. Swap mode asks too, when its engine starts (before the pages fill the
+// device), and its learner plans with the answer (Note [Mapping calls that wait] in
+// policy/simulate.h); the answer is kept (vmm_calls_wait), so a process asks once.
 vmm_wait_answer probe_vmm_waits(int device) {
   const driver_table& d = driver();
   if (!d.complete) return vmm_wait_answer::unknown;
@@ -308,6 +314,16 @@ vmm_wait_answer probe_vmm_waits(int device) {
   if (work != 0) d.cuMemRelease(work);
   if (va != 0) d.cuMemAddressFree(va, scratch + page);
   return answer;
+}
+
+bool vmm_calls_wait(int device) {
+  static std::mutex mutex;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  const bool waits = probe_vmm_waits(device) == vmm_wait_answer::waits;
+  known.emplace(device, waits);
+  return waits;
 }
 
 // Note [Managed migration rates, measured]

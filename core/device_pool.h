@@ -56,6 +56,9 @@ bool concurrent_managed_access(int device);
 // waited for the work already enqueued, measured once on a page of its own.
 enum class vmm_wait_answer { no_wait, waits, unknown };
 vmm_wait_answer probe_vmm_waits(int device);
+// The probe's answer for the device, asked once (the first call probes): true only
+// where the calls were found to wait.
+bool vmm_calls_wait(int device);
 
 // See Note [Managed migration rates, measured] (core/device_pool.cc): the rates at
 // which the driver prefetches managed memory to the device and to the host, bytes/s,

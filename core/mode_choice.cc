@@ -32,7 +32,7 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
   // and a page's remapping as an H200 gave them (policy::mode_costs).
   // See Note [Do VMM calls wait?] in core/device_pool.cc.
   policy::mode_costs costs;
-  costs.vmm_waits = core::probe_vmm_waits(0) == core::vmm_wait_answer::waits;
+  costs.vmm_waits = core::vmm_calls_wait(0);
   std::string waits =
       costs.vmm_waits ? "; this device's VMM calls wait for its queued work, so swap's remaps "
                         "cannot overlap it (measured at start)"

@@ -212,6 +212,8 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
     // The simulator gathers what the engine gathers (Note [Batches that keep up] in
     // residency/swap_engine.h).
     l.costs.mover.batch_pages = core::device_batch_pages(l.device);
+    // See Note [Mapping calls that wait] in policy/simulate.h.
+    l.costs.mover.calls_wait = remaps.calls_wait;
   }
   if (!l.source_logged) {
     // Once, in the OVERSUB_VERBOSE=1 output (and at OVERSUB_LOG=info).
@@ -523,6 +525,7 @@ bool report_section(stats::section& out) {
       .nanoseconds("predicted_ns", st.predicted_ns)
       .nanoseconds("predicted_unlimited_ns", st.predicted_unlimited_ns)
       .word("remap_source", st.learned == 0 || !l.remap_measured ? "none" : "measured")
+      .word("mapping_calls", l.costs.mover.calls_wait ? "wait" : "return")
       .nanoseconds("remap_run_ns", l.costs.mover.vmm_unmap_ns)
       .nanoseconds("remap_page_ns", l.costs.mover.vmm_unmap_per_page_ns)
       .nanoseconds("predicted_remap_ns", st.predicted_remap_ns)

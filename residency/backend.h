@@ -152,6 +152,7 @@ class residency_backend {
   struct remap_costs {
     std::uint64_t run_ns = 0, page_ns = 0;
     std::size_t page_bytes = 0;
+    bool calls_wait = false;  // the mapping calls wait for the device's queued work
   };
   virtual remap_costs measured_remap_costs() { return {}; }
   // See Note [Which part differs] in core/schedule.cc: the totals so far of what the

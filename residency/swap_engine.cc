@@ -353,7 +353,7 @@ residency_backend::remap_costs swap_engine::measured_remap_costs() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (clock_ == nullptr || run_fit_.n < 8) return {};
   return {static_cast<std::uint64_t>(run_fit_.per_run_ns()),
-          static_cast<std::uint64_t>(run_fit_.per_page_ns()), cfg_.page_bytes};
+          static_cast<std::uint64_t>(run_fit_.per_page_ns()), cfg_.page_bytes, cfg_.calls_wait};
 }
 
 void swap_engine::count_remaps_locked(const run_cost_fit& fit, bool by_mover) {

@@ -396,6 +396,9 @@ struct swap_config {
   // See Note [The mover]: remaps made by a thread of the engine's own (the library's
   // default, OVERSUB_MOVER; off here, for the engine's own tests).
   bool mover_thread = false;
+  // The device's mapping calls wait for its queued work (Note [Do VMM calls wait?] in
+  // core/device_pool.cc): reported with the remap costs, for the learner's plan.
+  bool calls_wait = false;
 };
 
 struct swap_stats {

@@ -28,6 +28,12 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             and the run is still correct and follows its schedule; with no kernel
             records no variants of it are timed (Note [Timing on the device] in core/tuning.cc): the
             stats' tune_status is "no_kernel_times", and OVERSUB_VERBOSE=1 says so once.
+  waits     (--mode swap) the same run with VMM calls that return at once and with calls
+            that wait for the device's queued work (SIMGPU_VMM_WAIT=0 and 1): the engine's
+            probe at start finds which (the stats' mapping_calls "return" and "wait"), and
+            the plan with the waits predicts a longer iteration (Note [Mapping calls that
+            wait] in policy/simulate.h: a fetch waits for the launches queued before its
+            user). Loss bits identical in both.
 
   schedule_timing_test.py --lib liboversub.so --simtrain simtrain --case measured --mode swap
 """
@@ -96,6 +102,8 @@ def check_remaps(sched: dict, mode: str) -> str:
         return ""
     if sched["remap_source"] != "measured":
         fail(f"the engine's remaps were not measured before the plan: {sched}")
+    if sched["mapping_calls"] != "return":
+        fail(f"the device model's VMM calls return at once; the stats say {sched}")
     want = sum(device_figure(f"vmm_{k}_ns") + device_figure(f"vmm_{k}_per_2mib_ns")
                for k in ("unmap", "map", "set_access"))
     got = sched["remap_run_ns"] + sched["remap_page_ns"]
@@ -207,17 +215,50 @@ def check_fallback(sched: dict, stderr: str, mode: str) -> str:
             f"no variants timed, said once")
 
 
+def check_waits(args: argparse.Namespace, cmd: list[str], want: list[str], device: int) -> str:
+    predicted = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        stats_file = Path(tmp) / "stats.json"
+        for wait, calls in (("0", "return"), ("1", "wait")):
+            # A device with room for the probe's 34 MiB (Note [Do VMM calls wait?] in
+            # core/device_pool.cc); the pages held to the same 3x.
+            settings = {"SIMGPU_MEMORY": str(256 << 20), "OVERSUB_DEVICE_LIMIT": str(device),
+                        "SIMGPU_RACE": "abort", "SIMGPU_VMM_WAIT": wait, "OVERSUB_MODE": "swap",
+                        "OVERSUB_POLICY": "cost", "OVERSUB_STATS": "json",
+                        "OVERSUB_STATS_FILE": str(stats_file)}
+            proc = run(cmd, settings, args.lib)
+            if proc.returncode != 0 or LOSS_BITS_RE.findall(proc.stdout) != want:
+                fail(f"simtrain fails or its loss bits differ with SIMGPU_VMM_WAIT={wait}", proc)
+            sched = read_stats(stats_file, proc).get("schedule")
+            if sched is None or sched["learned"] == 0 or sched["remap_source"] != "measured":
+                fail(f"SIMGPU_VMM_WAIT={wait}: no schedule learned with measured remaps: {sched}",
+                     proc)
+            if sched["mapping_calls"] != calls:
+                fail(f"SIMGPU_VMM_WAIT={wait}: the stats say the mapping calls "
+                     f"{sched['mapping_calls']!r}, not {calls!r}", proc)
+            predicted[calls] = sched["predicted_ns"]
+    if not predicted["wait"] > predicted["return"]:
+        fail(f"predicted {predicted['wait']} ns with the calls waiting, not more than "
+             f"{predicted['return']} ns without")
+    return (f"mapping calls found to return and to wait; predicted "
+            f"{predicted['return'] / 1e6:.3f} -> {predicted['wait'] / 1e6:.3f} ms an iteration; "
+            f"loss bits identical")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", type=Path, required=True)
     ap.add_argument("--simtrain", type=Path, required=True)
-    ap.add_argument("--case", choices=["measured", "fallback"], required=True)
+    ap.add_argument("--case", choices=["measured", "fallback", "waits"], required=True)
     ap.add_argument("--mode", choices=["swap", "um"], default="swap")
     ap.add_argument("--holder", type=Path, help="cupti_holder (fallback)")
     args = ap.parse_args()
 
     cmd = [str(args.simtrain), *SIMTRAIN]
     want, device = reference(cmd, 3)
+    if args.case == "waits":
+        print(f"swap waits: {check_waits(args, cmd, want, device)}")
+        return 0
 
     with tempfile.TemporaryDirectory() as tmp:
         stats_file, log = Path(tmp) / "stats.json", Path(tmp) / "launches"
