@@ -255,13 +255,14 @@ bool concurrent_managed_access(int device) {
 // to a page) and asks about the event. Done already: the calls waited for the
 // memsets. Not ready: they did not. The page is no kernel's, so the remap races
 // nothing; the scratch is unmapped after the stream is synchronized. Any failure
-// (no memory, a driver error) answers unknown, and auto then takes the calls not to
-// wait. (Smaller scratch with more memsets does not do: on a device of a few MiB the
-// host's enqueueing of 2 MiB memsets is slower than the device runs them, nothing is
-// queued when the page is remapped, and the calls seem not to wait.) It needs no clock, so it gives the same answer on simgpu (SIMGPU_VMM_WAIT) as
-// on a GPU. Swap mode asks too, when its engine starts (before the pages fill the
-// device), and its learner plans with the answer (Note [Mapping calls that wait] in
-// policy/simulate.h); the answer is kept (vmm_calls_wait), so a process asks once.
+// (no memory, a driver error) answers unknown, and auto and swap then take the calls
+// not to wait. (A smaller scratch with more memsets does not do: on a device of a few
+// MiB the host enqueues 2 MiB memsets more slowly than the device runs them, nothing
+// is queued when the page is remapped, and the calls seem not to wait.) It needs no
+// clock, so it gives the same answer on simgpu (SIMGPU_VMM_WAIT) as on a GPU. Swap
+// mode asks too, when its engine starts (before the pages fill the device), and its
+// learner plans with the answer (Note [Mapping calls that wait] in policy/simulate.h);
+// the answer is kept (vmm_calls_wait), so a process asks once.
 vmm_wait_answer probe_vmm_waits(int device) {
   const driver_table& d = driver();
   if (!d.complete) return vmm_wait_answer::unknown;
