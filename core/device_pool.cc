@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "common/log.h"
+#include "common/options.h"
 #include "common/stats.h"
 #include "pool/driver_api.h"
 #include "pool/host_memory.h"
@@ -70,6 +72,16 @@ std::unique_ptr<residency_backend> make_backend(int device, const pool_settings&
   c.mover_thread = s.mover_thread;
   // See Note [Do VMM calls wait?]: the learner plans the remaps' waits where they wait.
   c.calls_wait = vmm_calls_wait(device);
+  if (c.calls_wait) {
+    const std::string line = fmt::format(
+        "swap: device {}'s mapping calls wait for its queued work (measured at start), so "
+        "every page moved waits for the launches queued before it; the schedule plans "
+        "with those waits. um mode may be faster here: OVERSUB_MODE=auto compares the two "
+        "from a profile (OVERSUB_PROFILE)",
+        device);
+    if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
+    else log::info("{}", line);
+  }
   return std::make_unique<swap_engine>(c);
 }
 

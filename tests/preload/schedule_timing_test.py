@@ -30,7 +30,8 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             stats' tune_status is "no_kernel_times", and OVERSUB_VERBOSE=1 says so once.
   waits     (--mode swap) the same run with VMM calls that return at once and with calls
             that wait for the device's queued work (SIMGPU_VMM_WAIT=0 and 1): the engine's
-            probe at start finds which (the stats' mapping_calls "return" and "wait"), and
+            probe at start finds which (the stats' mapping_calls "return" and "wait";
+            OVERSUB_VERBOSE=1 says so once where they wait), and
             the plan with the waits predicts a longer iteration (Note [Mapping calls that
             wait] in policy/simulate.h: a fetch waits for the launches queued before its
             user). Loss bits identical in both.
@@ -52,6 +53,8 @@ CONSTANT_NS = 20_000
 CONSTANT_GBPS = 25.0
 FALLBACK_LINE = "no kernel durations from CUPTI (CUPTI is held by"
 NO_TUNE_LINE = "swap: not timing variants of the schedule: no kernel times from CUPTI (held)"
+WAITS_LINE = ("oversub: swap: device 0's mapping calls wait for its queued work (measured at "
+              "start)")
 
 
 def read_log(path: Path) -> list[int]:
@@ -225,10 +228,14 @@ def check_waits(args: argparse.Namespace, cmd: list[str], want: list[str], devic
             settings = {"SIMGPU_MEMORY": str(256 << 20), "OVERSUB_DEVICE_LIMIT": str(device),
                         "SIMGPU_RACE": "abort", "SIMGPU_VMM_WAIT": wait, "OVERSUB_MODE": "swap",
                         "OVERSUB_POLICY": "cost", "OVERSUB_STATS": "json",
-                        "OVERSUB_STATS_FILE": str(stats_file)}
+                        "OVERSUB_STATS_FILE": str(stats_file), "OVERSUB_VERBOSE": "1"}
             proc = run(cmd, settings, args.lib)
             if proc.returncode != 0 or LOSS_BITS_RE.findall(proc.stdout) != want:
                 fail(f"simtrain fails or its loss bits differ with SIMGPU_VMM_WAIT={wait}", proc)
+            said = proc.stderr.count(WAITS_LINE)
+            if said != (1 if wait == "1" else 0):
+                fail(f"SIMGPU_VMM_WAIT={wait}: OVERSUB_VERBOSE=1 says {said} times that the "
+                     f"mapping calls wait", proc)
             sched = read_stats(stats_file, proc).get("schedule")
             if sched is None or sched["learned"] == 0 or sched["remap_source"] != "measured":
                 fail(f"SIMGPU_VMM_WAIT={wait}: no schedule learned with measured remaps: {sched}",
