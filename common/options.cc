@@ -512,6 +512,11 @@ const config& current_config() {
   return cfg;
 }
 
+void say(const std::string& line) noexcept {
+  if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
+  else log::info("{}", line);
+}
+
 void set_effective_mode(run_mode m) {
   const_cast<config&>(current_config()).mode = m;
 }

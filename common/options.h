@@ -265,6 +265,10 @@ const config& current_config();
 // host-located VMM] in core/device_pool.cc). Called once, before any allocation is
 // served in that mode.
 void set_effective_mode(run_mode m);
+// A line the user asked for with OVERSUB_VERBOSE=1 (the choices oversub makes: the
+// mode, the layout, the schedule's sources): written as "oversub: <line>" when
+// verbose, else logged at OVERSUB_LOG=info.
+void say(const std::string& line) noexcept;
 
 // Opens cfg.stats_file for appending ("%p" expanded); -1 when unset or failing, and
 // on failure warns, naming the file and the reason, as OVERSUB_LOG_FILE does.

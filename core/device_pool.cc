@@ -11,7 +11,6 @@
 
 #include <fmt/format.h>
 
-#include "common/log.h"
 #include "common/options.h"
 #include "common/stats.h"
 #include "pool/driver_api.h"
@@ -79,8 +78,7 @@ std::unique_ptr<residency_backend> make_backend(int device, const pool_settings&
         "with those waits. um mode may be faster here: OVERSUB_MODE=auto compares the two "
         "from a profile (OVERSUB_PROFILE)",
         device);
-    if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
-    else log::info("{}", line);
+    say(line);
   }
   return std::make_unique<swap_engine>(c);
 }

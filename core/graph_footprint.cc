@@ -219,8 +219,7 @@ void head_replayed(cycle_timer& t, CUstream stream) noexcept {
         "footprint first and {:.3f} ms {}; from now on they {}",
         fetch, reach, um ? "leaving it to demand paging" : "reaching it on the host",
         t.chosen == 1 ? "fetch it" : um ? "leave it to demand paging" : "reach it on the host");
-    if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
-    else log::info("{}", line);
+    say(line);
   }
   if (t.broken || t.chosen >= 0) {
     for (const cycle_timer::mark& m : t.marks) d.cuEventDestroy(m.event);

@@ -5,7 +5,6 @@
 
 #include <string>
 
-#include "common/log.h"
 #include "common/units.h"
 #include "core/device_pool.h"
 #include "policy/mode_choice.h"
@@ -14,11 +13,6 @@
 namespace oversub {
 
 namespace {
-
-void say(const std::string& line) {
-  if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
-  else log::info("{}", line);
-}
 
 double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 

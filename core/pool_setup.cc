@@ -64,8 +64,7 @@ void lay_out_from_profile(std::uint64_t limit_bytes, memory_query ask) {
                         expected.size(), format_bytes(bytes), policy::to_string(c.kind),
                         format_bytes(capacity), ms(policy::layout_kind::allocation),
                         ms(policy::layout_kind::first_use), ms(policy::layout_kind::last_use));
-  if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
-  else log::info("{}", line);
+  say(line);
   if (c.kind != policy::layout_kind::allocation) {
     core::set_long_lived_layout(std::move(expected), c.order);
   }

@@ -238,8 +238,7 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
                                                                  : why,
                          launch_ns / 1000, link_bytes_per_s / 1e9);
     }
-    if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
-    else log::info("{}", line);
+    say(line);
   }
 }
 
@@ -253,8 +252,7 @@ void end_layout(int device) {
       "pool: the profile's layout placed {} of its {} long-lived buffers ({} laid out for "
       "none given back)",
       r.claimed, r.expected, r.returned);
-  if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
-  else log::info("{}", line);
+  say(line);
 }
 
 // Note [No one-page iteration]
@@ -320,8 +318,7 @@ bool learn(learner& l, int device) {
         "swap: not timing variants of the schedule: no kernel times from CUPTI ({}); the "
         "plan as learned is kept",
         profiler::timing::to_string(profiler::timing::current()));
-    if (cfg.verbose) log::write_raw("oversub: " + line + "\n");
-    else log::info("{}", line);
+    say(line);
   }
   l.trials.clear();
   l.record_waits = 0;

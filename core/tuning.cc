@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "common/log.h"
 #include "common/options.h"
 #include "core/schedule_internal.h"
 #include "core/device_pool.h"
@@ -208,8 +207,7 @@ void choose(learner& l, int device) {
           : fmt::format("swap: no kernel times from CUPTI for the {} variants of the schedule "
                         "after {} iterations; the plan as learned is kept",
                         l.trials.size(), max_record_wait);
-  if (current_config().verbose) log::write_raw("oversub: " + line + "\n");
-  else log::info("{}", line);
+  say(line);
 }
 
 // See Note [Choosing among schedules by measured time]: at each start of the followed

@@ -175,6 +175,7 @@ class replay {
 
   simulation run() {
     if (costs_.has_mover()) find_runs();
+    place_fetches();
     compute_free_ = model_.launches.empty() ? 0 : costs_.launch_latency_ns;
     for (buffer_id b : plan_.resident_at_start) {
       used_ += model_.buffers[b].bytes;
@@ -208,18 +209,11 @@ class replay {
   // their end times kept).
   void pass(bool first) {
     evictions_ = 0;
-    std::size_t seq = 0;  // the fetches in schedule order
     for (const evict_action& e : plan_.evict_at_start) {
       compute_free_ += evict(e, first ? 0 : compute_free_);
     }
-    if (calls_wait() && waiting_fetches_.empty()) defer_fetches();
     for (std::size_t i = 0; i < model_.launches.size(); ++i) {
-      std::uint64_t paging_ns = 0;
-      if (calls_wait()) {
-        paging_ns += waiting_fetches(i);
-      } else {
-        for (const fetch_action& f : plan_.launches[i].fetch_before) paging_ns += fetch(f, seq++);
-      }
+      const std::uint64_t paging_ns = fetches_before(i);
       const model_launch& launch = model_.launches[i];
       std::uint64_t start = compute_free_ + paging_ns;
       for (buffer_id b : launch.uses) start = std::max(start, ready_[b]);
@@ -229,49 +223,48 @@ class replay {
         compute_free_ += evict(e, compute_free_);
       }
     }
-    if (calls_wait()) {
-      compute_free_ += waiting_fetches(model_.launches.size());
-    } else {
-      for (const fetch_action& f : plan_.end_fetches) compute_free_ += fetch(f, seq++);
-    }
+    compute_free_ += fetches_before(model_.launches.size());
   }
 
   // See Note [Mapping calls that wait] in policy/simulate.h.
   bool calls_wait() const {
     return costs_.has_mover() && costs_.mover.calls_wait && !plan_.demand_paged;
   }
-  // The fetches made before launch i with mapping calls that wait.
-  std::uint64_t waiting_fetches(std::size_t i) {
+  // The fetches made before launch i (i: the launch count, those at the iteration's
+  // end); the time they add to the compute stream.
+  std::uint64_t fetches_before(std::size_t i) {
     std::uint64_t ns = 0;
-    for (const auto& [f, seq] : waiting_fetches_[i]) ns += fetch(*f, seq);
+    for (const auto& [f, seq] : fetches_at_[i]) ns += fetch(*f, seq);
     return ns;
   }
   // When a mapping call made now may start: after all the work enqueued so far.
   std::uint64_t drained(std::uint64_t from) const {
     return calls_wait() ? std::max({from, compute_free_, h2d_free_, d2h_free_}) : from;
   }
-  // Each fetch, with its place in the schedule's order, at the launch that first uses
-  // its buffer from the fetch's launch on (none: where the schedule has it); the
-  // end-of-iteration fetches last.
-  void defer_fetches() {
+  // Each fetch, with its index in the schedule's order, before the launch the
+  // schedule makes it before; with mapping calls that wait, before the launch that
+  // first uses its buffer from there on (none: the schedule's). The end-of-iteration
+  // fetches last.
+  void place_fetches() {
     const std::size_t n = model_.launches.size();
-    std::vector<std::vector<std::uint32_t>> uses(model_.buffers.size());
-    for (std::uint32_t i = 0; i < n; ++i) {
+    std::vector<std::vector<std::uint32_t>> uses(calls_wait() ? model_.buffers.size() : 0);
+    for (std::uint32_t i = 0; i < n && calls_wait(); ++i) {
       for (buffer_id b : model_.launches[i].uses) uses[b].push_back(i);
     }
-    std::vector<std::pair<const fetch_action*, std::size_t>> all;  // (fetch, its launch)
+    const auto made_before = [&](std::size_t i, buffer_id b) -> std::size_t {
+      if (!calls_wait()) return i;
+      const auto next = std::lower_bound(uses[b].begin(), uses[b].end(),
+                                         static_cast<std::uint32_t>(i));
+      return next == uses[b].end() ? i : *next;
+    };
+    fetches_at_.assign(n + 1, {});
+    std::size_t seq = 0;
     for (std::size_t i = 0; i < n; ++i) {
       for (const fetch_action& f : plan_.launches[i].fetch_before) {
-        const std::vector<std::uint32_t>& u = uses[f.buffer];
-        const auto next = std::lower_bound(u.begin(), u.end(), static_cast<std::uint32_t>(i));
-        all.emplace_back(&f, next == u.end() ? i : *next);
+        fetches_at_[made_before(i, f.buffer)].emplace_back(&f, seq++);
       }
     }
-    for (const fetch_action& f : plan_.end_fetches) all.emplace_back(&f, n);
-    waiting_fetches_.assign(n + 1, {});
-    for (std::size_t k = 0; k < all.size(); ++k) {
-      waiting_fetches_[all[k].second].emplace_back(all[k].first, k);
-    }
+    for (const fetch_action& f : plan_.end_fetches) fetches_at_[n].emplace_back(&f, seq++);
   }
 
   // Issues a fetch; returns the time it adds to the compute stream (demand paging).
@@ -459,9 +452,9 @@ class replay {
   // Per fetch and per eviction, in run()'s order: whether it joins a run (find_runs).
   std::vector<char> fetch_joins_, evict_joins_;
   std::size_t evictions_ = 0;
-  // With mapping calls that wait, per launch, the fetches made before it (fetch, its
-  // index in the schedule's order); the last entry: the end-of-iteration fetches.
-  std::vector<std::vector<std::pair<const fetch_action*, std::size_t>>> waiting_fetches_;
+  // Per launch, the fetches made before it (fetch, its index in the schedule's order;
+  // place_fetches); the last entry: the end-of-iteration fetches.
+  std::vector<std::vector<std::pair<const fetch_action*, std::size_t>>> fetches_at_;
   std::uint64_t mover_free_ = 0;  // when the mover is done with the remaps so far
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;
