@@ -57,6 +57,10 @@ struct mover_costs {
   std::int64_t vmm_map_repeat_ns = -1;
   std::uint64_t vmm_unmap_ns = 0, vmm_unmap_per_page_ns = 0;
   std::uint64_t vmm_set_access_ns = 0, vmm_set_access_per_page_ns = 0;
+  // The unmap's and the access grant's per-call parts where the call repeats the
+  // mover's last call's family: a run grouped with the one before it (Note [Grouped
+  // runs in the simulator] in policy/simulate.h); negative: the full figure.
+  std::int64_t vmm_unmap_repeat_ns = -1, vmm_set_access_repeat_ns = -1;
   std::uint64_t event_sync_ns = 0, event_record_ns = 0, copy_enqueue_ns = 0;
   std::size_t page_bytes = std::size_t{2} << 20;  // the arena's page
   // The pages of room the engine gathers before a fetch where it is known (the
@@ -76,12 +80,25 @@ struct mover_costs {
     return vmm_unmap_ns + vmm_set_access_ns +
            (vmm_map_ns - std::min(vmm_map_ns, map_repeat_ns()));
   }
-  // The time to remap `bytes` (whole pages) as a run of their own, or, joining a run
-  // already remapped, without the run's shared part.
-  std::uint64_t remap_ns(std::size_t bytes, bool joins_run = false) const {
+  // The same for a run grouped with the run before it: each call repeats its family.
+  std::uint64_t grouped_run_ns() const {
+    const auto repeat = [](std::uint64_t full, std::int64_t r) {
+      return r < 0 ? full : std::min(full, static_cast<std::uint64_t>(r));
+    };
+    return repeat(vmm_unmap_ns, vmm_unmap_repeat_ns) +
+           repeat(vmm_set_access_ns, vmm_set_access_repeat_ns);
+  }
+  // What a run's shared part costs on the mean where the engine groups each batch's
+  // two runs (its evictions' and its fetch's): what its timing of its calls finds.
+  std::uint64_t batch_run_ns() const { return (run_ns() + grouped_run_ns()) / 2; }
+  // The time to remap `bytes` (whole pages) as a run of their own (grouped with the
+  // run before it, or not), or, joining a run already remapped, without the run's
+  // shared part.
+  std::uint64_t remap_ns(std::size_t bytes, bool joins_run = false,
+                         bool grouped = false) const {
     const std::uint64_t pages =
         page_bytes == 0 ? 1 : std::max<std::uint64_t>(1, (bytes + page_bytes - 1) / page_bytes);
-    return (joins_run ? 0 : run_ns()) +
+    return (joins_run ? 0 : grouped ? grouped_run_ns() : run_ns()) +
            pages * (vmm_unmap_per_page_ns + std::min(vmm_map_ns, map_repeat_ns()) +
                     vmm_map_per_page_ns + vmm_set_access_per_page_ns);
   }
@@ -97,14 +114,15 @@ struct mover_costs {
   }
   // Finishing an eviction of `bytes`: the wait on its copy's event (its host part),
   // the remap, the hand-off event. 0 without VMM costs.
-  std::uint64_t evict_ns(std::size_t bytes, bool joins_run = false) const {
-    return any() ? event_sync_ns + remap_ns(bytes, joins_run) + event_record_ns : 0;
+  std::uint64_t evict_ns(std::size_t bytes, bool joins_run = false, bool grouped = false) const {
+    return any() ? event_sync_ns + remap_ns(bytes, joins_run, grouped) + event_record_ns : 0;
   }
   // A fetch of `bytes`: the remap, then (with a copy) the copy's enqueue and its
   // event, and the hand-off event. 0 without VMM costs.
-  std::uint64_t fetch_ns(std::size_t bytes, bool copy, bool joins_run = false) const {
+  std::uint64_t fetch_ns(std::size_t bytes, bool copy, bool joins_run = false,
+                         bool grouped = false) const {
     if (!any()) return 0;
-    return remap_ns(bytes, joins_run) + (copy ? copy_enqueue_ns + event_record_ns : 0) +
+    return remap_ns(bytes, joins_run, grouped) + (copy ? copy_enqueue_ns + event_record_ns : 0) +
            event_record_ns;
   }
 };
@@ -138,15 +156,17 @@ struct cost_model {
   // The mover's host costs; none (the default): no mover is modelled.
   mover_costs mover;
 
-  std::uint64_t remap_ns(std::size_t bytes, bool joins_run = false) const {
-    return mover.remap_ns(bytes, joins_run);
+  std::uint64_t remap_ns(std::size_t bytes, bool joins_run = false, bool grouped = false) const {
+    return mover.remap_ns(bytes, joins_run, grouped);
   }
   bool has_mover() const { return mover.any(); }
-  std::uint64_t mover_evict_ns(std::size_t bytes, bool joins_run = false) const {
-    return mover.evict_ns(bytes, joins_run);
+  std::uint64_t mover_evict_ns(std::size_t bytes, bool joins_run = false,
+                               bool grouped = false) const {
+    return mover.evict_ns(bytes, joins_run, grouped);
   }
-  std::uint64_t mover_fetch_ns(std::size_t bytes, bool copy, bool joins_run = false) const {
-    return mover.fetch_ns(bytes, copy, joins_run);
+  std::uint64_t mover_fetch_ns(std::size_t bytes, bool copy, bool joins_run = false,
+                               bool grouped = false) const {
+    return mover.fetch_ns(bytes, copy, joins_run, grouped);
   }
   // The pages of room the engine gathers before a fetch (run_batch_pages, as its
   // batch_pages_locked) with room_pages of room (0: unknown); 1 without a mover or a
@@ -154,7 +174,7 @@ struct cost_model {
   std::size_t mover_batch_pages(std::size_t room_pages = 0) const {
     if (!has_mover() || h2d_bytes_per_s <= 0 || mover.page_bytes == 0) return 1;
     if (mover.batch_pages != 0) return mover.batch_pages;
-    return run_batch_pages(static_cast<double>(mover.run_ns()),
+    return run_batch_pages(static_cast<double>(mover.batch_run_ns()),
                            static_cast<double>(mover.page_bytes) / h2d_bytes_per_s * 1e9,
                            static_cast<double>(remap_ns(mover.page_bytes, true)), room_pages);
   }

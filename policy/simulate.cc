@@ -313,13 +313,17 @@ class replay {
     const std::uint64_t from = drained(std::max(mover_free_, out_done_[f.buffer]));
     const std::uint64_t start = pending_.when_at_most(from, slack);
     const bool joins = fetch_joins_[seq] != 0;
-    const std::uint64_t busy = costs_.mover_fetch_ns(bytes, f.copy_in, joins);
+    // See Note [Grouped runs in the simulator] in policy/simulate.h: a fetch that waited
+    // for the room of the evictions the mover has just remapped.
+    const bool grouped = !joins && group_open_ && start == mover_free_ && slack < group_bytes_;
+    if (!joins) group_open_ = false;
+    const std::uint64_t busy = costs_.mover_fetch_ns(bytes, f.copy_in, joins, grouped);
     mover_free_ = start + busy;
     result_.host_remap_ns += busy;
     ++result_.remaps;
     result_.runs += joins ? 0 : 1;
     taken_at_[f.buffer] = start;
-    const std::uint64_t remapped = start + costs_.remap_ns(bytes, joins);
+    const std::uint64_t remapped = start + costs_.remap_ns(bytes, joins, grouped);
     if (!f.copy_in) {
       ready_[f.buffer] = remapped;
       return 0;
@@ -362,8 +366,17 @@ class replay {
       // The mover remaps the page once its copy out (or its last user) is done; the
       // memory is free, and the page on the host, only after that.
       const bool joins = evict_joins_[evictions_++] != 0;
-      const std::uint64_t busy = costs_.mover_evict_ns(bytes, joins);
-      mover_free_ = drained(std::max(mover_free_, release)) + busy;
+      const std::uint64_t start = drained(std::max(mover_free_, release));
+      // See Note [Grouped runs in the simulator] in policy/simulate.h.
+      const bool grouped = !joins && group_open_ && start == mover_free_;
+      if (!joins) {
+        group_bytes_ = (grouped ? group_bytes_ : 0) + bytes;
+        group_open_ = true;
+      } else if (group_open_) {
+        group_bytes_ += bytes;
+      }
+      const std::uint64_t busy = costs_.mover_evict_ns(bytes, joins, grouped);
+      mover_free_ = start + busy;
       result_.host_remap_ns += busy;
       ++result_.remaps;
       result_.runs += joins ? 0 : 1;
@@ -456,6 +469,9 @@ class replay {
   // place_fetches); the last entry: the end-of-iteration fetches.
   std::vector<std::vector<std::pair<const fetch_action*, std::size_t>>> fetches_at_;
   std::uint64_t mover_free_ = 0;  // when the mover is done with the remaps so far
+  // The mover's last run was an eviction's: a run that follows it at once is grouped.
+  bool group_open_ = false;
+  std::size_t group_bytes_ = 0;  // the bytes its evictions' runs since then free
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;
   std::vector<std::pair<std::uint64_t, std::int64_t>> holds_;  // (time, +-bytes)

@@ -36,8 +36,10 @@
 //   a run's pages); the window's buffers that touch (model_buffer::address) are one
 //   run, whatever their order, fetches max_run_pages pages at most (the mover's
 //   longest; an eviction run takes every page whose copy out its wait covers). The
-//   run's first move pays its shared unmap and access grant (cost_model::remap_ns),
-//   the others their map and per-page parts; simulation::runs counts the runs.
+//   run's first move pays its shared unmap and access grant (cost_model::remap_ns;
+//   their repeat figures where the run is grouped with the one before it, Note
+//   [Grouped runs in the simulator]), the others their map and per-page parts;
+//   simulation::runs counts the runs.
 //   (Joining a page only to the moves of its batch of room, in time order, predicted
 //   288 runs where the library made 189 at full-size ResNet-50, 3x, on the H200's
 //   measured model, and the iteration 15% long; 1.5x 36% long. Windows of 128 moves
@@ -53,6 +55,27 @@
 // - The first iteration ends when the compute and both copy streams and the mover are
 //   idle (simulation::first_iteration_ns); the iteration reported is the next one
 //   (Note [The next iteration]).
+//
+// Note [Grouped runs in the simulator]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The engine's mover remaps a batch's runs with the calls grouped by family: the
+// evictions that make a fetch's room and that fetch, every unmap, then every map, then
+// every access grant (Note [Calls grouped by family] in residency/page_runs.cc), and a
+// call that repeats its family costs the device's repeat figure (vmm_unmap_repeat_ns,
+// vmm_set_access_repeat_ns; Note [Repeated VMM calls] in
+// tests/simgpu/driver/device_model.cc). So the replay charges a run those figures
+// (mover_costs::grouped_run_ns) where the engine would have grouped it: an eviction's
+// run that the mover begins the moment it ends another eviction's, and a fetch's run
+// that begins the moment the mover ends the evictions whose room it waited for (the
+// room free without them is less than the fetch). A fetch that had its room is a batch
+// of its own in the engine (mover_fetch_locked) and pays the full figures, as does
+// the first run after a fetch. The engine's timing of its calls fits a run's part over
+// both kinds (Note [Remapping runs] in residency/swap_engine.h), so the batch of room
+// counts the mean of the two (mover_costs::batch_run_ns): 7 pages on the H200's
+// measured model, as the engine finds, where a lone run's part gave 10. Charging every
+// run the full figures, `oversub simulate --granularity page` predicted ResNet-152 at
+// 1/8 of its bytes, 10x (70 MiB of room), at 136.10 ms where the library runs 109.88;
+// it now predicts 110.10 (docs/results.md, "The simulator groups a batch's runs").
 //
 // Note [Mapping calls that wait]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -116,6 +116,10 @@ device_model_result read_device_model(const std::string& spec, const std::string
   if (kv.find("vmm_map_repeat_ns") != kv.end()) {
     c.vmm_map_repeat_ns = static_cast<std::int64_t>(optional("vmm_map_repeat_ns"));
   }
+  for (auto [key, field] : {std::pair{"vmm_unmap_repeat_ns", &c.vmm_unmap_repeat_ns},
+                            std::pair{"vmm_set_access_repeat_ns", &c.vmm_set_access_repeat_ns}}) {
+    if (kv.find(key) != kv.end()) *field = static_cast<std::int64_t>(optional(key));
+  }
   c.vmm_unmap_ns = optional("vmm_unmap_ns");
   c.vmm_unmap_per_page_ns = optional("vmm_unmap_per_2mib_ns");
   c.vmm_set_access_ns = optional("vmm_set_access_ns");

@@ -29,8 +29,8 @@ struct device_model_result {
 // as `<dir>/<spec>.model`. An unknown name's error lists the models in dir.
 // Every key the simulator needs must be present and positive where a rate. The
 // mover's keys (vmm_{map,unmap,set_access}_ns and their _per_2mib_ns, event_sync_ns,
-// event_record_ns, copy_enqueue_ns) are optional: 0 when absent; vmm_map_repeat_ns
-// too, vmm_map_ns when absent.
+// event_record_ns, copy_enqueue_ns) are optional: 0 when absent; vmm_map_repeat_ns,
+// vmm_unmap_repeat_ns and vmm_set_access_repeat_ns too, the full figure when absent.
 device_model_result read_device_model(const std::string& spec, const std::string& dir);
 
 // The model names (file stems) in dir, sorted.

@@ -257,6 +257,60 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
   EXPECT_EQ(simulate(fits, planned.value, c).iteration_ns, 40u);
 }
 
+// See Note [Grouped runs in the simulator] in policy/simulate.h: room for one page,
+// so each fetch waits for the eviction before it, and the mover remaps the two in the
+// same calls: the fetch's unmap and access grant repeat the eviction's, 100 + 40 ns
+// where a lone run pays 500 + 200. Launch 0 0-10, out 10-110, the eviction's remap
+// 110-1010 (900 ns); page 1's remap 1010-1350 (340), in 1350-1450, launch 1450-1460,
+// out 1460-1560, the next eviction (the fetch ended the group) 1560-2460; ... With
+// room for both, a fetch does not wait for the eviction and pays in full.
+TEST(Simulate, AFetchWaitingForAnEvictionsRoomIsRemappedWithIt) {
+  iteration_model m;
+  m.buffers = {{100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}};
+  m.launches = {{10, {0}, {0}, true}, {10, {1}, {1}, true}, {10, {2}, {2}, true},
+                {10, {3}, {3}, true}};
+  schedule s;
+  s.capacity_bytes = s.planned_peak_bytes = 100;
+  s.resident_at_start = {0};
+  s.launches.resize(4);
+  for (buffer_id b = 0; b < 4; ++b) {
+    if (b != 0) s.launches[b].fetch_before = {{b, true}};
+    s.launches[b].evict_after = {{b, true}};
+  }
+  s.end_fetches = {{0, true}};
+  ASSERT_EQ(check_schedule(m, s), "");
+  cost_model c = byte_per_ns();
+  c.mover.page_bytes = 100;
+  c.mover.vmm_unmap_ns = 500;
+  c.mover.vmm_set_access_ns = 200;
+  c.mover.vmm_map_per_page_ns = 100;
+  c.mover.vmm_unmap_per_page_ns = 50;
+  c.mover.vmm_set_access_per_page_ns = 50;
+  // Without repeat figures every run pays in full.
+  const simulation full = simulate(m, s, c);
+  EXPECT_EQ(full.error, "");
+  EXPECT_EQ(full.launch_end_ns, (std::vector<std::uint64_t>{10, 2020, 4030, 6040}));
+  EXPECT_EQ(full.host_remap_ns, 8u * 900);
+  EXPECT_EQ(c.mover_batch_pages(), 14u);  // two runs of 700 ns against 100 ns a page
+  c.mover.vmm_unmap_repeat_ns = 100;
+  c.mover.vmm_set_access_repeat_ns = 40;
+  EXPECT_EQ(c.remap_ns(100, false, true), 340u);
+  const simulation grouped = simulate(m, s, c);
+  EXPECT_EQ(grouped.error, "");
+  EXPECT_EQ(grouped.launch_end_ns, (std::vector<std::uint64_t>{10, 1460, 2910, 4360}));
+  EXPECT_EQ(grouped.host_remap_ns, 4u * 900 + 4u * 340);
+  EXPECT_EQ(grouped.runs, 8u);
+  EXPECT_LT(grouped.iteration_ns, full.iteration_ns);
+  EXPECT_LE(grouped.peak_device_bytes_in_time, 100u);
+  // The batch of room counts a run's part as the mean of a lone and a grouped run's.
+  EXPECT_EQ(c.mover_batch_pages(), 9u);  // 2 * (700 + 140) / 2 against 100 a page
+  // Room for both: no fetch waits for an eviction, every run pays in full.
+  schedule roomy = s;
+  roomy.capacity_bytes = 200;
+  ASSERT_EQ(check_schedule(m, roomy), "");
+  EXPECT_EQ(simulate(m, roomy, c).host_remap_ns, 8u * 900);
+}
+
 // See Note [Mapping calls that wait] in policy/simulate.h: page 2 is fetched before
 // launch 0, two launches of 1000 ns ahead of launch 2, its first user. With calls
 // that return at once the mover remaps it at 0-100 and it is copied in at 100-200,
