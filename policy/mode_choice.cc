@@ -40,8 +40,8 @@ device_model device_of(const profiler::profile& p, const mode_costs& c) {
 // model cannot be planned; its remaps in remaps.
 std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
                          const device_model& device, const std::vector<std::uint32_t>& order,
-                         std::uint64_t remap_ns, std::uint64_t run_ns, bool vmm_waits,
-                         std::uint64_t& remaps) {
+                         std::uint64_t remap_ns, std::uint64_t run_ns,
+                         std::uint64_t run_repeat_ns, bool vmm_waits, std::uint64_t& remaps) {
   const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
   if (!buffers.error.empty()) return 0;
   const page_model m = pages_of_profile(p, buffers.model, page_bytes, 256, order);
@@ -50,6 +50,10 @@ std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
   // The three calls' sum per page, of which run_ns shared by a run's pages.
   costs.mover.set_run_and_page(std::min(run_ns, remap_ns), remap_ns - std::min(run_ns, remap_ns),
                                page_bytes);
+  // A run grouped with the one before it pays the repeat figure (set_run_and_page puts
+  // a run's part in the unmap's).
+  costs.mover.vmm_unmap_repeat_ns =
+      static_cast<std::int64_t>(std::min({run_repeat_ns, run_ns, remap_ns}));
   const schedule_result r = plan_schedule(
       m.model,
       planning_capacity(capacity_bytes, page_bytes,
@@ -180,7 +184,7 @@ mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_b
     out.swap_replay_ns = swap.predicted_ns[static_cast<int>(swap.kind)];
     out.swap_ns = std::max(out.swap_replay_ns, with_mover(p, capacity_bytes, device, swap.order,
                                                           costs.remap_ns, costs.run_ns,
-                                                          costs.vmm_waits,
+                                                          costs.run_repeat_ns, costs.vmm_waits,
                                                           out.swap_remaps));
   } else {
     out.swap_error = swap.error;

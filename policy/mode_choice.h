@@ -11,7 +11,9 @@
 //   mover (Note [The mover] in residency/swap_engine.h): each page the schedule
 //   fetches or evicts is remapped by one host thread (cuMemUnmap, cuMemMap,
 //   cuMemSetAccess), remap_ns each, less the run's shared part (run_ns) for a page
-//   that joins a run, one after another, an eviction's after its copy
+//   that joins a run and less run_ns - run_repeat_ns for a run remapped in the same
+//   calls as the one before it (Note [Grouped runs in the simulator] in
+//   policy/simulate.h), one after another, an eviction's after its copy
 //   out and before its room is free, a fetch's before its copy in (Note [Virtual
 //   time model] in policy/simulate.h); never below the replay without it. Where the
 //   device's VMM calls wait until the device has finished the work already enqueued
@@ -19,9 +21,10 @@
 //   core/device_pool.cc), a remap first drains the device's queue, and the device
 //   has nothing to run while the remap lasts: swap is that replay plus the host time
 //   of every remap. At 1/8 of ResNet-50, GPT-2 and VGG-16 under SIMGPU_VMM_WAIT=1
-//   on the H200's measured model this is 8% and 23% high at ResNet-50 1.5x and 3x,
-//   6% low at VGG-16 1.5x, 5% and 4% low at GPT-2 1.5x and 3x (docs/results.md);
-//   counting nothing overlapped
+//   on the H200's measured model this is 0.997 and 1.038 of the library's iteration
+//   at ResNet-50 1.5x and 3x, 0.972 and 0.910 at GPT-2, 0.987 at VGG-16 (1.092,
+//   1.117, 0.989, 0.931 and 1.003 with every run at its full cost; docs/results.md,
+//   "The simulator groups a batch's runs"); counting nothing overlapped
 //   (the unlimited iteration plus every copy plus every remap) was 12-56% high at four
 //   of the five and took um at all five where swap was faster at four.
 // - um: the learner's cost schedule over whole buffers (Note [What the learner moves]
@@ -96,6 +99,11 @@ struct mode_costs {
   // residency/swap_engine.h): the unmap's and the access grant's per-call parts, 64 and
   // 122 us on that H200.
   std::uint64_t run_ns = 186'000;
+  // Of run_ns, what a run costs where the engine remaps it in the same calls as the run
+  // before it (its evictions' runs and the fetch their room is for, Note [Grouped runs
+  // in the simulator] in policy/simulate.h): the unmap's and the access grant's repeat
+  // figures, 20 and 34 us on that H200.
+  std::uint64_t run_repeat_ns = 54'000;
   // The device's VMM calls wait for the work already enqueued (Note [Predicting swap
   // against um]).
   bool vmm_waits = false;
