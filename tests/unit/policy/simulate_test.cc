@@ -155,14 +155,17 @@ TEST(Simulate, TheNextIterationOverlapsTheCopiesTheLastOneLeft) {
   EXPECT_EQ(r.iteration_ns, 2010u);
 }
 
-// Four long-lived 100-byte pages, one launch of 10 ns each, in room for one page:
-// each page is fetched, used and copied out in turn, and the mover remaps every
-// move at 1000 ns, one after another (Note [Virtual time model] in policy/simulate.h).
-TEST(Simulate, TheMoverRemapsEveryPageMove) {
+// Four long-lived 100-byte pages, one launch of 10 ns each.
+iteration_model four_pages() {
   iteration_model m;
   m.buffers = {{100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}};
   m.launches = {{10, {0}, {0}, true}, {10, {1}, {1}, true}, {10, {2}, {2}, true},
                 {10, {3}, {3}, true}};
+  return m;
+}
+
+// four_pages in room for one: each page is fetched, used and copied out in turn.
+schedule one_page_at_a_time() {
   schedule s;
   s.capacity_bytes = s.planned_peak_bytes = 100;
   s.resident_at_start = {0};
@@ -172,6 +175,27 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
     s.launches[b].evict_after = {{b, true}};
   }
   s.end_fetches = {{0, true}};
+  return s;
+}
+
+// A mover whose unmap and access grant cost mostly per call: 900 ns a lone page's
+// remap, 700 of it the run's shared part.
+cost_model per_call_costs() {
+  cost_model c = byte_per_ns();
+  c.mover.page_bytes = 100;
+  c.mover.vmm_unmap_ns = 500;
+  c.mover.vmm_set_access_ns = 200;
+  c.mover.vmm_map_per_page_ns = 100;
+  c.mover.vmm_unmap_per_page_ns = 50;
+  c.mover.vmm_set_access_per_page_ns = 50;
+  return c;
+}
+
+// four_pages one page at a time, and the mover remaps every move at 1000 ns, one
+// after another (Note [Virtual time model] in policy/simulate.h).
+TEST(Simulate, TheMoverRemapsEveryPageMove) {
+  const iteration_model m = four_pages();
+  const schedule s = one_page_at_a_time();
   ASSERT_EQ(check_schedule(m, s), "");
   cost_model c = byte_per_ns();
   // Without a mover: launch 0-10, out 10-110, in 110-210, launch 210-220, ... the
@@ -208,13 +232,7 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
   // touch and move the same way in one window of moves share a run's unmap and access
   // grant (700 ns of a lone page's 900): the evictions of pages 0-3 are one run, the
   // fetches of 1-3 and of page 0 another.
-  cost_model per_call = byte_per_ns();
-  per_call.mover.page_bytes = 100;
-  per_call.mover.vmm_unmap_ns = 500;
-  per_call.mover.vmm_set_access_ns = 200;
-  per_call.mover.vmm_map_per_page_ns = 100;
-  per_call.mover.vmm_unmap_per_page_ns = 50;
-  per_call.mover.vmm_set_access_per_page_ns = 50;
+  const cost_model per_call = per_call_costs();
   EXPECT_EQ(per_call.remap_ns(100), 900u);
   EXPECT_EQ(per_call.remap_ns(100, true), 200u);
   // Two runs of 700 ns (an eviction's, a fetch's) against 100 ns of link a page.
@@ -265,27 +283,10 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
 // out 1460-1560, the next eviction (the fetch ended the group) 1560-2460; ... With
 // room for both, a fetch does not wait for the eviction and pays in full.
 TEST(Simulate, AFetchWaitingForAnEvictionsRoomIsRemappedWithIt) {
-  iteration_model m;
-  m.buffers = {{100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}, {100, true, 0, 0}};
-  m.launches = {{10, {0}, {0}, true}, {10, {1}, {1}, true}, {10, {2}, {2}, true},
-                {10, {3}, {3}, true}};
-  schedule s;
-  s.capacity_bytes = s.planned_peak_bytes = 100;
-  s.resident_at_start = {0};
-  s.launches.resize(4);
-  for (buffer_id b = 0; b < 4; ++b) {
-    if (b != 0) s.launches[b].fetch_before = {{b, true}};
-    s.launches[b].evict_after = {{b, true}};
-  }
-  s.end_fetches = {{0, true}};
+  const iteration_model m = four_pages();
+  const schedule s = one_page_at_a_time();
   ASSERT_EQ(check_schedule(m, s), "");
-  cost_model c = byte_per_ns();
-  c.mover.page_bytes = 100;
-  c.mover.vmm_unmap_ns = 500;
-  c.mover.vmm_set_access_ns = 200;
-  c.mover.vmm_map_per_page_ns = 100;
-  c.mover.vmm_unmap_per_page_ns = 50;
-  c.mover.vmm_set_access_per_page_ns = 50;
+  cost_model c = per_call_costs();
   // Without repeat figures every run pays in full.
   const simulation full = simulate(m, s, c);
   EXPECT_EQ(full.error, "");
