@@ -80,6 +80,18 @@ TEST(DeviceModel, ReadsTheSimgpuModels) {
   ASSERT_EQ(titan.error, "");
   EXPECT_EQ(titan.value.memory_bytes, 12ull << 30);
   EXPECT_FALSE(titan.value.costs.demand_paging);
+  // The H200's repeated calls (Note [Grouped runs in the simulator] in
+  // policy/simulate.h): a run grouped with the one before it pays the unmap's and the
+  // access grant's repeat figures; the H100-PCIe model has none, every run in full.
+  const device_model_result h200 = read_device_model("h200-measured", OVERSUB_DEVICE_MODELS_DIR);
+  ASSERT_EQ(h200.error, "");
+  EXPECT_EQ(h200.value.mover.vmm_map_repeat_ns, 1504);
+  EXPECT_EQ(h200.value.mover.vmm_unmap_repeat_ns, 20067);
+  EXPECT_EQ(h200.value.mover.vmm_set_access_repeat_ns, 33793);
+  EXPECT_EQ(h200.value.mover.grouped_run_ns(), 20067u + 33793u);
+  EXPECT_EQ(h200.value.mover.run_ns(), 63943u + 122060u + (11160u - 1504u));
+  EXPECT_EQ(r.value.mover.grouped_run_ns(), r.value.mover.vmm_unmap_ns +
+                                                r.value.mover.vmm_set_access_ns);
 }
 
 TEST(DeviceModel, UnknownNameListsTheKnownOnes) {

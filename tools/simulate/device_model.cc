@@ -113,10 +113,10 @@ device_model_result read_device_model(const std::string& spec, const std::string
   policy::mover_costs& c = d.mover;
   c.vmm_map_ns = optional("vmm_map_ns");
   c.vmm_map_per_page_ns = optional("vmm_map_per_2mib_ns");
-  if (kv.find("vmm_map_repeat_ns") != kv.end()) {
-    c.vmm_map_repeat_ns = static_cast<std::int64_t>(optional("vmm_map_repeat_ns"));
-  }
-  for (auto [key, field] : {std::pair{"vmm_unmap_repeat_ns", &c.vmm_unmap_repeat_ns},
+  // A repeated call's figure (Note [Repeated VMM calls] in
+  // tests/simgpu/driver/device_model.cc); absent: the full one (-1).
+  for (auto [key, field] : {std::pair{"vmm_map_repeat_ns", &c.vmm_map_repeat_ns},
+                            std::pair{"vmm_unmap_repeat_ns", &c.vmm_unmap_repeat_ns},
                             std::pair{"vmm_set_access_repeat_ns", &c.vmm_set_access_repeat_ns}}) {
     if (kv.find(key) != kv.end()) *field = static_cast<std::int64_t>(optional(key));
   }
