@@ -40,20 +40,18 @@ device_model device_of(const profiler::profile& p, const mode_costs& c) {
 // model cannot be planned; its remaps in remaps.
 std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
                          const device_model& device, const std::vector<std::uint32_t>& order,
-                         std::uint64_t remap_ns, std::uint64_t run_ns,
-                         std::uint64_t run_repeat_ns, bool vmm_waits, std::uint64_t& remaps) {
+                         const mode_costs& c, std::uint64_t& remaps) {
   const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
   if (!buffers.error.empty()) return 0;
   const page_model m = pages_of_profile(p, buffers.model, page_bytes, 256, order);
   if (!m.error.empty()) return 0;
   cost_model costs = device.costs;
   // The three calls' sum per page, of which run_ns shared by a run's pages.
-  costs.mover.set_run_and_page(std::min(run_ns, remap_ns), remap_ns - std::min(run_ns, remap_ns),
-                               page_bytes);
+  const std::uint64_t run_ns = std::min(c.run_ns, c.remap_ns);
+  costs.mover.set_run_and_page(run_ns, c.remap_ns - run_ns, page_bytes);
   // A run grouped with the one before it pays the repeat figure (set_run_and_page puts
-  // a run's part in the unmap's).
-  costs.mover.vmm_unmap_repeat_ns =
-      static_cast<std::int64_t>(std::min({run_repeat_ns, run_ns, remap_ns}));
+  // a run's part in the unmap's; grouped_run_ns takes no more than that part).
+  costs.mover.vmm_unmap_repeat_ns = static_cast<std::int64_t>(c.run_repeat_ns);
   const schedule_result r = plan_schedule(
       m.model,
       planning_capacity(capacity_bytes, page_bytes,
@@ -63,7 +61,7 @@ std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
   if (!r.ok()) return 0;
   const simulation sim = simulate(m.model, r.value, costs);
   remaps = sim.remaps;
-  if (vmm_waits) {
+  if (c.vmm_waits) {
     // Each remap drains the device's queue first, so the device has nothing to run
     // while it lasts: the remaps add their host time to the iteration.
     return sim.iteration_ns + sim.host_remap_ns;
@@ -183,9 +181,7 @@ mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_b
   if (swap.error.empty()) {
     out.swap_replay_ns = swap.predicted_ns[static_cast<int>(swap.kind)];
     out.swap_ns = std::max(out.swap_replay_ns, with_mover(p, capacity_bytes, device, swap.order,
-                                                          costs.remap_ns, costs.run_ns,
-                                                          costs.run_repeat_ns, costs.vmm_waits,
-                                                          out.swap_remaps));
+                                                          costs, out.swap_remaps));
   } else {
     out.swap_error = swap.error;
   }

@@ -315,8 +315,8 @@ class replay {
     const bool joins = fetch_joins_[seq] != 0;
     // See Note [Grouped runs in the simulator] in policy/simulate.h: a fetch that waited
     // for the room of the evictions the mover has just remapped.
-    const bool grouped = !joins && group_open_ && start == mover_free_ && slack < group_bytes_;
-    if (!joins) group_open_ = false;
+    const bool grouped = !joins && start == mover_free_ && slack < group_bytes_;
+    if (!joins) group_bytes_ = 0;
     const std::uint64_t busy = costs_.mover_fetch_ns(bytes, f.copy_in, joins, grouped);
     mover_free_ = start + busy;
     result_.host_remap_ns += busy;
@@ -368,11 +368,10 @@ class replay {
       const bool joins = evict_joins_[evictions_++] != 0;
       const std::uint64_t start = drained(std::max(mover_free_, release));
       // See Note [Grouped runs in the simulator] in policy/simulate.h.
-      const bool grouped = !joins && group_open_ && start == mover_free_;
+      const bool grouped = !joins && group_bytes_ != 0 && start == mover_free_;
       if (!joins) {
         group_bytes_ = (grouped ? group_bytes_ : 0) + bytes;
-        group_open_ = true;
-      } else if (group_open_) {
+      } else if (group_bytes_ != 0) {
         group_bytes_ += bytes;
       }
       const std::uint64_t busy = costs_.mover_evict_ns(bytes, joins, grouped);
@@ -469,9 +468,9 @@ class replay {
   // place_fetches); the last entry: the end-of-iteration fetches.
   std::vector<std::vector<std::pair<const fetch_action*, std::size_t>>> fetches_at_;
   std::uint64_t mover_free_ = 0;  // when the mover is done with the remaps so far
-  // The mover's last run was an eviction's: a run that follows it at once is grouped.
-  bool group_open_ = false;
-  std::size_t group_bytes_ = 0;  // the bytes its evictions' runs since then free
+  // The bytes the evictions' runs the mover has grouped since its last fetch's run free;
+  // 0: its last run was a fetch's, and the next run begins a group.
+  std::size_t group_bytes_ = 0;
   std::vector<std::uint64_t> taken_at_;  // when its device memory was last taken
   std::vector<bool> resident_;
   std::vector<std::pair<std::uint64_t, std::int64_t>> holds_;  // (time, +-bytes)
