@@ -65,6 +65,13 @@ CUmemAccessDesc device_access(int device) {
 // against 124 us beside a running kernel: docs/gpu-results.md). But where the longer
 // runs all wait, their quartile holds the wait too and the fit tilts the same way:
 // ResNet-152 at 1/8, 1.5x, went from 75 runs to 523 and from 127 to 212 ms. A wait
+// The line through the lengths' quartiles is not least squares but the median of the
+// slopes between every two lengths and of what each leaves per run (Theil and Sen),
+// over the lengths timed at least 8 times: one length whose every run waited, or a
+// long one timed twice, tilted the least-squares line. At Llama 3.2 1B at 1/8, 1.5x,
+// with the waits, it gave 3 us a run and 31 a page, every run's fit 89 and 8; the
+// batches shrank, the runs with them, and about one replay in three settled on runs
+// of a page or two (2419 an iteration against 342, 2003 ms against 1724). A wait
 // also comes once a run, so it is part of what a run costs and of what a batch saves;
 // the fit with the larger part per run is kept, the quartiles' or every run's. With
 // the waits: GPT-2 1.5x 184-189 runs and 350 ms an iteration, every other point as with
@@ -99,6 +106,32 @@ void line(double m, double sx, double sy, double sxx, double sxy, double& per_ru
   const double intercept = (sy - slope * sx) / m;
   per_run = intercept > 0 ? intercept : 0;
   per_page = std::max(0.0, (sy - per_run * m) / sx);
+}
+
+// The same, robust to a few lengths whose timings all waited: the median of the
+// slopes between every two points (Theil and Sen), and the median of what each point
+// leaves per run.
+void robust_line(const std::vector<std::pair<double, double>>& pts, double& per_run,
+                 double& per_page) {
+  per_run = per_page = 0;
+  if (pts.empty()) return;
+  const auto median = [](std::vector<double> v) {
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    double m = *mid;
+    if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), mid)) / 2;
+    return m;
+  };
+  std::vector<double> slopes, rest;
+  for (std::size_t i = 0; i < pts.size(); ++i) {
+    for (std::size_t j = i + 1; j < pts.size(); ++j) {
+      slopes.push_back((pts[j].second - pts[i].second) / (pts[j].first - pts[i].first));
+    }
+  }
+  const double slope = slopes.empty() ? 0 : std::max(0.0, median(slopes));
+  for (const auto& [x, y] : pts) rest.push_back(y - slope * x);
+  per_run = std::max(0.0, median(rest));
+  per_page = slope;
 }
 
 }  // namespace
@@ -142,19 +175,21 @@ void run_cost_fit::merge(const run_cost_fit& o) {
 void run_cost_fit::fit() const {
   if (fitted_) return;
   fitted_ = true;
-  // Over each length's lower quartile (q) and over every run (the members).
-  double qm = 0, qx = 0, qy = 0, qxx = 0, qxy = 0;
-  for (std::size_t k = 0; k < by_length_.size(); ++k) {
-    if (by_length_[k].empty()) continue;
-    const double x = static_cast<double>(k + 1), y = lower_quartile(by_length_[k]);
-    qm += 1;
-    qx += x;
-    qy += y;
-    qxx += x * x;
-    qxy += x * y;
+  // Over each length's lower quartile (q) and over every run (the members). The
+  // lengths timed at least kKept / 4 times, while there are two of them: a quartile of
+  // one or two timings is any one of them (Note [Timing calls that may wait]).
+  std::vector<std::pair<double, double>> q;
+  for (std::size_t least : {kKept / 4, std::size_t{1}}) {
+    q.clear();
+    for (std::size_t k = 0; k < by_length_.size(); ++k) {
+      if (by_length_[k].size() >= least) {
+        q.emplace_back(static_cast<double>(k + 1), lower_quartile(by_length_[k]));
+      }
+    }
+    if (q.size() >= 2) break;
   }
   double run = 0, page = 0, all_run = 0, all_page = 0;
-  line(qm, qx, qy, qxx, qxy, run, page);
+  robust_line(q, run, page);
   line(n, sx_, sy, sxx_, sxy_, all_run, all_page);
   const bool quartiles = run >= all_run;
   const double map_q = map_page_ns_.empty() ? 0 : lower_quartile(map_page_ns_);
