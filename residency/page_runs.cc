@@ -70,8 +70,8 @@ CUmemAccessDesc device_access(int device) {
 // over the lengths timed at least 8 times: one length whose every run waited, or a
 // long one timed twice, tilted the least-squares line. At Llama 3.2 1B at 1/8, 1.5x,
 // with the waits, it gave 3 us a run and 31 a page, every run's fit 89 and 8; the
-// batches shrank, the runs with them, and about one replay in three settled on runs
-// of a page or two (2419 an iteration against 342, 2003 ms against 1724). A wait
+// batches shrank, the runs with them, and two replays in ten settled on runs of a
+// page or two (about 2420 an iteration against 340, 2000 ms against 1725). A wait
 // also comes once a run, so it is part of what a run costs and of what a batch saves;
 // the fit with the larger part per run is kept, the quartiles' or every run's. With
 // the waits: GPT-2 1.5x 184-189 runs and 350 ms an iteration, every other point as with
