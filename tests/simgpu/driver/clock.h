@@ -73,7 +73,13 @@
 // time it fell asleep. A thread that has exited is dropped. The wait itself costs no
 // host time: it changes the order of the calls and what each thread finds done when
 // it looks. What is left to the host's scheduler: whether a thread woken while the
-// waker holds a mutex is seen before it blocks on it again. ResNet-50 at 1/8, 3x, on
+// waker holds a mutex is seen before it blocks on it again, and which of two threads
+// running their own code at the same host time takes a mutex first (simgpu sees no
+// mutex). So two runs of a program with a mover are the same call for call only up
+// to such a meeting (ResNet-50 at 1/8, 1.5x, with the VMM waits: 289.9 ms of host
+// time), and a program whose steady state depends on early timings can settle
+// differently (docs/results.md, "Swap: why the replays under the VMM waits did not
+// repeat"). ResNet-50 at 1/8, 3x, on
 // the H200 model, iterations 5-8 of three runs: 47.0-50.6 ms idle, 47.3-48.7 with two
 // busy loops, where waiting only before calls gave 47.3-53.9 and 46.9-51.4 on the same
 // machine, and 52-59 idle on another (docs/results.md).
