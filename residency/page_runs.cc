@@ -64,14 +64,15 @@ CUmemAccessDesc device_access(int device) {
 // call made while the device is idle (the H200 measured cuMemSetAccess at 27 us idle
 // against 124 us beside a running kernel: docs/gpu-results.md). But where the longer
 // runs all wait, their quartile holds the wait too and the fit tilts the same way:
-// ResNet-152 at 1/8, 1.5x, went from 75 runs to 523 and from 127 to 212 ms. A wait
+// ResNet-152 at 1/8, 1.5x, went from 75 runs to 523 and from 127 to 212 ms.
 // The line through the lengths' quartiles is not least squares but the median of the
 // slopes between every two lengths and of what each leaves per run (Theil and Sen),
 // over the lengths timed at least 8 times: one length whose every run waited, or a
 // long one timed twice, tilted the least-squares line. At Llama 3.2 1B at 1/8, 1.5x,
 // with the waits, it gave 3 us a run and 31 a page, every run's fit 89 and 8; the
 // batches shrank, the runs with them, and two replays in ten settled on runs of a
-// page or two (about 2420 an iteration against 340, 2000 ms against 1725). A wait
+// page or two (about 2420 an iteration against 340, 2000 ms against 1725:
+// docs/results.md, "Swap: why the replays under the VMM waits did not repeat"). A wait
 // also comes once a run, so it is part of what a run costs and of what a batch saves;
 // the fit with the larger part per run is kept, the quartiles' or every run's. With
 // the waits: GPT-2 1.5x 184-189 runs and 350 ms an iteration, every other point as with
