@@ -92,6 +92,14 @@ double lower_quartile(std::vector<double> v) {
   return *q;
 }
 
+double median(std::vector<double> v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  double m = *mid;
+  if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), mid)) / 2;
+  return m;
+}
+
 // A part per run and a part per page through points (x pages, y ns), m of them, by
 // least squares; while every x is the same, all of it per run.
 void line(double m, double sx, double sy, double sxx, double sxy, double& per_run,
@@ -116,13 +124,6 @@ void robust_line(const std::vector<std::pair<double, double>>& pts, double& per_
                  double& per_page) {
   per_run = per_page = 0;
   if (pts.empty()) return;
-  const auto median = [](std::vector<double> v) {
-    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-    std::nth_element(v.begin(), mid, v.end());
-    double m = *mid;
-    if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), mid)) / 2;
-    return m;
-  };
   std::vector<double> slopes, rest;
   for (std::size_t i = 0; i < pts.size(); ++i) {
     for (std::size_t j = i + 1; j < pts.size(); ++j) {
@@ -179,16 +180,13 @@ void run_cost_fit::fit() const {
   // Over each length's lower quartile (q) and over every run (the members). The
   // lengths timed at least kKept / 4 times, while there are two of them: a quartile of
   // one or two timings is any one of them (Note [Timing calls that may wait]).
-  std::vector<std::pair<double, double>> q;
-  for (std::size_t least : {kKept / 4, std::size_t{1}}) {
-    q.clear();
-    for (std::size_t k = 0; k < by_length_.size(); ++k) {
-      if (by_length_[k].size() >= least) {
-        q.emplace_back(static_cast<double>(k + 1), lower_quartile(by_length_[k]));
-      }
-    }
-    if (q.size() >= 2) break;
+  std::vector<std::pair<double, double>> q, well_timed;
+  for (std::size_t k = 0; k < by_length_.size(); ++k) {
+    if (by_length_[k].empty()) continue;
+    q.emplace_back(static_cast<double>(k + 1), lower_quartile(by_length_[k]));
+    if (by_length_[k].size() >= kKept / 4) well_timed.push_back(q.back());
   }
+  if (well_timed.size() >= 2) q = std::move(well_timed);
   double run = 0, page = 0, all_run = 0, all_page = 0;
   robust_line(q, run, page);
   line(n, sx_, sy, sxx_, sxy_, all_run, all_page);
