@@ -106,10 +106,11 @@ bool device_prefetch_now(int device, std::span<const residency::byte_range> rang
 // Swap mode: Note [Lending an evicting page's memory] in residency/swap_engine.h on or
 // off (nothing otherwise).
 void device_set_lending(int device, bool on) noexcept;
-// Swap mode: Note [Not asking too early] (residency/swap_engine.h): the host clock and
-// the measured link rates (nothing otherwise).
+// Swap mode: swap_engine::set_copy_clock, the host clock the engine times its remaps on
+// and the link's rates, measured or assumed (nothing otherwise).
 void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
-                           double h2d_bytes_per_s, double d2h_bytes_per_s) noexcept;
+                           double h2d_bytes_per_s, double d2h_bytes_per_s,
+                           bool rates_measured) noexcept;
 // See Note [The pool's layout changed] (core/schedule.cc): how many times the
 // planned pool has made or retired a plan on device (0 without one).
 std::uint64_t device_layout_generation(int device) noexcept;

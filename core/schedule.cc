@@ -119,6 +119,23 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
 // plan of a job that has hardly moved yet), none are counted (remap_source "none"). The
 // event and copy enqueues a move also costs are left out: a microsecond or less each.
 
+// Note [A clock without CUPTI]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The engine times its remaps (Note [Remapping runs] in residency/swap_engine.h) and the
+// learner its iterations on one host clock, chosen at the first launch
+// (profiler::cupti::host_clock): CUPTI's where the library loaded, subscribed or held by
+// another tool (a profiler, torch.profiler), else the host's monotonic clock. Both
+// count host time in ns, so on a real GPU either times the calls; CUPTI's comes first
+// because it is the clock of the copies' activity records, on which the link's rates
+// are measured, and because on simgpu it is the device's virtual time. Without a clock
+// the engine timed nothing, so its batches stayed at one page (Llama 3.2 1B at 1/8,
+// 1.5x, VMM calls that wait, CUPTI held: 2003 ms an iteration, 1728 with the clock; see
+// the results' section on the replays under the VMM waits). The batches also
+// want the link's rate: without CUPTI's records it is the constant the plan assumes
+// (Note [Launch durations]). An assumed rate sizes batches only: a rate below the real
+// one would keep the engine from asking about copies already done (Note [Not asking too
+// early] in residency/swap_engine.h), so only measured ones bound a copy's end.
+
 // Note [Which part differs]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // The plan's prediction (predicted_ns) is a model of the library, not the library: its
@@ -136,7 +153,7 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
 // per iteration, at the period's first launch.
 
 void note_iteration(learner& l) {
-  const std::uint64_t now = profiler::cupti::timestamp_ns();
+  const std::uint64_t now = l.clock != nullptr ? l.clock() : 0;
   if (now == 0) return;
   const residency::residency_backend::remap_totals t = core::device_moved_totals(l.device);
   if (l.iteration_mark_ns != 0 && now > l.iteration_mark_ns) {
@@ -194,8 +211,11 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
         fitted == 0 ? 0 : (link.h2d.setup_ns + link.d2h.setup_ns) / static_cast<std::uint64_t>(fitted);
     // See Note [Not asking too early] (residency/swap_engine.h): CUPTI's clock is the clock the
     // rates were measured on.
-    core::device_set_copy_clock(l.device, &profiler::cupti::timestamp_ns, h2d, d2h);
-    l.copy_clock_set = true;
+    core::device_set_copy_clock(l.device, l.clock, h2d, d2h, /*rates_measured=*/true);
+  } else {
+    // See Note [A clock without CUPTI]: the constant sizes the engine's batches only.
+    core::device_set_copy_clock(l.device, l.clock, link_bytes_per_s, link_bytes_per_s,
+                                /*rates_measured=*/false);
   }
   // See Note [um plans at the driver's rates] in core/device_pool.cc: um moves by
   // migrations, whatever the copies ran at.
@@ -676,13 +696,14 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
 
   learner& l = state();
   std::lock_guard<std::mutex> lock(l.mutex);
-  // See Note [Predicting the remaps]: the engine times its remaps on CUPTI's clock from
-  // its first moves on, so that the first plan has their costs; the link's rates come
-  // with the first plan (measure).
-  if (!l.copy_clock_set && current_config().mode == run_mode::swap &&
-      profiler::cupti::timestamp_ns() != 0) {
-    l.copy_clock_set = true;
-    core::device_set_copy_clock(device, &profiler::cupti::timestamp_ns, 0, 0);
+  // See Note [Predicting the remaps]: the engine times its remaps from its first moves
+  // on, so that the first plan has their costs, on the clock of Note [A clock without
+  // CUPTI]; the link's rates come with the first plan (measure).
+  if (l.clock == nullptr) {
+    l.clock = profiler::cupti::host_clock();
+    if (current_config().mode == run_mode::swap) {
+      core::device_set_copy_clock(device, l.clock, 0, 0, /*rates_measured=*/false);
+    }
   }
   const std::uint32_t token = intern(l, pages);
   const std::uint64_t number = l.launches++;

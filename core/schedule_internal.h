@@ -14,6 +14,7 @@
 #include "policy/cost_model.h"
 #include "policy/iteration_model.h"
 #include "policy/schedule.h"
+#include "profiler/cupti_source.h"
 #include "residency/swap_engine.h"
 
 namespace oversub::core::schedule_internal {
@@ -116,7 +117,8 @@ struct learner {
   // The engine's remaps' host costs were measured and are in costs.mover (Note
   // [Predicting the remaps] in core/schedule.cc).
   bool remap_measured = false;
-  bool copy_clock_set = false;  // the engine has CUPTI's clock to time its remaps on
+  // See Note [A clock without CUPTI] in core/schedule.cc: chosen at the first launch.
+  profiler::cupti::clock_fn clock = nullptr;
   bool source_logged = false;
   std::uint64_t period_first = 0;            // launch number of the period's first launch
   std::uint64_t measured_launches = 0;       // positions with a measured duration

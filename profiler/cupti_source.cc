@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -26,6 +27,8 @@ struct api {
 
 api g_api;
 std::atomic<bool> g_subscribed{false};
+// cuptiGetTimestamp of the library loaded, subscribed or not (held by another tool).
+std::atomic<decltype(&::cuptiGetTimestamp)> g_timestamp{nullptr};
 CUpti_SubscriberHandle g_handle = nullptr;
 
 // See Note [More than one sink] (cupti_source.h): slots are filled once and never
@@ -299,6 +302,7 @@ outcome first_subscribe(std::string* detail) {
   }
   resolve(lib, "cuptiGetTimestamp", a.timestamp);
   g_api = a;
+  g_timestamp.store(a.timestamp, std::memory_order_release);
   char holder[CUPTI_SUBSCRIBER_NAME_MAX_LEN + 1] = {};
   CUpti_SubscriberParams params{};
   params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
@@ -371,6 +375,27 @@ std::uint64_t timestamp_ns() noexcept {
   if (!g_subscribed.load(std::memory_order_acquire) || g_api.timestamp == nullptr) return 0;
   std::uint64_t t = 0;
   return g_api.timestamp(&t) == CUPTI_SUCCESS ? t : 0;
+}
+
+namespace {
+
+std::uint64_t loaded_timestamp_ns() noexcept {
+  std::uint64_t t = 0;
+  const auto f = g_timestamp.load(std::memory_order_acquire);
+  return f != nullptr && f(&t) == CUPTI_SUCCESS ? t : 0;
+}
+
+std::uint64_t steady_ns() noexcept {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+}  // namespace
+
+clock_fn host_clock() noexcept {
+  if (loaded_timestamp_ns() != 0) return &loaded_timestamp_ns;
+  return &steady_ns;
 }
 
 void flush() noexcept {

@@ -109,6 +109,14 @@ void flush() noexcept;
 // subscription or when the library lacks the function.
 std::uint64_t timestamp_ns() noexcept;
 
+// See Note [A clock without CUPTI] in core/schedule.cc: a host clock in ns for timing
+// the engine's own calls and copies, chosen once by the caller: CUPTI's
+// (cuptiGetTimestamp) wherever the library loaded and its clock answers, subscribed or
+// held by another tool, else the host's monotonic clock. It answers 0 only where
+// CUPTI's clock, having answered when chosen, fails later.
+using clock_fn = std::uint64_t (*)() noexcept;
+clock_fn host_clock() noexcept;
+
 }  // namespace oversub::profiler::cupti
 
 #endif  // OVERSUB_PROFILER_CUPTI_SOURCE_H

@@ -141,7 +141,7 @@ class residency_backend {
   // residency/swap_engine.h (nothing to a backend without them).
   virtual void set_lending(bool on) = 0;
   virtual void set_copy_clock(std::uint64_t (*now_ns)() noexcept, double h2d_bytes_per_s,
-                              double d2h_bytes_per_s) = 0;
+                              double d2h_bytes_per_s, bool rates_measured) = 0;
   // See Note [Remapping runs] in residency/swap_engine.h: the pages of room a fetch
   // waits to gather (1: room is used as it comes).
   virtual std::size_t batch_pages() { return 1; }

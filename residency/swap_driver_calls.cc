@@ -290,7 +290,8 @@ CUresult swap_engine::enqueue_copy_locked(int c, CUstream s, std::uintptr_t va,
   // See Note [Not asking too early] in residency/swap_engine.h: the earliest this copy
   // can be done.
   const double rate = out ? d2h_rate_ : h2d_rate_;
-  if (const std::uint64_t now = clock_ != nullptr && rate > 0 ? clock_() : 0; now != 0) {
+  if (const std::uint64_t now = clock_ != nullptr && rates_measured_ && rate > 0 ? clock_() : 0;
+      now != 0) {
     std::uint64_t& tail = out ? to_host_not_before_ : to_device_not_before_;
     tail = std::max(tail, now) +
            static_cast<std::uint64_t>(0.9e9 * static_cast<double>(bytes) / rate);

@@ -336,11 +336,13 @@ bool swap_engine::prefetch_pages(std::span<const byte_range> ranges,
 }
 
 void swap_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
-                                      double h2d_bytes_per_s, double d2h_bytes_per_s) {
+                                      double h2d_bytes_per_s, double d2h_bytes_per_s,
+                                      bool rates_measured) {
   std::lock_guard<std::mutex> lock(mutex_);
   clock_ = now_ns;
   h2d_rate_ = h2d_bytes_per_s;
   d2h_rate_ = d2h_bytes_per_s;
+  rates_measured_ = rates_measured;
 }
 
 std::size_t swap_engine::batch_pages() {

@@ -517,12 +517,13 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // times it as a variant of its schedule); turning it off leaves the pages lent
   // already to finish as usual.
   void set_lending(bool on) override;
-  // See Note [Not asking too early]: a host clock on the copies' timeline (ns) and the
-  // link's rates per direction (bytes/s, measured); with them the engine does not ask
-  // the driver about a copy before it could have finished. A null clock or a rate of
-  // 0 asks whenever the answer is wanted.
+  // A host clock (ns) that times the engine's remaps (Note [Remapping runs]), and the
+  // link's rates per direction (bytes/s), which size its batches. Rates measured on that
+  // clock (rates_measured) also keep the engine from asking the driver about a copy
+  // before it could have finished (Note [Not asking too early]); assumed ones do not.
+  // A null clock times nothing and batches nothing; a rate of 0 batches nothing.
   void set_copy_clock(std::uint64_t (*now_ns)() noexcept, double h2d_bytes_per_s,
-                      double d2h_bytes_per_s) override;
+                      double d2h_bytes_per_s, bool rates_measured) override;
   std::size_t batch_pages() override;
   remap_costs measured_remap_costs() override;
   remap_totals moved_totals() override;
@@ -758,6 +759,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   void count_remaps_locked(const run_cost_fit& fit, bool by_mover);
   double h2d_rate_ = 0;
   double d2h_rate_ = 0;
+  bool rates_measured_ = false;  // on clock_, so that they bound a copy's end
   std::uint64_t to_host_not_before_ = 0;
   std::uint64_t to_device_not_before_ = 0;
   std::uint64_t tick_ = 0;

@@ -133,7 +133,7 @@ class um_engine final : public backend_with_stats<um_stats> {
 
   // The swap engine's tuning of its own moves: nothing here.
   void set_lending(bool) override {}
-  void set_copy_clock(std::uint64_t (*)() noexcept, double, double) override {}
+  void set_copy_clock(std::uint64_t (*)() noexcept, double, double, bool) override {}
 
   // capacity_bytes() and reserve_foreign(): residency_backend (Note [Memory that is
   // not ours] in residency/backend.h); stats() and try_stats(): backend_with_stats.

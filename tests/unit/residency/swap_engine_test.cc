@@ -89,6 +89,8 @@ class Residency : public ::testing::Test {
     ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
   }
   void remapped_as_runs(swap_engine& e);
+  void evict_page_1_at_1gbps(swap_engine& e, bool rates_measured);
+  void expect_both_pages_back(swap_engine& e);
   void expect_only_page_3_left(swap_engine& e, int fill);
   static constexpr std::size_t kPages = 16;
   cudaStream_t s_ = nullptr;
@@ -344,7 +346,7 @@ std::uint64_t ticking_clock() noexcept { return g_tick_ns += 100'000; }
 // mapping calls, where page by page it was 18), with the mover finishing the
 // evictions or without it. Every byte is kept.
 void Residency::remapped_as_runs(swap_engine& e) {
-  e.set_copy_clock(&ticking_clock, 1e12, 1e12);
+  e.set_copy_clock(&ticking_clock, 1e12, 1e12, true);
   const auto range = [&](std::size_t first) { return byte_range{va(first), 4 * kPage}; };
   for (std::size_t first : {0, 4}) {
     for (std::size_t i = first; i < first + 4; ++i) ASSERT_TRUE(e.create_page(va(i)));
@@ -586,23 +588,36 @@ TEST_F(Residency, WorkWaitsForAFetchOnceWithoutAsking) {
 std::uint64_t g_fake_now = 1000;
 std::uint64_t fake_clock() noexcept { return g_fake_now; }
 
-// See Note [Not asking too early] (residency/swap_engine.h): with a clock and the link's rates,
-// the engine does not ask about a copy out before the clock says it could be done,
-// even when it is (here the device has finished it): a fetch waiting for its room is
-// deferred until the clock has passed the copy's earliest end, then goes ahead.
-TEST_F(Residency, NoQuestionBeforeACopyCouldBeDone) {
-  swap_engine e(config(1, 16));
+// Page 0 on the host, page 1's copy out enqueued with the engine's clock at 1 GB/s
+// (rates_measured or assumed) and done on the device: 0x51 and 0x52 written.
+void Residency::evict_page_1_at_1gbps(swap_engine& e, bool rates_measured) {
   ASSERT_TRUE(e.create_page(va(0)));
   ASSERT_TRUE(use(e, 0));
   ASSERT_EQ(cudaMemsetAsync(ptr(0), 0x51, kPage, s_), cudaSuccess);
   ASSERT_TRUE(e.create_page(va(1)));  // page 0 out (the host waits for it)
   ASSERT_TRUE(use(e, 1));
   ASSERT_EQ(cudaMemsetAsync(ptr(1), 0x52, kPage, s_), cudaSuccess);
-  // 1 GB/s: page 1's copy out cannot be done before 0.9 x 2.1 ms on the clock.
-  e.set_copy_clock(&fake_clock, 1e9, 1e9);
+  e.set_copy_clock(&fake_clock, 1e9, 1e9, rates_measured);
   const byte_range one{va(1), kPage};
   ASSERT_TRUE(e.evict({&one, 1}));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // done on the device
+}
+
+void Residency::expect_both_pages_back(swap_engine& e) {
+  ASSERT_TRUE(use(e, 0, false));
+  expect_bytes(0, 0x51);
+  ASSERT_TRUE(use(e, 1, false));
+  expect_bytes(1, 0x52);
+}
+
+// See Note [Not asking too early] (residency/swap_engine.h): with a clock and the link's rates,
+// the engine does not ask about a copy out before the clock says it could be done,
+// even when it is (here the device has finished it): a fetch waiting for its room is
+// deferred until the clock has passed the copy's earliest end, then goes ahead.
+TEST_F(Residency, NoQuestionBeforeACopyCouldBeDone) {
+  swap_engine e(config(1, 16));
+  // 1 GB/s: page 1's copy out cannot be done before 0.9 x 2.1 ms on the clock.
+  ASSERT_NO_FATAL_FAILURE(evict_page_1_at_1gbps(e, true));
   const byte_range zero{va(0), kPage};
   std::vector<byte_range> later;
   g_fake_now += 1'000'000;  // 1 ms on: too early to ask
@@ -613,10 +628,21 @@ TEST_F(Residency, NoQuestionBeforeACopyCouldBeDone) {
   g_fake_now += 1'000'000;  // 2 ms: past 0.9 x 2.1 ms
   ASSERT_TRUE(e.prefetch_now({&zero, 1}, later));
   EXPECT_TRUE(later.empty());
-  ASSERT_TRUE(use(e, 0, false));
-  expect_bytes(0, 0x51);
-  ASSERT_TRUE(use(e, 1, false));
-  expect_bytes(1, 0x52);
+  ASSERT_NO_FATAL_FAILURE(expect_both_pages_back(e));
+}
+
+// See Note [A clock without CUPTI] in core/schedule.cc: an assumed rate (the plan's
+// constant, no link measured) sizes batches only. The same copy out, asked about 1 ms
+// after it was issued, at an assumed 1 GB/s: the engine asks, finds it done and fetches.
+TEST_F(Residency, AnAssumedRateDoesNotDelayTheQuestion) {
+  swap_engine e(config(1, 16));
+  ASSERT_NO_FATAL_FAILURE(evict_page_1_at_1gbps(e, false));
+  const byte_range zero{va(0), kPage};
+  std::vector<byte_range> later;
+  g_fake_now += 1'000'000;
+  ASSERT_TRUE(e.prefetch_now({&zero, 1}, later));
+  EXPECT_TRUE(later.empty());
+  ASSERT_NO_FATAL_FAILURE(expect_both_pages_back(e));
 }
 
 // Of the pages a prefetch may take, those of highest rank (used furthest off) leave
