@@ -122,17 +122,19 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
 // Note [A clock without CUPTI]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The engine times its remaps (Note [Remapping runs] in residency/swap_engine.h) and the
-// learner its iterations on one host clock, chosen at the first launch
-// (profiler::cupti::host_clock): CUPTI's where the library loaded, subscribed or held by
-// another tool (a profiler, torch.profiler), else the host's monotonic clock. Both
-// count host time in ns, so on a real GPU either times the calls; CUPTI's comes first
+// learner its iterations on one host clock, chosen once (profiler::cupti::host_clock):
+// CUPTI's where the library loaded, subscribed or held by another tool (a profiler,
+// torch.profiler), from the first launch at which it answers; else, from the first
+// launch, the host's monotonic clock. Both count host time in ns, so on a real GPU
+// either times the calls; CUPTI's comes first
 // because it is the clock of the copies' activity records, on which the link's rates
 // are measured, and because on simgpu it is the device's virtual time. Without a clock
 // the engine timed nothing, so its batches stayed at one page (Llama 3.2 1B at 1/8,
-// 1.5x, VMM calls that wait, CUPTI held: 2003 ms an iteration, 1728 with the clock; see
-// the results' section on the replays under the VMM waits). The batches also
-// want the link's rate: without CUPTI's records it is the constant the plan assumes
-// (Note [Launch durations]). An assumed rate sizes batches only: a rate below the real
+// 1.5x, VMM calls that wait, CUPTI held: 2003 ms an iteration; with the clock 1774, and
+// 1727 with CUPTI ours). The batches also want the link's rate: without CUPTI's
+// records it is the constant the plan assumes (Note [Launch durations]), 25 GB/s
+// against the H200's 55 there, so the batches come out smaller (711 runs an iteration
+// against 354). An assumed rate sizes batches only: a rate below the real
 // one would keep the engine from asking about copies already done (Note [Not asking too
 // early] in residency/swap_engine.h), so only measured ones bound a copy's end.
 
@@ -701,7 +703,7 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
   // CUPTI]; the link's rates come with the first plan (measure).
   if (l.clock == nullptr) {
     l.clock = profiler::cupti::host_clock();
-    if (current_config().mode == run_mode::swap) {
+    if (l.clock != nullptr && current_config().mode == run_mode::swap) {
       core::device_set_copy_clock(device, l.clock, 0, 0, /*rates_measured=*/false);
     }
   }

@@ -117,7 +117,7 @@ struct learner {
   // The engine's remaps' host costs were measured and are in costs.mover (Note
   // [Predicting the remaps] in core/schedule.cc).
   bool remap_measured = false;
-  // See Note [A clock without CUPTI] in core/schedule.cc: chosen at the first launch.
+  // See Note [A clock without CUPTI] in core/schedule.cc: null until chosen.
   profiler::cupti::clock_fn clock = nullptr;
   bool source_logged = false;
   std::uint64_t period_first = 0;            // launch number of the period's first launch

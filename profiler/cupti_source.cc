@@ -394,8 +394,8 @@ std::uint64_t steady_ns() noexcept {
 }  // namespace
 
 clock_fn host_clock() noexcept {
-  if (loaded_timestamp_ns() != 0) return &loaded_timestamp_ns;
-  return &steady_ns;
+  if (g_timestamp.load(std::memory_order_acquire) == nullptr) return &steady_ns;
+  return loaded_timestamp_ns() != 0 ? &loaded_timestamp_ns : nullptr;
 }
 
 void flush() noexcept {

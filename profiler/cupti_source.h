@@ -111,9 +111,10 @@ std::uint64_t timestamp_ns() noexcept;
 
 // See Note [A clock without CUPTI] in core/schedule.cc: a host clock in ns for timing
 // the engine's own calls and copies, chosen once by the caller: CUPTI's
-// (cuptiGetTimestamp) wherever the library loaded and its clock answers, subscribed or
-// held by another tool, else the host's monotonic clock. It answers 0 only where
-// CUPTI's clock, having answered when chosen, fails later.
+// (cuptiGetTimestamp) wherever the library loaded, subscribed or held by another tool,
+// else the host's monotonic clock. Null while CUPTI's clock does not answer yet (0 or
+// an error): ask again later. The clock returned answers 0 only where CUPTI's, having
+// answered when chosen, fails later.
 using clock_fn = std::uint64_t (*)() noexcept;
 clock_fn host_clock() noexcept;
 
