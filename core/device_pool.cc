@@ -71,6 +71,8 @@ std::unique_ptr<residency_backend> make_backend(int device, const pool_settings&
   c.mover_thread = s.mover_thread;
   // See Note [Do VMM calls wait?]: the learner plans the remaps' waits where they wait.
   c.calls_wait = vmm_calls_wait(device);
+  // See Note [Pinned rates at start]: before the pages fill the device.
+  pinned_copy_rates(device);
   if (c.calls_wait) {
     const std::string line = fmt::format(
         "swap: device {}'s mapping calls wait for its queued work (measured at start), so "
@@ -250,6 +252,53 @@ bool concurrent_managed_access(int device) {
   return device_attribute_is_set(device, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS);
 }
 
+namespace {
+
+// See Note [Pinned rates at start]: bytes of device memory at va copied from pinned
+// host memory and back on stream, half of them then all of them each way, each copy
+// between events; a way's rate is the half more that the whole copies over the time it
+// takes more, so a copy's own setup drops out. {} on any failure.
+link_rates time_pinned_copies(CUdeviceptr va, std::size_t bytes, CUstream stream) {
+  const driver_table& d = driver();
+  link_rates out;
+  void* host = nullptr;
+  CUevent marks[5] = {};
+  bool ok = d.cuMemHostAlloc(&host, bytes, 0) == CUDA_SUCCESS;
+  for (CUevent& e : marks) ok = ok && d.cuEventCreate(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+  if (ok) {
+    const auto h = reinterpret_cast<CUdeviceptr>(host);
+    std::memset(host, 0, bytes);
+    // Copies in order: in, half; in, all; out, half; out, all. Each one queued behind
+    // another (the first behind a copy in of half), so that none waits for its enqueue.
+    const CUdeviceptr to[] = {va, va, h, h};
+    const CUdeviceptr from[] = {h, h, va, va};
+    ok = d.cuMemcpyAsync(va, h, bytes / 2, stream) == CUDA_SUCCESS &&
+         d.cuEventRecord(marks[0], stream) == CUDA_SUCCESS;
+    for (int k = 0; k < 4 && ok; ++k) {
+      ok = d.cuMemcpyAsync(to[k], from[k], k % 2 == 0 ? bytes / 2 : bytes, stream) ==
+               CUDA_SUCCESS &&
+           d.cuEventRecord(marks[k + 1], stream) == CUDA_SUCCESS;
+    }
+    float ms[4] = {};
+    for (int k = 0; k < 4 && ok; ++k) {
+      ok = (k != 0 || d.cuEventSynchronize(marks[4]) == CUDA_SUCCESS) &&
+           d.cuEventElapsedTime(&ms[k], marks[k], marks[k + 1]) == CUDA_SUCCESS;
+    }
+    const double half = static_cast<double>(bytes / 2);
+    if (ok && ms[1] > ms[0] && ms[3] > ms[2]) {
+      out.to_device = half / ((ms[1] - ms[0]) * 1e-3);
+      out.to_host = half / ((ms[3] - ms[2]) * 1e-3);
+    }
+  }
+  for (CUevent e : marks) {
+    if (e != nullptr) d.cuEventDestroy(e);
+  }
+  if (host != nullptr) d.cuMemFreeHost(host);
+  return out;
+}
+
+}  // namespace
+
 // Note [Do VMM calls wait?]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // PyTorch's allocator notes (c10/cuda/CUDACachingAllocator.cpp, on expandable segments)
@@ -273,6 +322,7 @@ bool concurrent_managed_access(int device) {
 // mode asks too, when its engine starts (before the pages fill the device), and its
 // learner plans with the answer (Note [Mapping calls that wait] in policy/simulate.h);
 // the answer is kept (vmm_calls_wait), so a process asks once.
+
 vmm_wait_answer probe_vmm_waits(int device) {
   const driver_table& d = driver();
   if (!d.complete) return vmm_wait_answer::unknown;
@@ -335,6 +385,59 @@ bool vmm_calls_wait(int device) {
   const bool waits = probe_vmm_waits(device) == vmm_wait_answer::waits;
   known.emplace(device, waits);
   return waits;
+}
+
+// Note [Pinned rates at start]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The swap learner plans, and the engine sizes its batches of room (Note [Remapping
+// runs] in residency/swap_engine.h), with the link's rates, fitted from CUPTI's records
+// of the engine's copies (Note [Launch durations] in core/schedule.cc). Where CUPTI is
+// not the library's (a profiler holds it, or no libcupti loads) there are no records,
+// and a constant 25 GB/s stood in where an H200 copies at 55: every page's copy seemed
+// to take twice its time, so the batches came out half as large and the plan moved
+// too little. So swap mode, as its engine starts (before its pages fill the device),
+// copies up to 32 MiB of device memory of its own (a quarter of what is free, whole
+// 2 MiB pages) from pinned host memory and back, half of it then all of it each way,
+// on its own stream between events that time the copies (cuEventElapsedTime, no CUPTI),
+// and keeps each way's rate over the half more (the copy's setup drops out). The
+// learner takes them where CUPTI gave none (the stats' link_source "probe").
+link_rates probe_pinned_rates(int device) {
+  const driver_table& d = driver();
+  link_rates out;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (!d.complete || d.cuMemGetInfo(&free_bytes, &total_bytes) != CUDA_SUCCESS) return out;
+  constexpr std::size_t page = std::size_t{2} << 20;
+  const std::size_t bytes = std::min(std::size_t{32} << 20, free_bytes / 4 / page * page);
+  if (bytes == 0) return out;
+  const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, device);
+  const CUmemAccessDesc access = residency::device_access(device);
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h = 0;
+  bool mapped = false;
+  CUstream stream = nullptr;
+  if (d.cuMemAddressReserve(&va, bytes, 0, 0, 0) == CUDA_SUCCESS &&
+      d.cuMemCreate(&h, bytes, &prop, 0) == CUDA_SUCCESS &&
+      (mapped = d.cuMemMap(va, bytes, 0, h, 0) == CUDA_SUCCESS) &&
+      d.cuMemSetAccess(va, bytes, &access, 1) == CUDA_SUCCESS &&
+      d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS) {
+    out = time_pinned_copies(va, bytes, stream);
+  }
+  if (stream != nullptr) {
+    d.cuStreamSynchronize(stream);
+    d.cuStreamDestroy(stream);
+  }
+  if (mapped) d.cuMemUnmap(va, bytes);
+  if (h != 0) d.cuMemRelease(h);
+  if (va != 0) d.cuMemAddressFree(va, bytes);
+  return out;
+}
+
+link_rates pinned_copy_rates(int device) {
+  static std::mutex mutex;
+  static std::map<int, link_rates> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  return known.emplace(device, probe_pinned_rates(device)).first->second;
 }
 
 // Note [Managed migration rates, measured]

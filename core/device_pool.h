@@ -52,6 +52,12 @@ bool managed_memory_supported(int device);
 // fault (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS).
 bool concurrent_managed_access(int device);
 
+// A link's rates each way, bytes/s; 0 where they could not be measured.
+struct link_rates {
+  double to_device = 0;
+  double to_host = 0;
+};
+
 // See Note [Do VMM calls wait?] (core/device_pool.cc): whether the device's VMM calls
 // waited for the work already enqueued, measured once on a page of its own.
 enum class vmm_wait_answer { no_wait, waits, unknown };
@@ -59,14 +65,16 @@ vmm_wait_answer probe_vmm_waits(int device);
 // The probe's answer for the device, asked once (the first call probes): true only
 // where the calls were found to wait.
 bool vmm_calls_wait(int device);
+// See Note [Pinned rates at start] (core/device_pool.cc): the rates of pinned copies to
+// and from device memory, timed on memory of its own; pinned_copy_rates asks once a
+// device (its first call probes).
+link_rates probe_pinned_rates(int device);
+link_rates pinned_copy_rates(int device);
 
 // See Note [Managed migration rates, measured] (core/device_pool.cc): the rates at
 // which the driver prefetches managed memory to the device and to the host, bytes/s,
 // measured once on 32 MiB of its own; 0 where they could not be measured.
-struct managed_rates {
-  double to_device = 0;
-  double to_host = 0;
-};
+using managed_rates = link_rates;
 managed_rates probe_managed_rates(int device);
 // See Note [um plans at the driver's rates] (core/device_pool.cc): the rates um mode's
 // backend on device migrates at, measured when it started; 0 for any other backend,

@@ -65,7 +65,9 @@ bool search_now(std::size_t trace_size) {
 // from the engine's copies] in profiler/launch_timing.h). Where CUPTI cannot be had
 // (no libcupti, another tool holds it) or gave no record, the constants below stand in:
 // every launch counts the same, so the cost policy ranks by launch distance, and the link
-// is a PCIe 4/5 x16 link's pinned rate. The verbose log says which once, and the stats'
+// is, in swap mode, the rates of pinned copies timed at start (Note [Pinned rates at
+// start] in core/device_pool.cc), else a PCIe 4/5 x16 link's pinned rate. The verbose
+// log says which once, and the stats'
 // "schedule" section always. The durations are learned at the launch hook, from CUPTI's
 // forced flush: that is once per learned schedule, not per launch.
 constexpr std::uint64_t launch_ns = 20'000;
@@ -132,9 +134,11 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
 // the engine timed nothing, so its batches stayed at one page (Llama 3.2 1B at 1/8,
 // 1.5x, VMM calls that wait, CUPTI held: 2003 ms an iteration; with the clock 1774, and
 // 1727 with CUPTI ours). The batches also want the link's rate: without CUPTI's
-// records it is the constant the plan assumes (Note [Launch durations]), 25 GB/s
-// against the H200's 55 there, so the batches come out smaller (711 runs an iteration
-// against 354). An assumed rate sizes batches only: a rate below the real
+// records, the rates of the pinned copies timed at start (Note [Pinned rates at start]
+// in core/device_pool.cc; the same point 1728 ms), and where even those could not be
+// timed the constant the plan assumes (Note [Launch durations]), 25 GB/s against the
+// H200's 55 there, which halves the batches (1774 ms, 711 runs an iteration against
+// 354). An assumed rate sizes batches only: a rate below the real
 // one would keep the engine from asking about copies already done (Note [Not asking too
 // early] in residency/swap_engine.h), so only measured ones bound a copy's end.
 
@@ -172,6 +176,14 @@ void note_iteration(learner& l) {
   l.iteration_mark = t;
 }
 
+// Where the link's rates in l.costs come from, for the verbose log.
+const char* link_origin(const learner& l) {
+  return l.link_managed    ? "the driver's managed migrations, measured at start"
+         : l.link_measured ? "from the engine's copies"
+         : l.link_probed   ? "pinned copies timed at start"
+                           : "constant";
+}
+
 // See Note [Launch durations]: l.durations_ns and l.costs for the period ending the
 // trace, from what CUPTI measured over the stretch s, else the constants.
 void measure(learner& l, const profiler::periodic_stretch& s) {
@@ -201,6 +213,7 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
   l.costs.copy_setup_ns = copy_setup_ns;
   const profiler::timing::link_estimate link = profiler::timing::link();
   l.link_measured = link.h2d.bytes_per_s > 0 || link.d2h.bytes_per_s > 0;
+  l.link_probed = false;
   if (l.link_measured) {
     // A direction with no copy yet takes the other's figure.
     const double h2d = link.h2d.bytes_per_s > 0 ? link.h2d.bytes_per_s : link.d2h.bytes_per_s;
@@ -214,6 +227,16 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
     // See Note [Not asking too early] (residency/swap_engine.h): CUPTI's clock is the clock the
     // rates were measured on.
     core::device_set_copy_clock(l.device, l.clock, h2d, d2h, /*rates_measured=*/true);
+  } else if (const core::link_rates pinned = current_config().mode == run_mode::swap
+                                                ? core::pinned_copy_rates(l.device)
+                                                : core::link_rates{};
+             pinned.to_device > 0 && pinned.to_host > 0) {
+    // See Note [Pinned rates at start] in core/device_pool.cc.
+    l.link_probed = true;
+    l.costs.h2d_bytes_per_s = pinned.to_device;
+    l.costs.d2h_bytes_per_s = pinned.to_host;
+    core::device_set_copy_clock(l.device, l.clock, pinned.to_device, pinned.to_host,
+                                /*rates_measured=*/true);
   } else {
     // See Note [A clock without CUPTI]: the constant sizes the engine's batches only.
     core::device_set_copy_clock(l.device, l.clock, link_bytes_per_s, link_bytes_per_s,
@@ -249,16 +272,16 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
                          "({})",
                          l.measured_launches, s.period, l.costs.h2d_bytes_per_s / 1e9,
                          l.costs.d2h_bytes_per_s / 1e9,
-                         l.link_managed    ? "the driver's managed migrations, measured at start"
-                         : l.link_measured ? "from the engine's copies"
-                                           : "constant");
+                         link_origin(l));
     } else {
       line = fmt::format("swap: no kernel durations from CUPTI ({}); the schedule is planned "
-                         "with {} us per launch and a {:.0f} GB/s link",
+                         "with {} us per launch and a link of {:.1f} GB/s h2d, {:.1f} GB/s d2h "
+                         "({})",
                          src == profiler::timing::source::cupti ? "no activity records"
                          : src == profiler::timing::source::held ? "CUPTI is held by " + why
                                                                  : why,
-                         launch_ns / 1000, link_bytes_per_s / 1e9);
+                         launch_ns / 1000, l.costs.h2d_bytes_per_s / 1e9,
+                         l.costs.d2h_bytes_per_s / 1e9, link_origin(l));
     }
     say(line);
   }
@@ -514,6 +537,7 @@ bool report_section(stats::section& out) {
   const char* link = st.learned == 0 ? "none"
                      : l.link_managed ? "managed"
                      : l.link_measured ? "cupti"
+                     : l.link_probed   ? "probe"
                                        : "constant";
   const std::size_t n = std::min(l.durations_ns.size(), max_reported_durations);
   std::string durations_ns;

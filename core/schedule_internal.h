@@ -114,6 +114,9 @@ struct learner {
   // The link's rates are the driver's migrations' (um mode; Note [um plans at the
   // driver's rates] in core/device_pool.cc).
   bool link_managed = false;
+  // No records, the rates of the pinned copies timed at start (Note [Pinned rates at
+  // start] in core/device_pool.cc).
+  bool link_probed = false;
   // The engine's remaps' host costs were measured and are in costs.mover (Note
   // [Predicting the remaps] in core/schedule.cc).
   bool remap_measured = false;

@@ -110,6 +110,18 @@ def device_figure(key: str, default: float | None = None) -> float:
     return float(m.group(1))
 
 
+def check_pinned_rates(sched: dict, source: str, within: float) -> None:
+    """The stats' "schedule" section has its link from source, each way's rate the
+    device model's pinned bandwidth within that fraction."""
+    if sched["link_source"] != source:
+        fail(f"the link should come from {source}: {sched}")
+    for way in ("h2d", "d2h"):
+        want_gbps = device_figure(f"{way}_pinned_bandwidth") / 1e9
+        if abs(sched[f"{way}_gbps"] - want_gbps) > within * want_gbps:
+            fail(f"{way}_gbps {sched[f'{way}_gbps']}, the device model's pinned rate is "
+                 f"{want_gbps} GB/s")
+
+
 def check_link(sched: dict, rates: bool = True) -> None:
     """The link figures the learner fitted from CUPTI's copy records (the stats'
     "schedule" section) are the device model's, within 1% (the fit is exact up to
@@ -118,13 +130,7 @@ def check_link(sched: dict, rates: bool = True) -> None:
     profiler/launch_timing.h: the engine copies out page by page and in by runs, so a
     rate out that kept the setup in it would be 10% low on 2 MiB pages)."""
     if rates:
-        if sched["link_source"] != "cupti":
-            fail(f"link not measured: {sched}")
-        for way in ("h2d", "d2h"):
-            want_gbps = device_figure(f"{way}_pinned_bandwidth") / 1e9
-            if abs(sched[f"{way}_gbps"] - want_gbps) > 0.01 * want_gbps:
-                fail(f"{way}_gbps {sched[f'{way}_gbps']}, the device model's pinned rate is "
-                     f"{want_gbps} GB/s")
+        check_pinned_rates(sched, "cupti", 0.01)
     want_setup = device_figure("copy_latency_ns")
     if abs(sched["copy_setup_ns"] - want_setup) > 0.01 * want_setup:
         fail(f"copy setup {sched['copy_setup_ns']} ns, the model's latency is {want_setup} ns")
