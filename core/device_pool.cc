@@ -322,7 +322,6 @@ link_rates time_pinned_copies(CUdeviceptr va, std::size_t bytes, CUstream stream
 // mode asks too, when its engine starts (before the pages fill the device), and its
 // learner plans with the answer (Note [Mapping calls that wait] in policy/simulate.h);
 // the answer is kept (vmm_calls_wait), so a process asks once.
-
 vmm_wait_answer probe_vmm_waits(int device) {
   const driver_table& d = driver();
   if (!d.complete) return vmm_wait_answer::unknown;
@@ -393,14 +392,16 @@ bool vmm_calls_wait(int device) {
 // runs] in residency/swap_engine.h), with the link's rates, fitted from CUPTI's records
 // of the engine's copies (Note [Launch durations] in core/schedule.cc). Where CUPTI is
 // not the library's (a profiler holds it, or no libcupti loads) there are no records,
-// and a constant 25 GB/s stood in where an H200 copies at 55: every page's copy seemed
-// to take twice its time, so the batches came out half as large and the plan moved
-// too little. So swap mode, as its engine starts (before its pages fill the device),
+// and a constant 25 GB/s would stand in where an H200 copies at 55: every page's copy
+// would seem to take twice its time, the batches would come out half as large and the
+// plan would move too little. So swap mode, as its engine starts (before its pages fill the device),
 // copies up to 32 MiB of device memory of its own (a quarter of what is free, whole
 // 2 MiB pages) from pinned host memory and back, half of it then all of it each way,
 // on its own stream between events that time the copies (cuEventElapsedTime, no CUPTI),
 // and keeps each way's rate over the half more (the copy's setup drops out). The
 // learner takes them where CUPTI gave none (the stats' link_source "probe").
+namespace {
+
 link_rates probe_pinned_rates(int device) {
   const driver_table& d = driver();
   link_rates out;
@@ -431,6 +432,8 @@ link_rates probe_pinned_rates(int device) {
   if (va != 0) d.cuMemAddressFree(va, bytes);
   return out;
 }
+
+}  // namespace
 
 link_rates pinned_copy_rates(int device) {
   static std::mutex mutex;

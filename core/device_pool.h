@@ -66,9 +66,8 @@ vmm_wait_answer probe_vmm_waits(int device);
 // where the calls were found to wait.
 bool vmm_calls_wait(int device);
 // See Note [Pinned rates at start] (core/device_pool.cc): the rates of pinned copies to
-// and from device memory, timed on memory of its own; pinned_copy_rates asks once a
-// device (its first call probes).
-link_rates probe_pinned_rates(int device);
+// and from device memory, timed once a device on memory of its own (the first call
+// probes).
 link_rates pinned_copy_rates(int device);
 
 // See Note [Managed migration rates, measured] (core/device_pool.cc): the rates at

@@ -128,19 +128,19 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
 // CUPTI's where the library loaded, subscribed or held by another tool (a profiler,
 // torch.profiler), from the first launch at which it answers; else, from the first
 // launch, the host's monotonic clock. Both count host time in ns, so on a real GPU
-// either times the calls; CUPTI's comes first
-// because it is the clock of the copies' activity records, on which the link's rates
-// are measured, and because on simgpu it is the device's virtual time. Without a clock
-// the engine timed nothing, so its batches stayed at one page (Llama 3.2 1B at 1/8,
-// 1.5x, VMM calls that wait, CUPTI held: 2003 ms an iteration; with the clock 1774, and
-// 1727 with CUPTI ours). The batches also want the link's rate: without CUPTI's
-// records, the rates of the pinned copies timed at start (Note [Pinned rates at start]
-// in core/device_pool.cc; the same point 1728 ms), and where even those could not be
-// timed the constant the plan assumes (Note [Launch durations]), 25 GB/s against the
-// H200's 55 there, which halves the batches (1774 ms, 711 runs an iteration against
-// 354). An assumed rate sizes batches only: a rate below the real
-// one would keep the engine from asking about copies already done (Note [Not asking too
-// early] in residency/swap_engine.h), so only measured ones bound a copy's end.
+// either times the calls; CUPTI's comes first because it is the clock of the copies'
+// activity records, on which the link's rates are measured, and because on simgpu it is
+// the device's virtual time. Without a clock the engine timed nothing, so its batches
+// stayed at one page (Llama 3.2 1B at 1/8, 1.5x, VMM calls that wait, CUPTI held: 2003
+// ms an iteration; with the clock 1774, and 1727 with CUPTI ours). The batches also want
+// the link's rate: without CUPTI's records, the rates of the pinned copies timed at
+// start (Note [Pinned rates at start] in core/device_pool.cc; the same point 1728 ms),
+// and where even those could not be timed the constant the plan assumes (Note [Launch
+// durations]), 25 GB/s against the H200's 55 there, which halves the batches (1774 ms,
+// 711 runs an iteration against 354). An assumed rate sizes batches only: a rate below
+// the real one would keep the engine from asking about copies already done (Note [Not
+// asking too early] in residency/swap_engine.h), so only measured ones bound a copy's
+// end.
 
 // Note [Which part differs]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
