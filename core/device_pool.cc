@@ -394,12 +394,13 @@ bool vmm_calls_wait(int device) {
 // not the library's (a profiler holds it, or no libcupti loads) there are no records,
 // and a constant 25 GB/s would stand in where an H200 copies at 55: every page's copy
 // would seem to take twice its time, the batches would come out half as large and the
-// plan would move too little. So swap mode, as its engine starts (before its pages fill the device),
-// copies up to 32 MiB of device memory of its own (a quarter of what is free, whole
-// 2 MiB pages) from pinned host memory and back, half of it then all of it each way,
-// on its own stream between events that time the copies (cuEventElapsedTime, no CUPTI),
-// and keeps each way's rate over the half more (the copy's setup drops out). The
-// learner takes them where CUPTI gave none (the stats' link_source "probe").
+// plan would move too little. So swap mode, as its engine starts (before its pages fill
+// the device), copies up to 32 MiB of device memory of its own (a quarter of what is
+// free, whole 2 MiB pages) from pinned host memory and back, half of it then all of it
+// each way, on its own stream between events that time the copies (cuEventElapsedTime,
+// no CUPTI), and keeps each way's rate over the half more (the copy's setup drops out).
+// The learner takes them where CUPTI gave none (the stats' link_source "probe").
+
 namespace {
 
 link_rates probe_pinned_rates(int device) {
