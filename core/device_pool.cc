@@ -329,10 +329,7 @@ vmm_wait_answer probe_vmm_waits(int device) {
   constexpr std::size_t scratch = std::size_t{32} << 20;
   constexpr int memsets = 64;  // 2 GiB of writes
   const CUmemAllocationProp prop = vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, device);
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUmemAccessDesc access = residency::device_access(device);
   CUdeviceptr va = 0;
   CUmemGenericAllocationHandle work = 0, probe = 0;
   bool work_mapped = false, probe_mapped = false;

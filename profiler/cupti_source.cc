@@ -22,12 +22,12 @@ struct api {
   decltype(&::cuptiActivityFlushAll) flush_all = nullptr;
   decltype(&::cuptiActivityGetNextRecord) next_record = nullptr;
   decltype(&::cuptiGetResultString) result_string = nullptr;
-  decltype(&::cuptiGetTimestamp) timestamp = nullptr;  // optional
 };
 
 api g_api;
 std::atomic<bool> g_subscribed{false};
-// cuptiGetTimestamp of the library loaded, subscribed or not (held by another tool).
+// cuptiGetTimestamp of the library loaded, subscribed or not (held by another tool);
+// optional.
 std::atomic<decltype(&::cuptiGetTimestamp)> g_timestamp{nullptr};
 CUpti_SubscriberHandle g_handle = nullptr;
 
@@ -300,9 +300,10 @@ outcome first_subscribe(std::string* detail) {
     *detail = "libcupti.so.13 lacks cuptiSubscribe_v2 or the activity API";
     return outcome::unavailable;
   }
-  resolve(lib, "cuptiGetTimestamp", a.timestamp);
   g_api = a;
-  g_timestamp.store(a.timestamp, std::memory_order_release);
+  decltype(&::cuptiGetTimestamp) timestamp = nullptr;
+  resolve(lib, "cuptiGetTimestamp", timestamp);
+  g_timestamp.store(timestamp, std::memory_order_release);
   char holder[CUPTI_SUBSCRIBER_NAME_MAX_LEN + 1] = {};
   CUpti_SubscriberParams params{};
   params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
@@ -369,12 +370,6 @@ void note_hook_launch(const void* func, void** args) noexcept {
 void clear_hook_launch() noexcept {
   t_hook_func = nullptr;
   t_hook_args = nullptr;
-}
-
-std::uint64_t timestamp_ns() noexcept {
-  if (!g_subscribed.load(std::memory_order_acquire) || g_api.timestamp == nullptr) return 0;
-  std::uint64_t t = 0;
-  return g_api.timestamp(&t) == CUPTI_SUCCESS ? t : 0;
 }
 
 namespace {

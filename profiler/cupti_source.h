@@ -104,11 +104,6 @@ void clear_hook_launch() noexcept;
 // Delivers every activity record still buffered (forced flush).
 void flush() noexcept;
 
-// CUPTI's clock (cuptiGetTimestamp): the host's time in ns on the clock of the
-// activity records, so it can be set against copy durations. 0 before a successful
-// subscription or when the library lacks the function.
-std::uint64_t timestamp_ns() noexcept;
-
 // See Note [A clock without CUPTI] in core/schedule.cc: a host clock in ns for timing
 // the engine's own calls and copies, chosen once by the caller: CUPTI's
 // (cuptiGetTimestamp) wherever the library loaded, subscribed or held by another tool,
