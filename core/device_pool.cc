@@ -387,7 +387,7 @@ bool vmm_calls_wait(int device) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The swap learner plans, and the engine sizes its batches of room (Note [Remapping
 // runs] in residency/swap_engine.h), with the link's rates, fitted from CUPTI's records
-// of the engine's copies (Note [Launch durations] in core/schedule.cc). Where CUPTI is
+// of the engine's copies (Note [Launch durations] in core/schedule_costs.cc). Where CUPTI is
 // not the library's (a profiler holds it, or no libcupti loads) there are no records,
 // and a constant 25 GB/s would stand in where an H200 copies at 55: every page's copy
 // would seem to take twice its time, the batches would come out half as large and the
@@ -460,7 +460,7 @@ link_rates pinned_copy_rates(int device) {
 // Note [um plans at the driver's rates]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // um mode's learner plans its prefetches with the link's rates (Note [Launch
-// durations] in core/schedule.cc), and CUPTI's records give those of the copies; but
+// durations] in core/schedule_costs.cc), and CUPTI's records give those of the copies; but
 // every move um makes is a migration, at the driver's rates. At the copy rates the plan
 // took evictions to the host as six times cheaper than an H200 moves them. So um mode's
 // backend times the migrations once as it starts, as auto does (the same probe, run

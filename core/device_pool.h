@@ -134,7 +134,7 @@ void device_take_vacancies(int device,
 // backend, or before it has timed enough of them).
 residency::residency_backend::remap_costs device_remap_costs(int device) noexcept;
 // What device's backend has moved so far and the host time of its remaps (all 0
-// without a backend; Note [Which part differs] in core/schedule.cc).
+// without a backend; Note [Which part differs] in core/schedule_costs.cc).
 residency::residency_backend::remap_totals device_moved_totals(int device) noexcept;
 // See Note [Memory that is not ours] (residency/backend.h): bytes another library created
 // on device through the VMM API, counted against the swap/um capacity (bytes < 0 gives

@@ -21,7 +21,7 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
                       std::string& line) {
   const device_memory m = limit_bytes == 0 ? ask() : device_memory{};
   const std::uint64_t capacity = core::swap_capacity_of(limit_bytes, m.free_bytes, m.total_bytes);
-  // The stand-ins of Note [Launch durations] (core/schedule.cc) and of the layout
+  // The stand-ins of Note [Launch durations] (core/schedule_costs.cc) and of the layout
   // (pool_setup.cc): 25 GB/s, 10 us per copy, 2 TB/s device memory; a managed fault
   // and a page's remapping as an H200 gave them (policy::mode_costs).
   // See Note [Do VMM calls wait?] in core/device_pool.cc.

@@ -12,7 +12,7 @@
 //   exists), its iteration is predicted in both modes at the capacity swap mode would
 //   have (OVERSUB_DEVICE_LIMIT, else the device's free memory less a headroom) with the
 //   stand-in costs the learner and the layout use before they measure (Note [Launch
-//   durations] in core/schedule.cc) and the profile's measured link rates, and the mode
+//   durations] in core/schedule_costs.cc) and the profile's measured link rates, and the mode
 //   predicted faster is taken (Note [Predicting swap against um] in
 //   policy/mode_choice.h);
 // - without one (a job that never repeats, a first run, a profile refused): swap. It

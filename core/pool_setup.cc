@@ -45,7 +45,7 @@ void lay_out_from_profile(std::uint64_t limit_bytes, memory_query ask) {
   const std::uint64_t capacity =
       core::swap_capacity_of(limit_bytes, m.free_bytes, m.total_bytes);
   // The learner's stand-ins where the profile has no figure (Note [Launch durations] in
-  // core/schedule.cc), and a device memory rate for kernels it did not time.
+  // core/schedule_costs.cc), and a device memory rate for kernels it did not time.
   const policy::layout_choice c =
       policy::choose_long_lived_layout(*p, static_cast<std::size_t>(capacity), 25e9, 10'000, 2e12);
   std::size_t bytes = 0;

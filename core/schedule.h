@@ -46,12 +46,12 @@ struct swap_schedule_stats {
   std::uint64_t predicted_ns = 0;
   std::uint64_t predicted_unlimited_ns = 0;
   // The mover's remaps in that iteration, ns (Note [Predicting the remaps] in
-  // core/schedule.cc).
+  // core/schedule_costs.cc).
   std::uint64_t predicted_remap_ns = 0;
   // Its remaps (pages) and the runs they form.
   std::uint64_t predicted_remaps = 0;
   std::uint64_t predicted_runs = 0;
-  // See Note [Which part differs] in core/schedule.cc: the last whole iteration the
+  // See Note [Which part differs] in core/schedule_costs.cc: the last whole iteration the
   // schedule was followed for, as measured (0 before one): its time between the
   // launches that begin it on CUPTI's clock, the host time of the remaps the mover and
   // the launching thread made in it, their pages and runs, and the bytes moved.

@@ -1,6 +1,6 @@
-// swap_learner: the swap schedule's learner as its two files share it
-// (swap_schedule.cc learns and follows the iteration; swap_tuning.cc chooses among
-// variants of its schedule by measured time). Internal to interpose/.
+// The learned schedule's learner as its files share it (schedule.cc learns and follows
+// the iteration; schedule_costs.cc measures what its plan is made with; tuning.cc
+// chooses among variants of its schedule by measured time). Internal to core/.
 #ifndef OVERSUB_CORE_SCHEDULE_INTERNAL_H
 #define OVERSUB_CORE_SCHEDULE_INTERNAL_H
 
@@ -15,6 +15,7 @@
 #include "policy/iteration_model.h"
 #include "policy/schedule.h"
 #include "profiler/cupti_source.h"
+#include "profiler/period.h"
 #include "residency/swap_engine.h"
 
 namespace oversub::core::schedule_internal {
@@ -108,7 +109,7 @@ struct learner {
   swap_schedule_stats stats;
   bool deviation_logged = false;
   // What the current schedule was planned from (Note [Launch durations] in
-  // core/schedule.cc).
+  // core/schedule_costs.cc).
   bool durations_measured = false;
   bool link_measured = false;
   // The link's rates are the driver's migrations' (um mode; Note [um plans at the
@@ -120,13 +121,13 @@ struct learner {
   // The engine's remaps' host costs were measured and are in costs.mover (Note
   // [Predicting the remaps] in core/schedule.cc).
   bool remap_measured = false;
-  // See Note [A clock without CUPTI] in core/schedule.cc: null until chosen.
+  // See Note [A clock without CUPTI] in core/schedule_costs.cc: null until chosen.
   profiler::cupti::clock_fn clock = nullptr;
   bool source_logged = false;
   std::uint64_t period_first = 0;            // launch number of the period's first launch
   std::uint64_t measured_launches = 0;       // positions with a measured duration
   std::vector<std::uint64_t> durations_ns;   // per position of the learned period
-  // See Note [Which part differs] in core/schedule.cc: CUPTI's clock and the backend's
+  // See Note [Which part differs] in core/schedule_costs.cc: CUPTI's clock and the backend's
   // totals at the start of the iteration being followed (clock 0: none yet).
   std::uint64_t iteration_mark_ns = 0;
   residency::residency_backend::remap_totals iteration_mark;
@@ -150,6 +151,14 @@ struct learner {
 
 // The process's learner (never destroyed: hooks may run during exit).
 learner& state();
+
+// See Note [Launch durations] in core/schedule_costs.cc: l.durations_ns and l.costs for
+// the period ending the trace, from what CUPTI measured over the stretch s, else the
+// stand-ins; the engine's clock and rates set to match.
+void measure(learner& l, const profiler::periodic_stretch& s);
+// See Note [Which part differs] in core/schedule_costs.cc: at the period's first
+// launch, the iteration just ended measured part by part.
+void note_iteration(learner& l);
 
 // The learned period rotated by v.rotation as a model over its pages, planned at the
 // engine's capacity less v.free_pages pages; on success it becomes what is followed

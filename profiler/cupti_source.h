@@ -104,7 +104,7 @@ void clear_hook_launch() noexcept;
 // Delivers every activity record still buffered (forced flush).
 void flush() noexcept;
 
-// See Note [A clock without CUPTI] in core/schedule.cc: a host clock in ns for timing
+// See Note [A clock without CUPTI] in core/schedule_costs.cc: a host clock in ns for timing
 // the engine's own calls and copies, chosen once by the caller: CUPTI's
 // (cuptiGetTimestamp) wherever the library loaded, subscribed or held by another tool,
 // else the host's monotonic clock. Null while CUPTI's clock does not answer yet (0 or

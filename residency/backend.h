@@ -155,7 +155,7 @@ class residency_backend {
     bool calls_wait = false;  // the mapping calls wait for the device's queued work
   };
   virtual remap_costs measured_remap_costs() { return {}; }
-  // See Note [Which part differs] in core/schedule.cc: the totals so far of what the
+  // See Note [Which part differs] in core/schedule_costs.cc: the totals so far of what the
   // backend moved and the host time its remaps took, by the thread that made them
   // (0 in a backend that does not remap, or before it has a clock).
   struct remap_totals {

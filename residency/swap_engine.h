@@ -443,7 +443,7 @@ struct swap_stats {
   // hand-offs the launching thread took back (the mover stopped, or could not make the
   // room).
   std::uint64_t mover_handbacks = 0;
-  // See Note [Which part differs] in core/schedule.cc: the remaps' mapping calls (unmaps,
+  // See Note [Which part differs] in core/schedule_costs.cc: the remaps' mapping calls (unmaps,
   // maps, access grants) as timed on the copy clock, by the thread that made them, and
   // the runs and pages they remapped. 0 until the engine has the clock.
   std::uint64_t mover_remap_ns = 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The swap and um learners plan from measured figures (Note [Launch durations] in
-core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
+core/schedule_costs.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
 
   measured  (--mode swap|um) CUPTI is there: the stats' "schedule" section says the
             durations and the link come from CUPTI, every launch of the learned
@@ -16,7 +16,7 @@ core/schedule.cc): simtrain at 3x oversubscription under OVERSUB_POLICY=cost.
             start (check_managed_link). Swap: the remaps' costs the engine timed, which the
             prediction counts, match the device model's for one page within 5%; the
             last whole iteration followed is measured part by part (Note [Which part
-            differs] in core/schedule.cc): its remaps' host time, split between the
+            differs] in core/schedule_costs.cc): its remaps' host time, split between the
             mover and the launching thread, is what the engine's timed costs give for
             its runs and pages (within 2%), and no part exceeds the engine's totals;
             its copies out are the plan's within a page (Note [Dead gaps] in
@@ -123,7 +123,7 @@ def check_remaps(sched: dict, mode: str) -> str:
 
 def check_parts(sched: dict, mode: str, swap: dict | None) -> str:
     """Swap: the last whole iteration followed, measured part by part (Note [Which part
-    differs] in core/schedule.cc). Its remaps' host time (the mover's and the launching
+    differs] in core/schedule_costs.cc). Its remaps' host time (the mover's and the launching
     thread's) is what the engine's timed costs give for the runs and pages it counted,
     within 2% (simgpu's costs are exact; the fit is over every run timed), and each
     part is at most the engine's total over the run."""
@@ -224,7 +224,7 @@ def check_fallback(sched: dict, stderr: str, mode: str, swap: dict | None) -> st
     if stderr.count(NO_TUNE_LINE) != 1:
         fail(f"OVERSUB_VERBOSE=1 should say once that no variants are timed:\n{stderr}")
     check_prediction(sched)
-    # See Note [A clock without CUPTI] in core/schedule.cc: CUPTI's clock though another
+    # See Note [A clock without CUPTI] in core/schedule_costs.cc: CUPTI's clock though another
     # tool holds CUPTI, so the remaps are timed and predicted as in the measured case.
     remaps = check_remaps(sched, mode) + check_parts(sched, mode, swap)
     return (f"constants used ({sched['period']} launches of {CONSTANT_NS} ns), said once; "

@@ -631,7 +631,7 @@ TEST_F(Residency, NoQuestionBeforeACopyCouldBeDone) {
   ASSERT_NO_FATAL_FAILURE(expect_both_pages_back(e));
 }
 
-// See Note [A clock without CUPTI] in core/schedule.cc: an assumed rate (the plan's
+// See Note [A clock without CUPTI] in core/schedule_costs.cc: an assumed rate (the plan's
 // constant, no link measured) sizes batches only. The same copy out, asked about 1 ms
 // after it was issued, at an assumed 1 GB/s: the engine asks, finds it done and fetches.
 TEST_F(Residency, AnAssumedRateDoesNotDelayTheQuestion) {
