@@ -8,6 +8,7 @@
 #include "common/units.h"
 #include "core/device_pool.h"
 #include "policy/mode_choice.h"
+#include "policy/profile_model.h"
 #include "profiler/session.h"
 
 namespace oversub {
@@ -38,6 +39,19 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
     waits += fmt::format("; managed memory migrates at {:.1f} GB/s to the device and {:.1f} "
                          "GB/s to the host (measured at start)",
                          m.to_device / 1e9, m.to_host / 1e9);
+  }
+  // Where the profile has no link rates (taken without CUPTI, or from a job that
+  // copied only a few bytes), the rates of pinned copies timed at start (Note [Pinned
+  // rates at start] in core/device_pool.cc), as swap mode's learner takes them.
+  if (policy::profile_link_rate(p.device.h2d_bytes_per_s) <= 0 &&
+      policy::profile_link_rate(p.device.d2h_bytes_per_s) <= 0) {
+    if (const core::link_rates l = core::pinned_copy_rates(0); l.to_device > 0) {
+      costs.timed_h2d_bytes_per_s = l.to_device;
+      costs.timed_d2h_bytes_per_s = l.to_host;
+      waits += fmt::format("; the profile has no link rates: pinned copies ran at {:.1f} GB/s "
+                           "to the device and {:.1f} GB/s to the host (measured at start)",
+                           l.to_device / 1e9, l.to_host / 1e9);
+    }
   }
   const policy::mode_prediction r =
       policy::predict_modes(p, static_cast<std::size_t>(capacity), costs);

@@ -18,13 +18,17 @@ namespace {
 constexpr std::size_t page_bytes = std::size_t{2} << 20;  // the arena's page
 
 // The costs both predictions use: the profile's link rates where usable, as
-// choose_long_lived_layout (policy/page_model.cc) takes them, else the stand-in.
+// choose_long_lived_layout (policy/page_model.cc) takes them, else the rates timed at
+// start, else the stand-in.
 device_model device_of(const profiler::profile& p, const mode_costs& c) {
   device_model device;
   device.memory_bandwidth = c.memory_bandwidth;
-  auto usable = [](std::uint64_t r) { return r >= 1'000'000'000 ? static_cast<double>(r) : 0.0; };
-  const double h2d = usable(p.device.h2d_bytes_per_s);
-  const double d2h = usable(p.device.d2h_bytes_per_s);
+  double h2d = profile_link_rate(p.device.h2d_bytes_per_s);
+  double d2h = profile_link_rate(p.device.d2h_bytes_per_s);
+  if (h2d <= 0 && d2h <= 0) {
+    h2d = c.timed_h2d_bytes_per_s;
+    d2h = c.timed_d2h_bytes_per_s;
+  }
   device.costs.h2d_bytes_per_s = h2d > 0 ? h2d : d2h > 0 ? d2h : c.link_bytes_per_s;
   device.costs.d2h_bytes_per_s = d2h > 0 ? d2h : h2d > 0 ? h2d : c.link_bytes_per_s;
   device.costs.copy_setup_ns = c.copy_setup_ns;

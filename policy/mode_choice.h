@@ -81,6 +81,11 @@ namespace oversub::policy {
 // The device's figures the two predictions use.
 struct mode_costs {
   double link_bytes_per_s = 25e9;         // where the profile measured no usable rate
+  // Where the profile measured no usable rate, the rates of pinned copies timed at
+  // start (Note [Pinned rates at start] in core/device_pool.cc), bytes/s, before the
+  // stand-in above; 0: not timed.
+  double timed_h2d_bytes_per_s = 0;
+  double timed_d2h_bytes_per_s = 0;
   std::uint64_t copy_setup_ns = 10'000;
   double memory_bandwidth = 2e12;         // kernels the profile did not time
   // A managed fault of 64 KiB besides its migration: 3.5 us, what an H200 (driver 580)

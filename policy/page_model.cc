@@ -211,11 +211,10 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
       long_lived_layout_order(p, layout_kind::last_use)};
   device_model device;
   device.memory_bandwidth = memory_bandwidth;
-  // A rate under 1 GB/s comes from copies of a few bytes (a loss read back), not the
-  // link: a direction without a usable one takes the other's, else the stand-in.
-  auto usable = [](std::uint64_t r) { return r >= 1'000'000'000 ? static_cast<double>(r) : 0.0; };
-  const double h2d = usable(p.device.h2d_bytes_per_s);
-  const double d2h = usable(p.device.d2h_bytes_per_s);
+  // A direction without a usable rate (profile_link_rate) takes the other's, else the
+  // stand-in.
+  const double h2d = profile_link_rate(p.device.h2d_bytes_per_s);
+  const double d2h = profile_link_rate(p.device.d2h_bytes_per_s);
   device.costs.h2d_bytes_per_s = h2d > 0 ? h2d : d2h > 0 ? d2h : link_bytes_per_s;
   device.costs.d2h_bytes_per_s = d2h > 0 ? d2h : h2d > 0 ? h2d : link_bytes_per_s;
   device.costs.copy_setup_ns = copy_setup_ns;

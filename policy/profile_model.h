@@ -68,6 +68,12 @@ struct profile_model {
 // The modeled duration of a launch using `bytes_used` bytes (Note [Duration model]).
 std::uint64_t modeled_duration_ns(std::uint64_t bytes_used, const device_model& device);
 
+// A profile's link rate (bytes/s) where usable, else 0: a rate under 1 GB/s comes from
+// copies of a few bytes (a loss read back), not the link.
+inline double profile_link_rate(std::uint64_t bytes_per_s) {
+  return bytes_per_s >= 1'000'000'000 ? static_cast<double>(bytes_per_s) : 0.0;
+}
+
 // See Note [Profile to iteration model]. An error for a profile with no launches or a
 // model that does not validate (validate_model's message).
 profile_model model_from_profile(const profiler::profile& p, const device_model& device,

@@ -20,7 +20,11 @@ in each, the loss bits are those of the run with unlimited memory. Last, a malfo
 mode is refused with exit status 2 and a message listing the accepted forms, auto
 among them.
 
-  mode_auto_test.py --lib liboversub.so --simtrain simtrain
+With --case no-link (and --holder, cupti_holder): a profile taken while another tool
+held CUPTI has no link rates; auto then predicts at the rates of pinned copies timed
+at start, which its line gives (the device model's pinned bandwidth within 2%).
+
+  mode_auto_test.py --lib liboversub.so --simtrain simtrain [--case no-link --holder H]
 """
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from swap_checks import LOSS_BITS_RE, check_swap, check_um, fail, read_stats, reference, run
+from swap_checks import (LOSS_BITS_RE, check_swap, check_um, device_figure, fail, read_stats,
+                         reference, run)
 
 NO_PROFILE_RE = re.compile(r"^oversub: mode auto -> um \(no profile: um: the device migrates "
                            r"pages on demand .*set OVERSUB_PROFILE=path so that "
@@ -42,7 +47,9 @@ CHOSEN_RE = re.compile(r"^oversub: mode auto -> (swap|um) \(predicted ([0-9.]+) 
                        r"memory; at .*, from the profile (\S+?)(; this device's VMM calls "
                        r"wait for its queued work, so swap's remaps cannot overlap it "
                        r"\(measured at start\))?; managed memory migrates at ([0-9.]+) GB/s "
-                       r"to the device and ([0-9.]+) GB/s to the host \(measured at start\)\)$",
+                       r"to the device and ([0-9.]+) GB/s to the host \(measured at start\)"
+                       r"(?:; the profile has no link rates: pinned copies ran at ([0-9.]+) GB/s "
+                       r"to the device and ([0-9.]+) GB/s to the host \(measured at start\))?\)$",
                        re.M)
 ACCEPTED = "Accepted: off | track | pool | swap | um | auto"
 SHAPE = ["--depth", "32", "--width", "512", "--batch", "16"]
@@ -72,14 +79,49 @@ def mode_of(stats: dict, proc) -> str:
     return mode
 
 
+def no_link(args: argparse.Namespace, cmd: list[str], want: list[str], device: int) -> int:
+    """A profile without link rates: auto predicts at the pinned rates timed at start."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stats_file = Path(tmp) / "stats.json"
+        prof = Path(tmp) / "held.oprof"
+        p = run([str(args.simtrain), *SHAPE, "--iters", "3"],
+                {"OVERSUB_MODE": "pool", "OVERSUB_PROFILE_OUT": str(prof),
+                 "LD_PRELOAD": f"{args.holder} {args.lib}"}, args.lib)
+        if p.returncode != 0 or not prof.exists():
+            fail("profiling simtrain with CUPTI held failed", p)
+        proc, stats = auto_run(args, cmd, device, want, stats_file,
+                               {"OVERSUB_PROFILE_IN": str(prof)}, "a profile without link rates")
+        m = CHOSEN_RE.search(proc.stderr)
+        if m is None or m.group(10) is None:
+            fail("no line saying the profile has no link rates and giving the pinned rates "
+                 "timed at start", proc)
+        for got, way in ((m.group(10), "h2d"), (m.group(11), "d2h")):
+            want_gbps = device_figure(f"{way}_pinned_bandwidth") / 1e9
+            if abs(float(got) - want_gbps) > 0.02 * want_gbps:
+                fail(f"{way}: pinned copies timed at {got} GB/s, the device model's pinned "
+                     f"rate is {want_gbps} GB/s", proc)
+        if mode_of(stats, proc) != m.group(1):
+            fail(f"the line says {m.group(1)}, the statistics {mode_of(stats, proc)}", proc)
+        print(f"PASS: a profile without link rates: {m.group(1)} predicted {m.group(2)} ms "
+              f"against {m.group(3)} {m.group(4)} ms at the pinned rates timed at start "
+              f"({m.group(10)}/{m.group(11)} GB/s), losses identical")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", type=Path, required=True)
     ap.add_argument("--simtrain", type=Path, required=True)
+    ap.add_argument("--case", choices=["all", "no-link"], default="all")
+    ap.add_argument("--holder", type=Path, help="cupti_holder (no-link)")
     args = ap.parse_args()
 
     cmd = [str(args.simtrain), *SHAPE, "--iters", "6"]
     want, device = reference(cmd, 3)
+    if args.case == "no-link":
+        if args.holder is None:
+            ap.error("--holder is needed for the no-link case")
+        return no_link(args, cmd, want, device)
 
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
