@@ -505,7 +505,8 @@ CUresult swap_engine::copy_fetch_in(fetch_plan& f, const std::vector<char>& ok, 
       continue;
     }
     std::size_t end = k + 1;
-    while (end < n && f.copy[end] && f.shadows[end] == f.shadows[end - 1] + cfg_.page_bytes) {
+    while (end < n && f.copy[end] && f.vas[end] == f.vas[end - 1] + cfg_.page_bytes &&
+           f.shadows[end] == f.shadows[end - 1] + cfg_.page_bytes) {
       ++end;
     }
     ++copy_calls;
