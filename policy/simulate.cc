@@ -408,11 +408,17 @@ class replay {
     const auto pages = [&](std::size_t k) {
       return std::max<std::size_t>((model_.buffers[moves[k]].bytes + page - 1) / page, 1);
     };
+    // See Note [Runs within the room] in policy/simulate.h: a window holds at most the
+    // plan's capacity in pages.
+    const std::size_t room = std::max<std::size_t>(plan_.capacity_bytes / page, 1);
     std::vector<std::size_t> window;
-    for (std::size_t first = 0; first < moves.size(); first += run_window_moves) {
+    for (std::size_t first = 0, end = 0; first < moves.size(); first = end) {
       window.clear();
-      for (std::size_t k = first; k < std::min(moves.size(), first + run_window_moves); ++k) {
-        if (model_.buffers[moves[k]].address != 0) window.push_back(k);  // 0: unknown
+      std::size_t held = 0;
+      for (end = first; end < moves.size() && end - first < run_window_moves; ++end) {
+        held += pages(end);
+        if (end > first && held > room) break;
+        if (model_.buffers[moves[end]].address != 0) window.push_back(end);  // 0: unknown
       }
       std::sort(window.begin(), window.end(), [&](std::size_t x, std::size_t y) {
         return model_.buffers[moves[x]].address < model_.buffers[moves[y]].address;

@@ -230,31 +230,39 @@ TEST(Simulate, TheMoverRemapsEveryPageMove) {
 
   // See Note [Remapping runs] (residency/swap_engine.h): with addresses, pages that
   // touch and move the same way in one window of moves share a run's unmap and access
-  // grant (700 ns of a lone page's 900): the evictions of pages 0-3 are one run, the
-  // fetches of 1-3 and of page 0 another.
+  // grant (700 ns of a lone page's 900): with room for four pages, the evictions of
+  // pages 0-3 are one run, the fetches of 1-3 and of page 0 another.
   const cost_model per_call = per_call_costs();
   EXPECT_EQ(per_call.remap_ns(100), 900u);
   EXPECT_EQ(per_call.remap_ns(100, true), 200u);
   // Two runs of 700 ns (an eviction's, a fetch's) against 100 ns of link a page.
   EXPECT_EQ(per_call.mover_batch_pages(), 14u);
-  const simulation apart = simulate(m, s, per_call);
+  schedule roomy4 = s;
+  roomy4.capacity_bytes = 400;
+  ASSERT_EQ(check_schedule(m, roomy4), "");
+  const simulation apart = simulate(m, roomy4, per_call);
   EXPECT_EQ(apart.remaps, 8u);
   EXPECT_EQ(apart.runs, 8u);
   EXPECT_EQ(apart.host_remap_ns, 8u * 900);
   iteration_model adjacent = m;
   for (buffer_id b = 0; b < 4; ++b) adjacent.buffers[b].address = 100 * (b + 1);
-  const simulation runs = simulate(adjacent, s, per_call);
+  const simulation runs = simulate(adjacent, roomy4, per_call);
   EXPECT_EQ(runs.remaps, 8u);
   EXPECT_EQ(runs.runs, 2u);
   EXPECT_EQ(runs.host_remap_ns, 2u * 900 + 6u * 200);
   EXPECT_LT(runs.iteration_ns, apart.iteration_ns);
+  // See Note [Runs within the room] in policy/simulate.h: with room for one page, no
+  // two pages are ever on the move together, so every move is a run of its own.
+  const simulation one_room = simulate(adjacent, s, per_call);
+  EXPECT_EQ(one_room.runs, 8u);
+  EXPECT_EQ(one_room.host_remap_ns, 8u * 900);
   // Runs do not depend on the batch of room: with a link slow enough that the mover
   // gathers none, the fetches of pages 1-3 and of page 0 (in that order, one window)
   // still touch, one run.
   cost_model slow_link = per_call;
   slow_link.h2d_bytes_per_s /= 20;  // 2000 ns a page against two runs' 1400
   EXPECT_EQ(slow_link.mover_batch_pages(), 1u);
-  const simulation unbatched = simulate(adjacent, s, slow_link);
+  const simulation unbatched = simulate(adjacent, roomy4, slow_link);
   EXPECT_EQ(unbatched.runs, 2u);
   EXPECT_EQ(unbatched.host_remap_ns, 2u * 900 + 6u * 200);
 
@@ -348,12 +356,15 @@ TEST(Simulate, MappingCallsThatWaitExposeTheFetch) {
 }
 
 // See Note [Virtual time model] in policy/simulate.h: runs form within windows of
-// run_window_moves moves each way, fetches max_run_pages pages a run at most.
+// run_window_moves moves each way, fetches max_run_pages pages a run at most; and a
+// window holds at most the plan's capacity in pages (Note [Runs within the room] in
+// policy/simulate.h).
 TEST(Simulate, RunsFormWithinWindowsOfMoves) {
   const std::size_t n = 2 * run_window_moves + 40;  // pages, one launch each
   iteration_model m;
   schedule s;
-  s.capacity_bytes = s.planned_peak_bytes = 100;
+  s.planned_peak_bytes = 100;
+  s.capacity_bytes = 100 * n;
   s.resident_at_start = {0};
   s.launches.resize(n);
   for (std::size_t k = 0; k < n; ++k) {
@@ -375,6 +386,15 @@ TEST(Simulate, RunsFormWithinWindowsOfMoves) {
   // 7), page 0 (after 295, not touching it) alone. Evictions: one run a window.
   EXPECT_EQ(r.runs, 4u + 4u + 2u + 1u + 3u);
   EXPECT_EQ(r.host_remap_ns, r.runs * 600 + (2 * n - r.runs) * 100);
+  // Room for 40 pages: windows of 40 moves. Fetches: seven windows of 40 touching
+  // pages (1-280), each two runs (32 and 8), then 281-295 and page 0, two runs.
+  // Evictions: seven windows of 40 pages (0-279) and one of 16, a run each.
+  s.capacity_bytes = 100 * 40;
+  ASSERT_EQ(check_schedule(m, s), "");
+  const simulation room40 = simulate(m, s, c);
+  EXPECT_EQ(room40.remaps, 2 * n);
+  EXPECT_EQ(room40.runs, 7u * 2 + 2u + 7u + 1u);
+  EXPECT_EQ(room40.host_remap_ns, room40.runs * 600 + (2 * n - room40.runs) * 100);
 }
 
 TEST(Simulate, DemandPagingChargesFaultsToTheLaunch) {
