@@ -32,13 +32,17 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
       costs.vmm_waits ? "; this device's VMM calls wait for its queued work, so swap's remaps "
                         "cannot overlap it (measured at start)"
                       : "";
+  // Rates measured at start, as the line gives them.
+  const auto measured = [](const char* what, const core::link_rates& l) {
+    return fmt::format("; {} {:.1f} GB/s to the device and {:.1f} GB/s to the host (measured "
+                       "at start)",
+                       what, l.to_device / 1e9, l.to_host / 1e9);
+  };
   // See Note [Managed migration rates, measured] in core/device_pool.cc.
   if (const core::managed_rates m = core::probe_managed_rates(0); m.to_device > 0) {
     costs.managed_to_device_bytes_per_s = m.to_device;
     costs.managed_to_host_bytes_per_s = m.to_host;
-    waits += fmt::format("; managed memory migrates at {:.1f} GB/s to the device and {:.1f} "
-                         "GB/s to the host (measured at start)",
-                         m.to_device / 1e9, m.to_host / 1e9);
+    waits += measured("managed memory migrates at", m);
   }
   // Where the profile has no link rates (taken without CUPTI, or from a job that
   // copied only a few bytes), the rates of pinned copies timed at start (Note [Pinned
@@ -48,9 +52,7 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
     if (const core::link_rates l = core::pinned_copy_rates(0); l.to_device > 0) {
       costs.timed_h2d_bytes_per_s = l.to_device;
       costs.timed_d2h_bytes_per_s = l.to_host;
-      waits += fmt::format("; the profile has no link rates: pinned copies ran at {:.1f} GB/s "
-                           "to the device and {:.1f} GB/s to the host (measured at start)",
-                           l.to_device / 1e9, l.to_host / 1e9);
+      waits += measured("the profile has no link rates: pinned copies ran at", l);
     }
   }
   const policy::mode_prediction r =
