@@ -162,7 +162,8 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
     // The fit's setup where there is one; an effective rate already holds it.
     const int fitted = int{link.h2d.fitted} + int{link.d2h.fitted};
     l.costs.copy_setup_ns =
-        fitted == 0 ? 0 : (link.h2d.setup_ns + link.d2h.setup_ns) / static_cast<std::uint64_t>(fitted);
+        fitted == 0 ? 0
+                    : (link.h2d.setup_ns + link.d2h.setup_ns) / static_cast<std::uint64_t>(fitted);
     // See Note [Not asking too early] (residency/swap_engine.h): CUPTI's clock is the clock the
     // rates were measured on.
     core::device_set_copy_clock(l.device, l.clock, h2d, d2h, /*rates_measured=*/true);

@@ -119,7 +119,7 @@ struct learner {
   // start] in core/device_pool.cc).
   bool link_probed = false;
   // The engine's remaps' host costs were measured and are in costs.mover (Note
-  // [Predicting the remaps] in core/schedule.cc).
+  // [Predicting the remaps] in core/schedule_costs.cc).
   bool remap_measured = false;
   // See Note [A clock without CUPTI] in core/schedule_costs.cc: null until chosen.
   profiler::cupti::clock_fn clock = nullptr;

@@ -98,7 +98,7 @@ def check_measured(sched: dict, durations: list[int], mode: str, swap: dict | No
 
 def check_remaps(sched: dict, mode: str) -> str:
     """Swap: the prediction counts the engine's remaps at the costs it timed (Note
-    [Predicting the remaps] in core/schedule.cc): a page remapped alone costs what the
+    [Predicting the remaps] in core/schedule_costs.cc): a page remapped alone costs what the
     device model charges for its unmap, map and access grant, within 5%. um remaps
     nothing."""
     if mode != "swap":

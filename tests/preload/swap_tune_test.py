@@ -14,9 +14,9 @@ oversubscription on simgpu's H100-PCIe model, long enough for the tuning to fini
   (SIMGPU_CUPTI_RECORDS=when-done), the choice waits for the last ones (at least one
   loop start) and is the same, from the same times (to within 0.1%).
 - The measurements (the starts of kernels on the device, from CUPTI's records: Note
-  [Timing on the device]) are the iterations' real (virtual) times: the first variant's is
-  the steady iteration of a run with OVERSUB_TUNE=0, the kept one's the steady
-  iteration after the tuning, each within 2%.
+  [Timing on the device] in core/tuning.cc) are the iterations' real (virtual) times:
+  the first variant's is the steady iteration of a run with OVERSUB_TUNE=0, the kept
+  one's the steady iteration after the tuning, each within 2%.
 - The steady iteration after the tuning is no slower than with OVERSUB_TUNE=0.
 
   swap_tune_test.py --lib liboversub.so --simtrain simtrain

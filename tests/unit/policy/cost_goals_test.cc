@@ -3,7 +3,7 @@
 // - a ring of long-lived buffers, each used once per iteration: the link is the
 //   bottleneck and both directions can overlap, so the transfer bound is reachable
 //   up to a few buffers' trips; cost must come within 1.15x of it (before Note
-//   [Pipeline room] in schedule.cc: 2.01x, the directions in series);
+//   [Pipeline room] in policy/schedule.cc: 2.01x, the directions in series);
 // - a compute-bound chain: cost must stay within 1.10x of T_unlimited;
 // - an MLP training step shaped like simtrain (weights, gradients and two optimizer
 //   states per layer, every use a write as in a profile) at 78% of its peak (the
