@@ -54,6 +54,11 @@ bool device_range_ok(uintptr_t p, uint64_t bytes, bool write, uintptr_t* bad, ch
 enum class mem_place { device, managed, host_mapping, pinned, pageable };
 mem_place classify(uintptr_t p);
 
+// The bytes of [p, p+bytes) that a kernel reaches in host memory: pinned memory and
+// host-located VMM mappings, each mapping counted on its own (See Note [A range
+// across mappings] in address_space.cc).
+uint64_t host_bytes_in(uintptr_t p, uint64_t bytes);
+
 }  // namespace simgpu
 
 #endif  // SIMGPU_DRIVER_ADDRESS_SPACE_H

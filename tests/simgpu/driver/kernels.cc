@@ -205,10 +205,11 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   const std::vector<reached_run> reached = window_reached(w);
   double reached_device = 0, reached_host = 0;
   for (const reached_run& run : reached) {
-    mem_place where = classify(run.lo);
-    bool host = where == mem_place::host_mapping || where == mem_place::pinned;
-    (host ? reached_host : reached_device) += static_cast<double>(run.hi - run.lo);
-    if (where == mem_place::host_mapping) d.st.kernel_host_mapped_bytes += run.hi - run.lo;
+    // See Note [A range across mappings] in address_space.cc.
+    const uint64_t host = host_bytes_in(run.lo, run.hi - run.lo);
+    reached_host += static_cast<double>(host);
+    reached_device += static_cast<double>(run.hi - run.lo - host);
+    if (in_device_va(run.lo)) d.st.kernel_host_mapped_bytes += host;
   }
   double duration = kernel_duration_ns(fp, reached_device, reached_host) + w.fault_ns;
   double end = start + duration;
@@ -230,8 +231,8 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   // counted (and paid at kernel_host_access_bandwidth by kernel_duration_ns), so a
   // test can tell that a swap engine made every page resident before its kernel.
   for (int i = 0; i < fp.count; ++i) {
-    if (classify(reinterpret_cast<uintptr_t>(fp.accesses[i].ptr)) == mem_place::host_mapping)
-      d.st.kernel_host_mapped_bytes += fp.accesses[i].bytes;
+    const auto p = reinterpret_cast<uintptr_t>(fp.accesses[i].ptr);
+    if (in_device_va(p)) d.st.kernel_host_mapped_bytes += host_bytes_in(p, fp.accesses[i].bytes);
   }
   if (!ok) return CUDA_ERROR_ILLEGAL_ADDRESS;
 
@@ -266,14 +267,13 @@ double kernel_duration_ns(const simgpuFootprint& fp, double reached_device_bytes
   double device_bytes = reached_device_bytes, host_bytes = reached_host_bytes;
   for (int i = 0; i < fp.count; ++i) {
     const simgpuAccess& a = fp.accesses[i];
-    mem_place where = classify(reinterpret_cast<uintptr_t>(a.ptr));
-    double reads = (a.mode & SIMGPU_READ) ? static_cast<double>(a.bytes) : 0;
-    double writes = (a.mode & SIMGPU_WRITE) ? static_cast<double>(a.bytes) : 0;
-    if (where == mem_place::pinned || where == mem_place::host_mapping) {
-      host_bytes += reads + writes;
-    } else {
-      device_bytes += reads + writes;
-    }
+    // See Note [A range across mappings] in address_space.cc.
+    const auto host =
+        static_cast<double>(host_bytes_in(reinterpret_cast<uintptr_t>(a.ptr), a.bytes));
+    const double times =
+        ((a.mode & SIMGPU_READ) ? 1.0 : 0.0) + ((a.mode & SIMGPU_WRITE) ? 1.0 : 0.0);
+    host_bytes += host * times;
+    device_bytes += (static_cast<double>(a.bytes) - host) * times;
   }
   double compute_ns = fp.flops / m.fp32_flops_per_s * 1e9;
   double memory_ns = device_bytes / m.mem_bytes_per_s * 1e9;

@@ -637,4 +637,53 @@ TEST_F(Timing, KernelsReadHostMemoryAtTheZeroCopyRateForEveryRead) {
   ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
 }
 
+// One range across a device mapping and a host-located one (a swap engine's pages, some
+// resident, some on the host): the kernel pays for each part at its own rate, whichever
+// comes first (See Note [A range across mappings] in tests/simgpu/driver/address_space.cc).
+TEST_F(Timing, ARangeAcrossMappingsPaysTheHostPartOverTheLink) {
+  const size_t half = 2ull << 20, bytes = 2 * half;
+  const long n = static_cast<long>(bytes / sizeof(float));
+  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
+  auto create = SIMGPU_DRV(cuMemCreate);
+  auto map = SIMGPU_DRV(cuMemMap);
+  auto access = SIMGPU_DRV(cuMemSetAccess);
+  auto unmap = SIMGPU_DRV(cuMemUnmap);
+  auto release = SIMGPU_DRV(cuMemRelease);
+  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  for (bool host_first : {false, true}) {
+    CUmemGenericAllocationHandle h[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      CUmemAllocationProp prop{};
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      const bool host = (k == 0) == host_first;
+      prop.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+      ASSERT_EQ(create(&h[k], half, &prop, 0), CUDA_SUCCESS);
+    }
+    CUdeviceptr va = 0;
+    ASSERT_EQ(reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+    ASSERT_EQ(map(va, half, 0, h[0], 0), CUDA_SUCCESS);
+    ASSERT_EQ(map(va + half, half, 0, h[1], 0), CUDA_SUCCESS);
+    CUmemAccessDesc d{};
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ASSERT_EQ(access(va, bytes, &d, 1), CUDA_SUCCESS);
+    const auto* x = reinterpret_cast<const float*>(va);
+    int reads = 1;
+    fill(s_);
+    CUDA_OK(cudaEventRecord(e0_, s_));
+    void* args[] = {&x, &scratch_, const_cast<long*>(&n), &reads};
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(&reread_kernel), dim3(1), dim3(1),
+                             args, 0, s_));
+    CUDA_OK(cudaEventRecord(e1_, s_));
+    const double device_s = (static_cast<double>(half) + sizeof(float)) / f_.mem_bw;
+    EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_),
+                       kernel_expected_ms(device_s + static_cast<double>(half) / f_.kernel_host_bw))
+        << (host_first ? "the host half first" : "the device half first");
+    CUDA_OK(cudaStreamSynchronize(s_));
+    ASSERT_EQ(unmap(va, bytes), CUDA_SUCCESS);
+    for (CUmemGenericAllocationHandle one : h) ASSERT_EQ(release(one), CUDA_SUCCESS);
+    ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
+  }
+}
+
 }  // namespace
