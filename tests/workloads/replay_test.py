@@ -24,6 +24,9 @@ OVERSUB_MODE=track, OVERSUB_PROFILE_OUT), read back with scripts/lib/oprof.py.
              it caught large blocks unmapped under their last kernel, Note [Unmap
              after all work] in pool/stream_fences.h), swap and um as above
   cli        bad options and refused profiles stop with their messages
+  large      weights each more than a quarter of the swap capacity, every launch within
+             it (--ratio 2): under swap, as above, and no kernel reads a page from the
+             host (Note [Windows into large allocations] in residency/swap_engine.h)
   corrupt    --corrupt-after N overwrites a word the checker must then catch: exit 1
              with "data check failed" naming the overwritten buffer, with plenty of
              memory and under OVERSUB_MODE=swap
@@ -33,6 +36,7 @@ OVERSUB_MODE=track, OVERSUB_PROFILE_OUT), read back with scripts/lib/oprof.py.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import tempfile
@@ -109,6 +113,25 @@ def make_edge_trace(tmp: Path) -> Path:
                 Copy(5, "other", 64 * KiB, 0, idx["e"]), Copy(6, "memset", 100, 0, idx["g"]),
                 Copy(7, "d2h", 4, 0, idx["g"])]
     out = tmp / "edges.oprof"
+    write_profile(out, p)
+    return out
+
+
+def make_large_trace(tmp: Path) -> Path:
+    """Eight weights of 6 MiB, each launch over two of them in a ring: at --ratio 2 each
+    is more than a quarter of the swap capacity, and each launch still fits in it."""
+    MiB = 1 << 20
+    p = Profile(source="api", cupti=True, iterations_seen=3, total_launches=24, first_launch=8,
+                marker="", program="replay_test.py", capacity_bytes=0, h2d_bytes_per_s=0,
+                d2h_bytes_per_s=0, iteration_kernel_ns=0)
+    p.strings = ["gemm"]
+    for i in range(8):
+        p.allocations.append(Allocation(None, 6 * MiB + 12, 0x700000000 + 0x1000000 * i, 0,
+                                        None, True, None))
+    for k in range(8):
+        p.launches.append(Launch(0, 20000, k + 1, sorted({k, (k + 1) % 8})))
+    p.iteration_kernel_ns = sum(l.duration_ns for l in p.launches)
+    out = tmp / "large.oprof"
     write_profile(out, p)
     return out
 
@@ -293,7 +316,12 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
     if stats is None:
         moved = "no oversub statistics (simgpu exited 3 after reporting races)"
     elif mode == "swap":
-        moved = check_swap(stats, proc, device, True, args.expect_scheduled)
+        # A launch whose buffers exceed the capacity runs with part of them read from
+        # the host (Note [Larger than the capacity] in core/launch_residency.cc); where
+        # every launch fits, no kernel may read a page from the host.
+        fits = largest_launch_bytes(ref["profile"], args.scale) <= \
+            stats["pool"]["device0"]["swap"]["capacity_bytes"]
+        moved = check_swap(stats, proc, device, fits, args.expect_scheduled)
         if args.expect_scheduled:
             check_link(stats["schedule"])
             s = stats["schedule"]
@@ -306,6 +334,19 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
     print(f"{mode} at {args.ratio}x ({device} of {ref['peak']} bytes): {got['buffers']} buffers "
           f"verified over {got['launches']} launches, checksums equal to the unlimited run; "
           f"iteration times {got['times_ms']} ms; {moved}")
+
+
+def largest_launch_bytes(profile, scale: str | None) -> int:
+    """The most bytes one launch's buffers may span in 2 MiB pages at the replay's
+    scale: each buffer rounded up to whole pages, and one page more for its
+    alignment."""
+    page = 2 << 20
+    factor = float(scale) if scale else 1.0
+
+    def pages(b: int) -> int:
+        return -(-math.ceil(profile.allocations[b].bytes * factor) // page) * page + page
+    return max((sum(pages(b) for b in launch.buffers) for launch in profile.launches),
+               default=0)
 
 
 def case_pool(args: argparse.Namespace, trace: Path, ref: dict | None = None) -> None:
@@ -368,7 +409,7 @@ def case_corrupt(args: argparse.Namespace, trace: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", choices=["unlimited", "swap", "um", "corrupt", "edges", "trace",
-                                       "cli"],
+                                       "cli", "large"],
                     required=True)
     ap.add_argument("--replay", type=Path, required=True)
     ap.add_argument("--simtrain", type=Path, required=True)
@@ -392,6 +433,13 @@ def main() -> int:
             return 0
         if args.case == "cli":
             case_cli(args, Path(tmp))
+            return 0
+        if args.case == "large":
+            # See Note [Windows into large allocations] in residency/swap_engine.h: each
+            # launch fits, so each of its allocations is made resident whole, and no
+            # kernel reads a page from the host (check_swap, SIMGPU_REPORT=1).
+            trace = make_large_trace(Path(tmp))
+            case_oversubscribed(args, trace, "swap", reference(args, trace))
             return 0
         if args.case == "trace":
             if args.trace is None:
