@@ -196,7 +196,11 @@ bool device_range_ok(uintptr_t p, uint64_t bytes, bool write, uintptr_t* bad, ch
 // device memory whenever its first page was resident: VGG-16 b256 at 1/8 of its
 // bytes, 1.5x, on the H200's measured model, where a 411 MB activation is more than a
 // quarter of the room, had 196 of its pages read from the host by every kernel that
-// used it and paid for none of them. So kernel costs split each range by mapping.
+// used it and paid for none of them. So kernel costs split each range by mapping,
+// for the footprints kernels declare. A footprint simgpu derives from a kernel's
+// arguments (none declared) guesses a VMM pointer's extent as the run of mapped memory
+// from its mapping on, other allocations' pages included, so its cost still follows
+// its first byte (kDerivedExtent in kernels.cc).
 uint64_t host_bytes_in(uintptr_t p, uint64_t bytes) {
   if (bytes == 0) return 0;
   if (!in_device_va(p)) return find_pinned(p) ? bytes : 0;

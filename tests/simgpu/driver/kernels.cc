@@ -36,11 +36,25 @@ std::map<const kernel_obj*, bool>& kernels() {
 }
 
 // The derived footprint: the allocation behind every pointer-sized argument word.
+// A derived access's mode bit: its extent is a guess (a VMM pointer reaches the run
+// of mapped memory from its mapping on), so its cost follows its first byte's place,
+// not each mapping's (host_bytes_of).
+constexpr int kDerivedExtent = 1 << 8;
+
+// The bytes of a footprint access a kernel reads or writes in host memory.
+uint64_t host_bytes_of(const simgpuAccess& a) {
+  const auto p = reinterpret_cast<uintptr_t>(a.ptr);
+  if ((a.mode & kDerivedExtent) == 0) return host_bytes_in(p, a.bytes);
+  const mem_place where = classify(p);
+  return where == mem_place::host_mapping || where == mem_place::pinned ? a.bytes : 0;
+}
+
 bool derive_footprint(const kernel_obj* k, const std::vector<uint8_t>& buf,
                       simgpuFootprint* fp, uintptr_t* bad, char* why, size_t why_bytes) {
   for (const simgpuParamInfo& p : k->params) {
     bool is_ptr = p.flags & (SIMGPU_PARAM_POINTER | SIMGPU_PARAM_CONST_POINTER);
-    int mode = (p.flags & SIMGPU_PARAM_CONST_POINTER) ? SIMGPU_READ : SIMGPU_READWRITE;
+    int mode = ((p.flags & SIMGPU_PARAM_CONST_POINTER) ? SIMGPU_READ : SIMGPU_READWRITE) |
+               kDerivedExtent;
     for (size_t off = round_up(p.offset, 8); off + 8 <= p.offset + p.size; off += 8) {
       uintptr_t v = 0;
       std::memcpy(&v, buf.data() + off, 8);
@@ -232,7 +246,7 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   // test can tell that a swap engine made every page resident before its kernel.
   for (int i = 0; i < fp.count; ++i) {
     const auto p = reinterpret_cast<uintptr_t>(fp.accesses[i].ptr);
-    if (in_device_va(p)) d.st.kernel_host_mapped_bytes += host_bytes_in(p, fp.accesses[i].bytes);
+    if (in_device_va(p)) d.st.kernel_host_mapped_bytes += host_bytes_of(fp.accesses[i]);
   }
   if (!ok) return CUDA_ERROR_ILLEGAL_ADDRESS;
 
@@ -268,8 +282,7 @@ double kernel_duration_ns(const simgpuFootprint& fp, double reached_device_bytes
   for (int i = 0; i < fp.count; ++i) {
     const simgpuAccess& a = fp.accesses[i];
     // See Note [A range across mappings] in address_space.cc.
-    const auto host =
-        static_cast<double>(host_bytes_in(reinterpret_cast<uintptr_t>(a.ptr), a.bytes));
+    const auto host = static_cast<double>(host_bytes_of(a));
     const double times =
         ((a.mode & SIMGPU_READ) ? 1.0 : 0.0) + ((a.mode & SIMGPU_WRITE) ? 1.0 : 0.0);
     host_bytes += host * times;
