@@ -69,6 +69,17 @@ SIMGPU_KERNEL_FOOTPRINT(reread_kernel, [](simgpu::footprint& fp, const float* x,
   fp.write(out, 1);
 });
 
+// The VMM calls the tests below make, looked up once per test.
+struct vmm_calls {
+  decltype(&cuMemAddressReserve) reserve = SIMGPU_DRV(cuMemAddressReserve);
+  decltype(&cuMemCreate) create = SIMGPU_DRV(cuMemCreate);
+  decltype(&cuMemMap) map = SIMGPU_DRV(cuMemMap);
+  decltype(&cuMemSetAccess) access = SIMGPU_DRV(cuMemSetAccess);
+  decltype(&cuMemUnmap) unmap = SIMGPU_DRV(cuMemUnmap);
+  decltype(&cuMemRelease) release = SIMGPU_DRV(cuMemRelease);
+  decltype(&cuMemAddressFree) address_free = SIMGPU_DRV(cuMemAddressFree);
+};
+
 struct model_figures {
   double fp32_flops;      // flop/s
   double mem_bw;          // bytes/s, device memory
@@ -157,6 +168,19 @@ class Timing : public ::testing::Test {
   // hidden, so a kernel measured after a filler takes exactly its work.
   double kernel_expected_ms(double work_s) const { return work_s * 1e3; }
 
+  // reread_kernel over n floats at x, `reads` times, on a busy stream: its ms.
+  double reread_ms(const float* x, long n, int reads) {
+    fill(s_);
+    void* args[] = {&x, &scratch_, &n, &reads};
+    const bool ok =
+        cudaEventRecord(e0_, s_) == cudaSuccess &&
+        cudaLaunchKernel(reinterpret_cast<const void*>(&reread_kernel), dim3(1), dim3(1), args,
+                         0, s_) == cudaSuccess &&
+        cudaEventRecord(e1_, s_) == cudaSuccess;
+    EXPECT_TRUE(ok) << "recording or launching reread_kernel failed";
+    return ok ? elapsed_ms(e0_, e1_) : -1.0;
+  }
+
   model_figures f_{};
   cudaStream_t s_ = nullptr, s2_ = nullptr;
   cudaEvent_t e0_ = nullptr, e1_ = nullptr, e2_ = nullptr;
@@ -219,25 +243,19 @@ TEST_F(Timing, RegisteredHostMemoryCopiesAtPinnedSpeed) {
 // link on a copy engine: it takes the pinned rate, not the device's memory rate.
 TEST_F(Timing, CopiesToHostLocatedMappingsCrossTheLink) {
   const size_t bytes = 8ull << 20;
-  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
-  auto create = SIMGPU_DRV(cuMemCreate);
-  auto map = SIMGPU_DRV(cuMemMap);
-  auto access = SIMGPU_DRV(cuMemSetAccess);
-  auto unmap = SIMGPU_DRV(cuMemUnmap);
-  auto release = SIMGPU_DRV(cuMemRelease);
-  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  const vmm_calls vmm;
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
   CUmemGenericAllocationHandle h = 0;
-  ASSERT_EQ(create(&h, bytes, &prop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.create(&h, bytes, &prop, 0), CUDA_SUCCESS);
   CUdeviceptr va = 0;
-  ASSERT_EQ(reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
-  ASSERT_EQ(map(va, bytes, 0, h, 0), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.map(va, bytes, 0, h, 0), CUDA_SUCCESS);
   CUmemAccessDesc d{};
   d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  ASSERT_EQ(access(va, bytes, &d, 1), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.access(va, bytes, &d, 1), CUDA_SUCCESS);
   void* dev = nullptr;
   CUDA_OK(cudaMalloc(&dev, bytes));
   void* host_mapped = reinterpret_cast<void*>(va);
@@ -246,9 +264,9 @@ TEST_F(Timing, CopiesToHostLocatedMappingsCrossTheLink) {
   EXPECT_WITHIN_1PCT(copy_ms(host_mapped, dev, bytes, cudaMemcpyDeviceToDevice),
                      copy_expected_ms(bytes, f_.d2h_pinned));
   CUDA_OK(cudaFree(dev));
-  ASSERT_EQ(unmap(va, bytes), CUDA_SUCCESS);
-  ASSERT_EQ(release(h), CUDA_SUCCESS);
-  ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.unmap(va, bytes), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.release(h), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.address_free(va, bytes), CUDA_SUCCESS);
 }
 
 TEST_F(Timing, PinnedIsFasterThanPageable) {
@@ -415,33 +433,27 @@ TEST_F(Timing, VmmCallsCostTheModelsFigures) {
            pages * m.number({(family + "_per_2mib_ns").c_str()});
   };
   const size_t bytes = 6ull << 20;
-  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
-  auto create = SIMGPU_DRV(cuMemCreate);
-  auto map = SIMGPU_DRV(cuMemMap);
-  auto access = SIMGPU_DRV(cuMemSetAccess);
-  auto unmap = SIMGPU_DRV(cuMemUnmap);
-  auto release = SIMGPU_DRV(cuMemRelease);
-  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  const vmm_calls vmm;
   CUDA_OK(cudaDeviceSynchronize());
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   CUmemGenericAllocationHandle h = 0;
   CUdeviceptr va = 0;
-  ASSERT_EQ(reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
-  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(create(&h, bytes, &prop, 0), CUDA_SUCCESS); }),
+  ASSERT_EQ(vmm.reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(vmm.create(&h, bytes, &prop, 0), CUDA_SUCCESS); }),
             cost("vmm_create", 3));
-  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(map(va, bytes, 0, h, 0), CUDA_SUCCESS); }),
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(vmm.map(va, bytes, 0, h, 0), CUDA_SUCCESS); }),
             cost("vmm_map", 3));
   CUmemAccessDesc d{};
   d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(access(va, bytes, &d, 1), CUDA_SUCCESS); }),
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(vmm.access(va, bytes, &d, 1), CUDA_SUCCESS); }),
             cost("vmm_set_access", 3));
-  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(unmap(va, bytes), CUDA_SUCCESS); }),
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(vmm.unmap(va, bytes), CUDA_SUCCESS); }),
             cost("vmm_unmap", 3));
-  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(release(h), CUDA_SUCCESS); }), cost("vmm_release", 3));
-  ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
+  EXPECT_NS(host_ns_of([&] { ASSERT_EQ(vmm.release(h), CUDA_SUCCESS); }), cost("vmm_release", 3));
+  ASSERT_EQ(vmm.address_free(va, bytes), CUDA_SUCCESS);
 }
 
 // See Note [Repeated VMM calls] in tests/simgpu/driver/device_model.cc: a cuMemMap
@@ -594,47 +606,35 @@ TEST_F(Timing, KernelsReadHostMemoryAtTheZeroCopyRateForEveryRead) {
   EXPECT_LT(f_.kernel_host_bw, f_.h2d_pinned) << "the model itself";
   const size_t bytes = 4ull << 20;
   const long n = static_cast<long>(bytes / sizeof(float));
-  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
-  auto create = SIMGPU_DRV(cuMemCreate);
-  auto map = SIMGPU_DRV(cuMemMap);
-  auto access = SIMGPU_DRV(cuMemSetAccess);
-  auto unmap = SIMGPU_DRV(cuMemUnmap);
-  auto release = SIMGPU_DRV(cuMemRelease);
-  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  const vmm_calls vmm;
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
   CUmemGenericAllocationHandle h = 0;
   CUdeviceptr va = 0;
-  ASSERT_EQ(create(&h, bytes, &prop, 0), CUDA_SUCCESS);
-  ASSERT_EQ(reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
-  ASSERT_EQ(map(va, bytes, 0, h, 0), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.create(&h, bytes, &prop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.map(va, bytes, 0, h, 0), CUDA_SUCCESS);
   CUmemAccessDesc d{};
   d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  ASSERT_EQ(access(va, bytes, &d, 1), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.access(va, bytes, &d, 1), CUDA_SUCCESS);
   float* pinned = nullptr;
   CUDA_OK(cudaMallocHost(&pinned, bytes));
   std::memset(pinned, 0, bytes);
   for (const float* x : {static_cast<const float*>(reinterpret_cast<void*>(va)),
                          static_cast<const float*>(pinned)}) {
     for (int reads : {1, 3}) {
-      fill(s_);
-      CUDA_OK(cudaEventRecord(e0_, s_));
-      void* args[] = {&x, &scratch_, const_cast<long*>(&n), &reads};
-      CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(&reread_kernel), dim3(1), dim3(1),
-                               args, 0, s_));
-      CUDA_OK(cudaEventRecord(e1_, s_));
-      EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_),
+      EXPECT_WITHIN_1PCT(reread_ms(x, n, reads),
                          kernel_expected_ms(reads * static_cast<double>(bytes) / f_.kernel_host_bw))
           << reads << " reads of " << (x == pinned ? "pinned memory" : "a host-located mapping");
     }
   }
   CUDA_OK(cudaStreamSynchronize(s_));
   CUDA_OK(cudaFreeHost(pinned));
-  ASSERT_EQ(unmap(va, bytes), CUDA_SUCCESS);
-  ASSERT_EQ(release(h), CUDA_SUCCESS);
-  ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.unmap(va, bytes), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.release(h), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.address_free(va, bytes), CUDA_SUCCESS);
 }
 
 // One range across a device mapping and a host-located one (a swap engine's pages, some
@@ -643,13 +643,7 @@ TEST_F(Timing, KernelsReadHostMemoryAtTheZeroCopyRateForEveryRead) {
 TEST_F(Timing, ARangeAcrossMappingsPaysTheHostPartOverTheLink) {
   const size_t half = 2ull << 20, bytes = 2 * half;
   const long n = static_cast<long>(bytes / sizeof(float));
-  auto reserve = SIMGPU_DRV(cuMemAddressReserve);
-  auto create = SIMGPU_DRV(cuMemCreate);
-  auto map = SIMGPU_DRV(cuMemMap);
-  auto access = SIMGPU_DRV(cuMemSetAccess);
-  auto unmap = SIMGPU_DRV(cuMemUnmap);
-  auto release = SIMGPU_DRV(cuMemRelease);
-  auto address_free = SIMGPU_DRV(cuMemAddressFree);
+  const vmm_calls vmm;
   for (bool host_first : {false, true}) {
     CUmemGenericAllocationHandle h[2] = {0, 0};
     for (int k = 0; k < 2; ++k) {
@@ -657,32 +651,24 @@ TEST_F(Timing, ARangeAcrossMappingsPaysTheHostPartOverTheLink) {
       prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
       const bool host = (k == 0) == host_first;
       prop.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
-      ASSERT_EQ(create(&h[k], half, &prop, 0), CUDA_SUCCESS);
+      ASSERT_EQ(vmm.create(&h[k], half, &prop, 0), CUDA_SUCCESS);
     }
     CUdeviceptr va = 0;
-    ASSERT_EQ(reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
-    ASSERT_EQ(map(va, half, 0, h[0], 0), CUDA_SUCCESS);
-    ASSERT_EQ(map(va + half, half, 0, h[1], 0), CUDA_SUCCESS);
+    ASSERT_EQ(vmm.reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+    ASSERT_EQ(vmm.map(va, half, 0, h[0], 0), CUDA_SUCCESS);
+    ASSERT_EQ(vmm.map(va + half, half, 0, h[1], 0), CUDA_SUCCESS);
     CUmemAccessDesc d{};
     d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    ASSERT_EQ(access(va, bytes, &d, 1), CUDA_SUCCESS);
-    const auto* x = reinterpret_cast<const float*>(va);
-    int reads = 1;
-    fill(s_);
-    CUDA_OK(cudaEventRecord(e0_, s_));
-    void* args[] = {&x, &scratch_, const_cast<long*>(&n), &reads};
-    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(&reread_kernel), dim3(1), dim3(1),
-                             args, 0, s_));
-    CUDA_OK(cudaEventRecord(e1_, s_));
+    ASSERT_EQ(vmm.access(va, bytes, &d, 1), CUDA_SUCCESS);
     const double device_s = (static_cast<double>(half) + sizeof(float)) / f_.mem_bw;
-    EXPECT_WITHIN_1PCT(elapsed_ms(e0_, e1_),
+    EXPECT_WITHIN_1PCT(reread_ms(reinterpret_cast<const float*>(va), n, 1),
                        kernel_expected_ms(device_s + static_cast<double>(half) / f_.kernel_host_bw))
         << (host_first ? "the host half first" : "the device half first");
     CUDA_OK(cudaStreamSynchronize(s_));
-    ASSERT_EQ(unmap(va, bytes), CUDA_SUCCESS);
-    for (CUmemGenericAllocationHandle one : h) ASSERT_EQ(release(one), CUDA_SUCCESS);
-    ASSERT_EQ(address_free(va, bytes), CUDA_SUCCESS);
+    ASSERT_EQ(vmm.unmap(va, bytes), CUDA_SUCCESS);
+    for (CUmemGenericAllocationHandle one : h) ASSERT_EQ(vmm.release(one), CUDA_SUCCESS);
+    ASSERT_EQ(vmm.address_free(va, bytes), CUDA_SUCCESS);
   }
 }
 
