@@ -35,7 +35,6 @@ std::map<const kernel_obj*, bool>& kernels() {
   return *m;
 }
 
-// The derived footprint: the allocation behind every pointer-sized argument word.
 // A derived access's mode bit: its extent is a guess (a VMM pointer reaches the run
 // of mapped memory from its mapping on), so its cost follows its first byte's place,
 // not each mapping's (host_bytes_of).
@@ -49,6 +48,7 @@ uint64_t host_bytes_of(const simgpuAccess& a) {
   return where == mem_place::host_mapping || where == mem_place::pinned ? a.bytes : 0;
 }
 
+// The derived footprint: the allocation behind every pointer-sized argument word.
 bool derive_footprint(const kernel_obj* k, const std::vector<uint8_t>& buf,
                       simgpuFootprint* fp, uintptr_t* bad, char* why, size_t why_bytes) {
   for (const simgpuParamInfo& p : k->params) {
