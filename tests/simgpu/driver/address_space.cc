@@ -201,20 +201,33 @@ bool device_range_ok(uintptr_t p, uint64_t bytes, bool write, uintptr_t* bad, ch
 // arguments (none declared) guesses a VMM pointer's extent as the run of mapped memory
 // from its mapping on, other allocations' pages included, so its cost still follows
 // its first byte (kDerivedExtent in kernels.cc).
-uint64_t host_bytes_in(uintptr_t p, uint64_t bytes) {
-  if (bytes == 0) return 0;
-  if (!in_device_va(p)) return find_pinned(p) ? bytes : 0;
+void host_located_parts(uintptr_t p, uint64_t bytes, std::vector<byte_span>* out) {
+  if (bytes == 0 || !in_device_va(p)) return;
   region* r = find_region(p);
-  if (r == nullptr || r->kind != region_kind::vmm_reservation) return 0;
+  if (r == nullptr || r->kind != region_kind::vmm_reservation) return;
   const uintptr_t end = p + bytes;
-  uint64_t host = 0;
+  const size_t first = out->size();
   auto it = r->mappings.upper_bound(p);
   if (it != r->mappings.begin()) --it;
   for (; it != r->mappings.end() && it->second.lo < end; ++it) {
     const vmm_mapping& m = it->second;
     if (!m.host_located || m.hi <= p) continue;
-    host += std::min<uintptr_t>(m.hi, end) - std::max<uintptr_t>(m.lo, p);
+    const uint64_t lo = std::max<uintptr_t>(m.lo, p) - p, hi = std::min<uintptr_t>(m.hi, end) - p;
+    if (out->size() > first && out->back().end == lo)
+      out->back().end = hi;
+    else
+      out->push_back({lo, hi});
   }
+}
+
+uint64_t host_bytes_in(uintptr_t p, uint64_t bytes) {
+  if (bytes == 0) return 0;
+  if (!in_device_va(p)) return find_pinned(p) ? bytes : 0;
+  thread_local std::vector<byte_span> parts;
+  parts.clear();
+  host_located_parts(p, bytes, &parts);
+  uint64_t host = 0;
+  for (const byte_span& s : parts) host += s.end - s.begin;
   return host;
 }
 

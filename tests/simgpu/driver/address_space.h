@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "device.h"
 
@@ -58,6 +59,13 @@ mem_place classify(uintptr_t p);
 // host-located VMM mappings, each mapping counted on its own (See Note [A range
 // across mappings] in address_space.cc).
 uint64_t host_bytes_in(uintptr_t p, uint64_t bytes);
+
+// The parts of [p, p+bytes) in host-located VMM mappings, as [begin, end) offsets from
+// p in address order, appended to `out` (nothing for any other kind of memory).
+struct byte_span {
+  uint64_t begin, end;
+};
+void host_located_parts(uintptr_t p, uint64_t bytes, std::vector<byte_span>* out);
 
 }  // namespace simgpu
 

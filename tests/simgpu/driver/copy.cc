@@ -4,8 +4,10 @@
 #include <cupti_activity.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <vector>
 
 #include "address_space.h"
 #include "callbacks.h"
@@ -82,6 +84,60 @@ void run_set(void* p) {
   }
 }
 
+// Note [Copies to host-located mappings]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A VMM mapping of host memory has a device address, but its bytes are on the host: a
+// copy between it and device memory crosses the host link on a copy engine at the
+// pinned rate, as a pinned copy does. A copy's range may lie across several mappings,
+// some resident and some host-located (a swap engine's pages; See Note [A range across
+// mappings] in tests/simgpu/driver/address_space.cc), so a copy is costed byte by byte
+// of where each is read and where it is written, not by its first byte: device to
+// device at twice the bytes over the memory bandwidth, into the device at the inbound
+// rate, out of it at the outbound rate, and host to host through the device (a
+// host-located mapping on either side) at the slower of the two, the parts one after
+// the other within the one operation. The copy runs on the engine of its largest part.
+// A copy between two plain host buffers runs on the host at the pageable rate.
+struct copy_parts {
+  uint64_t on_device = 0;  // read and written in device memory
+  uint64_t in = 0;         // read on the host, written to the device
+  uint64_t out = 0;        // read on the device, written to the host
+  uint64_t through = 0;    // read and written on the host by the device
+};
+
+// Adds n bytes copied from src to dst to `c`. `sdev`/`ddev`: the side has a device
+// address (its host-located mappings are on the host, the rest on the device); a side
+// without one is host memory throughout.
+void add_copy_row(copy_parts& c, uintptr_t src, bool sdev, uintptr_t dst, bool ddev,
+                  uint64_t n) {
+  thread_local std::vector<byte_span> sh, dh;
+  sh.clear();
+  dh.clear();
+  if (sdev)
+    host_located_parts(src, n, &sh);
+  else
+    sh.push_back({0, n});
+  if (ddev)
+    host_located_parts(dst, n, &dh);
+  else
+    dh.push_back({0, n});
+  uint64_t s_host = 0, d_host = 0, both = 0;
+  for (const byte_span& x : sh) s_host += x.end - x.begin;
+  for (const byte_span& x : dh) d_host += x.end - x.begin;
+  for (size_t i = 0, j = 0; i < sh.size() && j < dh.size();) {
+    const uint64_t lo = std::max(sh[i].begin, dh[j].begin);
+    const uint64_t hi = std::min(sh[i].end, dh[j].end);
+    if (lo < hi) both += hi - lo;
+    if (sh[i].end < dh[j].end)
+      ++i;
+    else
+      ++j;
+  }
+  c.through += both;
+  c.in += s_host - both;
+  c.out += d_host - both;
+  c.on_device += n - s_host - d_host + both;
+}
+
 }  // namespace
 
 CUresult do_copy(stream_obj* s, uintptr_t dst, uintptr_t src, uint64_t bytes, bool sync) {
@@ -140,44 +196,47 @@ CUresult do_copy_2d(stream_obj* s, uintptr_t dst, uint64_t dpitch, uintptr_t src
 
   const device_model& m = d.model;
   engine e = engine::none;
-  double rate = m.h2d_pageable_bytes_per_s;
-  double moved = static_cast<double>(bytes);
+  double duration_ns = 0;
   bool pageable = false;
   int copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOH;
-  if (!sdev && ddev) {
-    e = engine::h2d;
-    pageable = sp == mem_place::pageable;
-    rate = pageable ? m.h2d_pageable_bytes_per_s : m.h2d_pinned_bytes_per_s;
-    copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
-    d.st.h2d_bytes += bytes;
-  } else if (sdev && !ddev) {
-    e = engine::d2h;
-    pageable = dp == mem_place::pageable;
-    rate = pageable ? m.d2h_pageable_bytes_per_s : m.d2h_pinned_bytes_per_s;
-    copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
-    d.st.d2h_bytes += bytes;
-  } else if (sdev && ddev && (sp == mem_place::host_mapping) != (dp == mem_place::host_mapping)) {
-    // Note [Copies to host-located mappings]
-    // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-    // A VMM mapping of host memory has a
-    // device address, but its bytes are on the host: a copy between it and device
-    // memory crosses the host link on a copy engine, as a pinned copy does.
-    const bool in = sp == mem_place::host_mapping;
-    e = in ? engine::h2d : engine::d2h;
-    rate = in ? m.h2d_pinned_bytes_per_s : m.d2h_pinned_bytes_per_s;
-    copy_kind = in ? CUPTI_ACTIVITY_MEMCPY_KIND_HTOD : CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
-    (in ? d.st.h2d_bytes : d.st.d2h_bytes) += bytes;
-  } else if (sdev && ddev) {
-    e = engine::compute;
-    rate = m.mem_bytes_per_s;
-    moved = 2.0 * static_cast<double>(bytes);
-    copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOD;
-    d.st.d2d_bytes += bytes;
-  } else {
+  if (!sdev && !ddev) {
     pageable = true;
+    duration_ns = static_cast<double>(bytes) / m.h2d_pageable_bytes_per_s * 1e9;
+  } else {
+    // See Note [Copies to host-located mappings].
+    copy_parts c;
+    bool contiguous = height == 1 || (spitch == width && dpitch == width);
+    for (uint64_t row = 0; row < (contiguous ? 1 : height); ++row) {
+      const uint64_t n = contiguous ? bytes : width;
+      add_copy_row(c, src + row * spitch, sdev, dst + row * dpitch, ddev, n);
+    }
+    pageable = sp == mem_place::pageable || dp == mem_place::pageable;
+    const double in_rate = sp == mem_place::pageable ? m.h2d_pageable_bytes_per_s
+                                                     : m.h2d_pinned_bytes_per_s;
+    const double out_rate = dp == mem_place::pageable ? m.d2h_pageable_bytes_per_s
+                                                      : m.d2h_pinned_bytes_per_s;
+    const double on_device_ns = 2.0 * static_cast<double>(c.on_device) / m.mem_bytes_per_s * 1e9;
+    const double in_ns = static_cast<double>(c.in) / in_rate * 1e9;
+    const double out_ns = static_cast<double>(c.out) / out_rate * 1e9;
+    const double through_ns =
+        static_cast<double>(c.through) / std::min(in_rate, out_rate) * 1e9;
+    duration_ns = on_device_ns + in_ns + out_ns + through_ns;
+    d.st.d2d_bytes += c.on_device;
+    d.st.h2d_bytes += c.in + c.through;
+    d.st.d2h_bytes += c.out + c.through;
+    if (on_device_ns >= in_ns + through_ns && on_device_ns >= out_ns) {
+      e = engine::compute;
+      copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOD;
+    } else if (out_ns > in_ns + through_ns) {
+      e = engine::d2h;
+      copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
+    } else {
+      e = engine::h2d;
+      copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+    }
   }
   double start = op_begin(s, e, 0, call_cost::copy);
-  double end = start + m.copy_latency_ns + moved / rate * 1e9;
+  double end = start + m.copy_latency_ns + duration_ns;
   op_end(s, e, end);
   ++d.st.copies;
   timeline_op("copy",

@@ -269,6 +269,59 @@ TEST_F(Timing, CopiesToHostLocatedMappingsCrossTheLink) {
   ASSERT_EQ(vmm.address_free(va, bytes), CUDA_SUCCESS);
 }
 
+// A copy whose range lies across a device mapping and a host-located one pays each part
+// at its own rate, whichever comes first (See Note [Copies to host-located mappings] in
+// tests/simgpu/driver/copy.cc): from it to device memory, the device half at the memory
+// rate and the host half inbound; into it, the host half outbound; from it to pinned
+// memory, the device half outbound and the host half through the device.
+TEST_F(Timing, ACopyAcrossMappingsPaysEachPartAtItsRate) {
+  const size_t half = 4ull << 20, bytes = 2 * half;
+  const vmm_calls vmm;
+  void* dev = nullptr;
+  void* pinned = nullptr;
+  CUDA_OK(cudaMalloc(&dev, bytes));
+  CUDA_OK(cudaMallocHost(&pinned, bytes));
+  const double device_s = 2.0 * static_cast<double>(half) / f_.mem_bw;
+  const double in_s = static_cast<double>(half) / f_.h2d_pinned;
+  const double out_s = static_cast<double>(half) / f_.d2h_pinned;
+  const double through_s = static_cast<double>(half) / std::min(f_.h2d_pinned, f_.d2h_pinned);
+  for (bool host_first : {false, true}) {
+    CUmemGenericAllocationHandle h[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      CUmemAllocationProp prop{};
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      const bool host = (k == 0) == host_first;
+      prop.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+      ASSERT_EQ(vmm.create(&h[k], half, &prop, 0), CUDA_SUCCESS);
+    }
+    CUdeviceptr va = 0;
+    ASSERT_EQ(vmm.reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+    ASSERT_EQ(vmm.map(va, half, 0, h[0], 0), CUDA_SUCCESS);
+    ASSERT_EQ(vmm.map(va + half, half, 0, h[1], 0), CUDA_SUCCESS);
+    CUmemAccessDesc d{};
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ASSERT_EQ(vmm.access(va, bytes, &d, 1), CUDA_SUCCESS);
+    void* mixed = reinterpret_cast<void*>(va);
+    const char* order = host_first ? "the host half first" : "the device half first";
+    EXPECT_WITHIN_1PCT(copy_ms(dev, mixed, bytes, cudaMemcpyDeviceToDevice),
+                       copy_expected_ms(0, 1) + (device_s + in_s) * 1e3)
+        << " to device memory, " << order;
+    EXPECT_WITHIN_1PCT(copy_ms(mixed, dev, bytes, cudaMemcpyDeviceToDevice),
+                       copy_expected_ms(0, 1) + (device_s + out_s) * 1e3)
+        << " from device memory, " << order;
+    EXPECT_WITHIN_1PCT(copy_ms(pinned, mixed, bytes, cudaMemcpyDeviceToHost),
+                       copy_expected_ms(0, 1) + (out_s + through_s) * 1e3)
+        << " to pinned memory, " << order;
+    CUDA_OK(cudaStreamSynchronize(s_));
+    ASSERT_EQ(vmm.unmap(va, bytes), CUDA_SUCCESS);
+    for (CUmemGenericAllocationHandle one : h) ASSERT_EQ(vmm.release(one), CUDA_SUCCESS);
+    ASSERT_EQ(vmm.address_free(va, bytes), CUDA_SUCCESS);
+  }
+  CUDA_OK(cudaFreeHost(pinned));
+  CUDA_OK(cudaFree(dev));
+}
+
 TEST_F(Timing, PinnedIsFasterThanPageable) {
   EXPECT_GT(f_.h2d_pinned, f_.h2d_pageable) << "the model itself";
   EXPECT_GT(f_.d2h_pinned, f_.d2h_pageable) << "the model itself";
