@@ -166,14 +166,16 @@ cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
   std::uint64_t* sizes = sc->sizes;
   // The scan gives each buffer's size under its one lock: no second lookup per buffer.
   const std::size_t found = n_words == 0 ? 0 : t.scan(words, n_words, bases, sizes);
-  // See Note [Windows into large allocations] (residency/swap_engine.h): where the
-  // launch's allocations together exceed the capacity, an allocation larger than a
-  // quarter of it is taken for a segment of a caching allocator; each word pointing
-  // into it asks for a window of an eighth of the capacity from the word on, best effort.
+  // See Note [Windows into large allocations] (residency/swap_engine.h): in swap mode,
+  // where the launch's allocations together exceed the capacity, and in um mode always,
+  // an allocation larger than a quarter of it is taken for a segment of a caching
+  // allocator; each word pointing into it asks for a window of an eighth of the capacity
+  // from the word on, best effort.
   const std::uint64_t capacity = core::device_residency_capacity(device);
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < found; ++i) total += sizes[i];
-  const std::uint64_t large = total <= capacity ? ~std::uint64_t{0} : capacity / 4;
+  const bool whole = total <= capacity && current_config().mode == run_mode::swap;
+  const std::uint64_t large = whole ? ~std::uint64_t{0} : capacity / 4;
   const std::uint64_t window = std::max<std::uint64_t>(capacity / 8, 1);
   std::span<residency::byte_range> ranges(sc->ranges);
   std::size_t k = 0;

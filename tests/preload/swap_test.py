@@ -152,7 +152,7 @@ def main() -> int:
         if calls.get(name, 0) != 0:
             fail(f"{name} was called {calls[name]} times; the workload should not use it", proc)
     if mode == "um":
-        moved = check_um(stats, device, "OVERSUB_POLICY=naive" in args.env, proc)
+        moved = check_um(stats, device, "OVERSUB_POLICY=naive" not in args.env, proc)
         if args.expect_scheduled:
             counters = stats["counters"]
             followed = counters["swap_scheduled"]["total"]

@@ -289,7 +289,10 @@ def case_unlimited(args: argparse.Namespace, trace: Path) -> None:
 
 
 def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
-                        ref: dict | None = None, races: str = "abort") -> None:
+                        ref: dict | None = None, races: str = "abort",
+                        um_prefetches: bool = True) -> dict | None:
+    """Replays trace under mode at --ratio and checks it; its statistics (None where
+    simgpu reported races)."""
     ref = ref or reference(args, trace)
     device = int(ref["peak"] / args.ratio)
     alone = run(ref["cmd"], {"SIMGPU_MEMORY": str(device)}, None)
@@ -328,12 +331,13 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
             moved += (f"; link {s['h2d_gbps']:.2f} / {s['d2h_gbps']:.2f} GB/s each way, setup "
                       f"{s['copy_setup_ns']} ns, the device model's")
     else:
-        moved = check_um(stats, device, proc=proc)
+        moved = check_um(stats, device, um_prefetches, proc)
     if raced:
         print(f"simgpu reported {len(raced)} races (SIMGPU_RACE={races}), the first:\n  {raced[0]}")
     print(f"{mode} at {args.ratio}x ({device} of {ref['peak']} bytes): {got['buffers']} buffers "
           f"verified over {got['launches']} launches, checksums equal to the unlimited run; "
           f"iteration times {got['times_ms']} ms; {moved}")
+    return stats
 
 
 def largest_launch_bytes(profile, scale: str | None) -> int:
@@ -436,10 +440,18 @@ def main() -> int:
             return 0
         if args.case == "large":
             # See Note [Windows into large allocations] in residency/swap_engine.h: each
-            # launch fits, so each of its allocations is made resident whole, and no
-            # kernel reads a page from the host (check_swap, SIMGPU_REPORT=1).
+            # launch fits, so under swap each of its allocations is made resident whole,
+            # and no kernel reads a page from the host (check_swap, SIMGPU_REPORT=1); um
+            # leaves every one of them to demand paging, its learned schedule included,
+            # and prefetches nothing (check_um): its learner plans none of them.
             trace = make_large_trace(Path(tmp))
-            case_oversubscribed(args, trace, "swap", reference(args, trace))
+            ref = reference(args, trace)
+            case_oversubscribed(args, trace, "swap", ref)
+            stats = case_oversubscribed(args, trace, "um", ref, um_prefetches=False)
+            if stats is None or stats["schedule"]["pages"] != 0:
+                fail("um's learner planned buffers larger than a quarter of the capacity: "
+                     f"{stats and stats['schedule']}")
+            print("um: the learner planned none of the buffers left to demand paging")
             return 0
         if args.case == "trace":
             if args.trace is None:
