@@ -212,6 +212,9 @@ CUresult launch_buffer(kernel_obj* k, dim3 grid, dim3 block, unsigned shared_byt
   }
   for (int i = 0; i < fp.count; ++i) {
     const simgpuAccess& a = fp.accesses[i];
+    // See Note [A kernel touches its footprint] in managed.h.
+    if ((a.mode & kDerivedExtent) == 0)
+      managed_fault_declared(reinterpret_cast<uintptr_t>(a.ptr), a.bytes, w);
     window_declare(w, reinterpret_cast<uintptr_t>(a.ptr), a.bytes, a.mode & SIMGPU_WRITE);
   }
   run_args ra{k, args.data(), grid, block};

@@ -305,6 +305,17 @@ void managed_prepare_for_kernel(region* r, device_window& w) {
   protect(r->base, r->span_bytes, PROT_NONE);
 }
 
+void managed_fault_declared(uintptr_t p, uint64_t bytes, device_window& w) {
+  region* r = find_region(p);
+  if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0 ||
+      !dev().model.concurrent_managed_access)
+    return;  // without concurrent access the launch migrated the whole region
+  const size_t first = (p - r->base) / page_bytes();
+  const size_t last =
+      std::min(r->page_on_device.size(), (p + bytes - 1 - r->base) / page_bytes() + 1);
+  for (size_t i = first; i < last; ++i) managed_device_touch(r, page_addr(r, i), &w);
+}
+
 void managed_note_device_use(uintptr_t p, uint64_t bytes, double end_ns) {
   region* r = find_region(p);
   if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0) return;

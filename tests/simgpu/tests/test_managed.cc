@@ -79,26 +79,30 @@ class Managed : public ::testing::Test {
     cudaEventDestroy(e1_);
   }
 
-  // Virtual ms of one managed_sum_kernel over x, measured after a filler (see
+  // Virtual ms of one launch of `kernel` on s_, measured after a filler (see
   // test_timing.cc, Note [Measuring one operation] in tests/simgpu/tests/test_timing.cc).
-  double sum_ms(const float* x) {
+  double launch_ms(const void* kernel, dim3 grid, dim3 block, void** args) {
     double filler = 0.05 * peak_;
     void* fargs[] = {&out_, &filler};
     EXPECT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&busy_kernel), dim3(1), dim3(1),
                                fargs, 0, s_),
               cudaSuccess);
     EXPECT_EQ(cudaEventRecord(e0_, s_), cudaSuccess);
-    long n = n_;
-    void* args[] = {&x, &out_, &n};
-    unsigned threads = static_cast<unsigned>((n_ + kChunk - 1) / kChunk);
-    EXPECT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&managed_sum_kernel),
-                               dim3((threads + 31) / 32), dim3(32), args, 0, s_),
-              cudaSuccess);
+    EXPECT_EQ(cudaLaunchKernel(kernel, grid, block, args, 0, s_), cudaSuccess);
     EXPECT_EQ(cudaEventRecord(e1_, s_), cudaSuccess);
     EXPECT_EQ(cudaEventSynchronize(e1_), cudaSuccess);
     float ms = -1;
     EXPECT_EQ(cudaEventElapsedTime(&ms, e0_, e1_), cudaSuccess);
     return ms;
+  }
+
+  // Virtual ms of one managed_sum_kernel over x.
+  double sum_ms(const float* x) {
+    long n = n_;
+    void* args[] = {&x, &out_, &n};
+    unsigned threads = static_cast<unsigned>((n_ + kChunk - 1) / kChunk);
+    return launch_ms(reinterpret_cast<const void*>(&managed_sum_kernel),
+                     dim3((threads + 31) / 32), dim3(32), args);
   }
 
   // The sum of all chunk sums the last kernel wrote.
@@ -154,6 +158,34 @@ TEST_F(Managed, PagesMigrateOnKernelAccessAndBackOnHostAccess) {
 
   const double warm_again = sum_ms(x_);
   EXPECT_NEAR(warm_again, resident, 0.01 * resident);
+}
+
+// A kernel's body run on the host may touch none of what its footprint declares; on a
+// GPU the kernel reads every byte, so every declared page on the host faults (See Note
+// [A kernel touches its footprint] in tests/simgpu/driver/managed.h), or, without
+// concurrent managed access, the launch migrates them all first.
+TEST_F(Managed, AKernelFaultsInEveryPageItDeclares) {
+  const bool concurrent =
+      simgpu_test::device_model::current().number({"concurrent_managed_access"}) != 0;
+  long n = n_;
+  double flops = 0;
+  const float* x = dev_x_;
+  void* args[] = {&x, &n, &flops};
+  const void* k = reinterpret_cast<const void*>(&slow_read_kernel);
+  const double resident = launch_ms(k, dim3(1), dim3(1), args);
+  x = x_;
+  const double cold = launch_ms(k, dim3(1), dim3(1), args);
+  if (concurrent) {
+    EXPECT_GE(cold - resident, 0.99 * kPages * fault_s_ * 1e3)
+        << "each of " << kPages << " declared pages pays at least the fault cost";
+  }
+  const double warm = launch_ms(k, dim3(1), dim3(1), args);
+  EXPECT_NEAR(warm, resident, 0.01 * resident) << "the pages stayed on the device";
+  // As much as a kernel whose body touches every page pays for them.
+  touch_on_host(kPages);
+  const double touched = sum_ms(x_);
+  const double touched_extra = touched - sum_ms(dev_x_);
+  EXPECT_NEAR(cold - resident, touched_extra, 0.01 * touched_extra);
 }
 
 TEST_F(Managed, PrefetchMovesPagesAheadOfTheKernel) {
