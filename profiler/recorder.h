@@ -126,6 +126,10 @@ class recorder {
   std::optional<window> find_iteration_locked(std::string* why) const;
   std::vector<std::uint64_t> live_bytes_before_launches_locked(std::size_t n) const;
   bool steady_locked(const periodic_stretch& s) const;
+  // Launch i's kernel time, the shortest at its place in the recorded iterations
+  // `period` launches apart (See Note [A kernel's own duration] in recorder.cc); 0 if
+  // never timed.
+  std::uint64_t own_kernel_ns_locked(std::uint64_t i, std::uint64_t period) const;
 
   mutable std::mutex mutex_;
   std::string marker_;
