@@ -80,6 +80,37 @@ struct vmm_calls {
   decltype(&cuMemAddressFree) address_free = SIMGPU_DRV(cuMemAddressFree);
 };
 
+// Two mappings of `half` bytes side by side, one of device memory and one of host
+// memory (the host one first where host_first), read-write for the device: a swap
+// engine's pages, some resident, some on the host.
+struct mixed_range {
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h[2] = {0, 0};
+  std::size_t bytes = 0;
+};
+void map_mixed(const vmm_calls& vmm, std::size_t half, bool host_first, mixed_range* m) {
+  m->bytes = 2 * half;
+  for (int k = 0; k < 2; ++k) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    const bool host = (k == 0) == host_first;
+    prop.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+    ASSERT_EQ(vmm.create(&m->h[k], half, &prop, 0), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(vmm.reserve(&m->va, m->bytes, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.map(m->va, half, 0, m->h[0], 0), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.map(m->va + half, half, 0, m->h[1], 0), CUDA_SUCCESS);
+  CUmemAccessDesc d{};
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(vmm.access(m->va, m->bytes, &d, 1), CUDA_SUCCESS);
+}
+void unmap_mixed(const vmm_calls& vmm, const mixed_range& m) {
+  ASSERT_EQ(vmm.unmap(m.va, m.bytes), CUDA_SUCCESS);
+  for (CUmemGenericAllocationHandle one : m.h) ASSERT_EQ(vmm.release(one), CUDA_SUCCESS);
+  ASSERT_EQ(vmm.address_free(m.va, m.bytes), CUDA_SUCCESS);
+}
+
 struct model_figures {
   double fp32_flops;      // flop/s
   double mem_bw;          // bytes/s, device memory
@@ -286,23 +317,10 @@ TEST_F(Timing, ACopyAcrossMappingsPaysEachPartAtItsRate) {
   const double out_s = static_cast<double>(half) / f_.d2h_pinned;
   const double through_s = static_cast<double>(half) / std::min(f_.h2d_pinned, f_.d2h_pinned);
   for (bool host_first : {false, true}) {
-    CUmemGenericAllocationHandle h[2] = {0, 0};
-    for (int k = 0; k < 2; ++k) {
-      CUmemAllocationProp prop{};
-      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-      const bool host = (k == 0) == host_first;
-      prop.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
-      ASSERT_EQ(vmm.create(&h[k], half, &prop, 0), CUDA_SUCCESS);
-    }
-    CUdeviceptr va = 0;
-    ASSERT_EQ(vmm.reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
-    ASSERT_EQ(vmm.map(va, half, 0, h[0], 0), CUDA_SUCCESS);
-    ASSERT_EQ(vmm.map(va + half, half, 0, h[1], 0), CUDA_SUCCESS);
-    CUmemAccessDesc d{};
-    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    ASSERT_EQ(vmm.access(va, bytes, &d, 1), CUDA_SUCCESS);
-    void* mixed = reinterpret_cast<void*>(va);
+    mixed_range m;
+    map_mixed(vmm, half, host_first, &m);
+    if (HasFatalFailure()) return;
+    void* mixed = reinterpret_cast<void*>(m.va);
     const char* order = host_first ? "the host half first" : "the device half first";
     EXPECT_WITHIN_1PCT(copy_ms(dev, mixed, bytes, cudaMemcpyDeviceToDevice),
                        copy_expected_ms(0, 1) + (device_s + in_s) * 1e3)
@@ -314,9 +332,7 @@ TEST_F(Timing, ACopyAcrossMappingsPaysEachPartAtItsRate) {
                        copy_expected_ms(0, 1) + (out_s + through_s) * 1e3)
         << " to pinned memory, " << order;
     CUDA_OK(cudaStreamSynchronize(s_));
-    ASSERT_EQ(vmm.unmap(va, bytes), CUDA_SUCCESS);
-    for (CUmemGenericAllocationHandle one : h) ASSERT_EQ(vmm.release(one), CUDA_SUCCESS);
-    ASSERT_EQ(vmm.address_free(va, bytes), CUDA_SUCCESS);
+    unmap_mixed(vmm, m);
   }
   CUDA_OK(cudaFreeHost(pinned));
   CUDA_OK(cudaFree(dev));
@@ -698,30 +714,15 @@ TEST_F(Timing, ARangeAcrossMappingsPaysTheHostPartOverTheLink) {
   const long n = static_cast<long>(bytes / sizeof(float));
   const vmm_calls vmm;
   for (bool host_first : {false, true}) {
-    CUmemGenericAllocationHandle h[2] = {0, 0};
-    for (int k = 0; k < 2; ++k) {
-      CUmemAllocationProp prop{};
-      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-      const bool host = (k == 0) == host_first;
-      prop.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
-      ASSERT_EQ(vmm.create(&h[k], half, &prop, 0), CUDA_SUCCESS);
-    }
-    CUdeviceptr va = 0;
-    ASSERT_EQ(vmm.reserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
-    ASSERT_EQ(vmm.map(va, half, 0, h[0], 0), CUDA_SUCCESS);
-    ASSERT_EQ(vmm.map(va + half, half, 0, h[1], 0), CUDA_SUCCESS);
-    CUmemAccessDesc d{};
-    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    ASSERT_EQ(vmm.access(va, bytes, &d, 1), CUDA_SUCCESS);
+    mixed_range m;
+    map_mixed(vmm, half, host_first, &m);
+    if (HasFatalFailure()) return;
     const double device_s = (static_cast<double>(half) + sizeof(float)) / f_.mem_bw;
-    EXPECT_WITHIN_1PCT(reread_ms(reinterpret_cast<const float*>(va), n, 1),
+    EXPECT_WITHIN_1PCT(reread_ms(reinterpret_cast<const float*>(m.va), n, 1),
                        kernel_expected_ms(device_s + static_cast<double>(half) / f_.kernel_host_bw))
         << (host_first ? "the host half first" : "the device half first");
     CUDA_OK(cudaStreamSynchronize(s_));
-    ASSERT_EQ(vmm.unmap(va, bytes), CUDA_SUCCESS);
-    for (CUmemGenericAllocationHandle one : h) ASSERT_EQ(vmm.release(one), CUDA_SUCCESS);
-    ASSERT_EQ(vmm.address_free(va, bytes), CUDA_SUCCESS);
+    unmap_mixed(vmm, m);
   }
 }
 
