@@ -119,6 +119,18 @@ def calibrate(facts: dict, base: str, source: str = "facts.json") -> str:
             values["managed_fault_ns"] = (str(round(fault_ns)),
                                           "managed_faults.migrated_gbps (events), less a page's "
                                           "migration at managed_h2d_bandwidth")
+    # The device memory a small managed allocation takes once prefetched: simgpu gives
+    # each managed allocation whole pages of managed_page_size, which both that figure
+    # and the 96 KiB allocations' (two pages of 64 KiB, one of 2 MiB) must agree with.
+    footprint = facts.get("managed_footprint")
+    if isinstance(footprint, dict) and "small" in footprint:
+        page = int(field(facts, "managed_footprint.small.device_bytes_each"))
+        medium = int(field(facts, "managed_footprint.medium.bytes"))
+        medium_each = int(field(facts, "managed_footprint.medium.device_bytes_each"))
+        if 4096 <= page <= (2 << 20) and page & (page - 1) == 0 and \
+                medium_each == -(-medium // page) * page:
+            values["managed_page_size"] = (f"{page // 1024}KiB",
+                                           "managed_footprint.small.device_bytes_each")
     # Whether one cuMemUnmap may span several whole mappings (Note [One unmap over
     # several mappings] in tests/simgpu/driver/vmm.cc): 16 one-page handles mapped one
     # by one, then one access grant and one unmap over their span, on an idle GPU.

@@ -196,6 +196,17 @@ def facts(k: kit, progs: programs) -> step_result:
                              f"{fmt_bytes(faults['touch_stride_bytes'])} of {fmt_bytes(faults['bytes'])} "
                              f"{faults['from']}, median of {faults['reps']} ({clock})",
                              f"{faults['migrated_gbps']:.1f} GB/s"])
+    footprint = section("managed_footprint", "managed footprint")
+    if footprint is not None:
+        if "skipped" in footprint:
+            res.rows.append(["device memory per small managed allocation",
+                             f"skipped: {footprint['skipped']}"])
+        else:
+            res.rows.append([f"device memory per managed allocation, {footprint['count']} of each "
+                             f"size prefetched (cudaMemGetInfo)",
+                             "; ".join(f"{fmt_bytes(footprint[k]['bytes'])}: "
+                                       f"{fmt_bytes(footprint[k]['device_bytes_each'])}"
+                                       for k in ("small", "medium"))])
     launch_rate_under_modes(k, progs, res)
     return res
 

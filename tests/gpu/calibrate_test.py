@@ -3,8 +3,9 @@
 
 1. Round trip on simgpu: gpu_facts run on the h200-measured model gives facts from
    which calibrate writes a model whose device figures (name, memory, SMs, compute
-   capability) equal that model's and whose pinned and managed bandwidths and managed
-   fault cost, timed with events in simgpu's virtual time, are within 5% of it. (The VMM and event costs gpu_facts
+   capability) and managed page size equal that model's and whose pinned and managed
+   bandwidths and managed fault cost, timed with events in simgpu's virtual time, are
+   within 5% of it. (The VMM and event costs gpu_facts
    times with the host's clock, which on simgpu is the CPU's, not the model's: they
    cannot round-trip here.)
 2. A facts file missing a field the model needs: refused (exit 1) with the field's
@@ -75,6 +76,10 @@ def main() -> int:
             g, w = float(got[k]), float(want[k])
             if abs(g - w) > 0.05 * w:
                 problems.append(f"{k} {g:.4g} against the model's {w:.4g} (more than 5% off)")
+        # A managed allocation holds whole pages of the model's managed_page_size.
+        if got.get("managed_page_size") != want.get("managed_page_size"):
+            problems.append(f"managed_page_size {got.get('managed_page_size')!r}, the model has "
+                            f"{want.get('managed_page_size')!r}")
         # simgpu's default: one cuMemUnmap may span several mappings.
         if got.get("vmm_unmap_spans_mappings") != "1":
             problems.append(f"vmm_unmap_spans_mappings {got.get('vmm_unmap_spans_mappings')!r}, "

@@ -16,8 +16,9 @@
 // - managed prefetch bandwidth: cudaMemPrefetchAsync of --mib MiB of managed memory
 //   to the device and back to the host, timed with events, median of --reps;
 // - event call latency (events), the empty-kernel launch rate (launch_rate),
-//   host-located VMM memory (host_vmm) and managed-memory fault throughput
-//   (managed_faults).
+//   host-located VMM memory (host_vmm), managed-memory fault throughput
+//   (managed_faults), and the device memory a small managed allocation takes once
+//   prefetched (managed_footprint: whether the driver gives each its own page).
 //
 // The same file builds with nvcc (`-x cu`, tests/gpu/nvcc_include first on the
 // include path) for a GPU and with the host compiler against simgpu's libcudart for
@@ -295,6 +296,47 @@ inline std::string managed_faults(const options& opt, int device, cudaStream_t s
   return buf;
 }
 
+// --- managed_footprint: the device memory that 256 managed allocations of one size
+// take once prefetched, by cudaMemGetInfo, per allocation. um mode counts a buffer's
+// bytes against its room; where the driver gives each allocation whole pages, a model
+// full of small buffers (biases, norms) holds far more device memory than that count
+// (Note [A kernel touches its footprint] in tests/simgpu/driver/managed.h shows what
+// the difference cost on simgpu's 64 KiB pages).
+inline std::string managed_footprint(int device, cudaStream_t stream) {
+  int concurrent = 0;
+  cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, device);
+  if (concurrent == 0) return "{\"skipped\": \"the device has no concurrent managed access\"}";
+  constexpr int count = 256;
+  cudaMemLocation to_device{};
+  to_device.type = cudaMemLocationTypeDevice;
+  to_device.id = device;
+  std::string out = "{\"count\": " + std::to_string(count);
+  for (const size_t bytes : {size_t{512}, size_t{96} << 10}) {
+    std::vector<void*> p(count, nullptr);
+    size_t free_before = 0, free_after = 0, total = 0;
+    cudaError_t rc = cudaSuccess;
+    for (int i = 0; rc == cudaSuccess && i < count; ++i) {
+      rc = cudaMallocManaged(&p[i], bytes, cudaMemAttachGlobal);
+      if (rc == cudaSuccess) std::memset(p[i], 1, bytes);
+    }
+    if (rc == cudaSuccess) rc = cudaDeviceSynchronize();
+    if (rc == cudaSuccess) rc = cudaMemGetInfo(&free_before, &total);
+    for (int i = 0; rc == cudaSuccess && i < count; ++i)
+      rc = cudaMemPrefetchAsync(p[i], bytes, to_device, 0, stream);
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream);
+    if (rc == cudaSuccess) rc = cudaMemGetInfo(&free_after, &total);
+    for (void* q : p) {
+      if (q != nullptr) cudaFree(q);
+    }
+    if (rc != cudaSuccess) return error_json(cuda_error(rc, "managed allocations prefetched"));
+    const size_t taken = free_before > free_after ? free_before - free_after : 0;
+    out += ", \"" + std::string(bytes == 512 ? "small" : "medium") + "\": {\"bytes\": " +
+           std::to_string(bytes) + ", \"device_bytes_each\": " + std::to_string(taken / count) +
+           "}";
+  }
+  return out + "}";
+}
+
 inline bool parse(int argc, char** argv, options* opt) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const long v = std::strtol(argv[i + 1], nullptr, 10);
@@ -353,16 +395,18 @@ int main(int argc, char** argv) {
   const std::string calls = vmm_calls(opt, device, &spin, a, b);
   const std::string host = host_vmm(opt, device, stream, a, b);
   const std::string faults = managed_faults(opt, device, stream, a, b);
+  const std::string footprint = managed_footprint(device, stream);
   std::printf("{\"device\": {\"name\": %s, \"total_bytes\": %zu, \"sm_count\": %d, "
               "\"compute_capability\": \"%d.%d\", \"pci_bus_id\": %d}, "
               "\"driver_version\": %d, \"runtime_version\": %d,\n"
               " \"pinned_bandwidth\": %s,\n \"vmm_latency\": %s,\n \"managed_prefetch\": %s,\n"
               " \"pinned_both_ways\": %s,\n \"events\": %s,\n \"launch_rate\": %s,\n"
-              " \"vmm_calls\": %s,\n \"host_vmm\": %s,\n \"managed_faults\": %s}\n",
+              " \"vmm_calls\": %s,\n \"host_vmm\": %s,\n \"managed_faults\": %s,\n"
+              " \"managed_footprint\": %s}\n",
               quote(prop.name).c_str(), prop.totalGlobalMem, prop.multiProcessorCount, prop.major,
               prop.minor, prop.pciBusID, driver, runtime, pinned.c_str(), vmm.c_str(), managed.c_str(),
               both_ways.c_str(), events.c_str(), launches.c_str(), calls.c_str(), host.c_str(),
-              faults.c_str());
+              faults.c_str(), footprint.c_str());
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   cudaStreamDestroy(other);
