@@ -141,9 +141,14 @@ void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
     out.um_error = buffers.error;
     return;
   }
-  const iteration_model model = managed_units(buffers.model);
-  // See Note [um's units] in policy/mode_choice.h: the driver migrates whole pages.
-  device.costs.copy_unit_bytes = device.costs.managed_page_bytes;
+  iteration_model model = managed_units(buffers.model);
+  // See Note [um's units] in policy/mode_choice.h: the driver migrates whole pages, and
+  // each unit holds whole pages of the device.
+  const std::size_t page = device.costs.managed_page_bytes;
+  device.costs.copy_unit_bytes = page;
+  if (page != 0) {
+    for (model_buffer& b : model.buffers) b.bytes = (b.bytes + page - 1) / page * page;
+  }
   out.unlimited_ns = unlimited_iteration_ns(model, device.costs);
   const schedule_result r = plan_schedule(model, planning_capacity(capacity_bytes, page_bytes),
                                           device.costs, policy_kind::cost, 0);

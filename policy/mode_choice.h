@@ -55,11 +55,17 @@
 // bytes rounded up to whole managed pages (cost_model::copy_unit_bytes): the driver
 // migrates a page at a time, so a 4 KiB bias costs a 64 KiB page each way (at
 // ResNet-50 1/8, 1.5x, on the H200's measured model, um's prefetches asked for 405 MB
-// each way an iteration, and the driver moved 443). What a unit holds of the capacity
-// stays its bytes: the backend counts bytes, and the device's pages beyond them fit
-// in the memory the capacity leaves (Note [Swap capacity] in core/device_pool.cc).
-// Rounding the units' bytes for the capacity too predicted um 15% slow there (59.1 ms
-// where it ran 51.4).
+// each way an iteration, and the driver moved 443). A unit also holds whole pages of
+// the capacity: each managed allocation has pages of its own on the device, and the
+// backend, which counts bytes, leaves the driver to evict what then does not fit,
+// under the kernels (ResNet-152 b32 at 1/8: 1866 long-lived buffers of 90.4 MB in
+// 190.1 MB of 64 KiB pages; docs/results.md, "um on a stricter simgpu"). Counting
+// bytes, the prediction took um at ResNet-152 1.5x under the VMM waits for 107.5 ms
+// where it ran 128.9 and swap 115.3; counting pages it predicts 120.0 and takes swap.
+// Pages over bytes, predicted over run, on that model: ResNet-152 1.5x 0.834 -> 0.931,
+// BERT-large 1.5x 0.980 -> 0.981, ResNet-50 b32 1.5x 0.992 -> 1.087 (59.1 ms where um
+// ran 54.4: its headroom holds part of the pages), Llama 3.2 1B 1.5x and VGG-16 b256
+// 1.5x unchanged (0.917, 1.048).
 //
 // swap is taken unless um is predicted strictly faster, or swap cannot be planned
 // and um can. Left out: the host time of um's prefetch calls (the schedule's are the

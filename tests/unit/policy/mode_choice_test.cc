@@ -148,6 +148,26 @@ TEST(ModeChoice, UmAtTheManagedRatesMeasured) {
   EXPECT_GT(slow.um_ns, copies.um_ns * 3 / 2) << "at the copy rates " << copies.um_ns << " ns";
 }
 
+// See Note [um's units] in policy/mode_choice.h: 64 buffers of 4 KiB used in turn,
+// twice, hold 256 KiB of bytes, which fit in 2 MiB, but 4 MiB of 64 KiB pages, which do
+// not: um must move them.
+TEST(ModeChoice, UmUnitsHoldWholeManagedPages) {
+  std::vector<std::uint32_t> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < 64; ++i) order.push_back(i);
+  }
+  const profiler::profile p = profile_of(64, 4096, order);
+  mode_costs costs;
+  costs.managed_page_bytes = 64 * 1024;
+  const mode_prediction pages = predict_modes(p, 2 * MiB, costs);
+  ASSERT_EQ(pages.um_error, "");
+  EXPECT_GT(pages.um_ns, pages.unlimited_ns);
+  costs.managed_page_bytes = 4096;
+  const mode_prediction bytes = predict_modes(p, 2 * MiB, costs);
+  ASSERT_EQ(bytes.um_error, "");
+  EXPECT_EQ(bytes.um_ns, bytes.unlimited_ns) << "in pages of their own size they fit";
+}
+
 // See Note [um's units] in policy/mode_choice.h.
 TEST(ModeChoice, UmUnitsAreTheBuffersTheBackendReuses) {
   iteration_model m;
