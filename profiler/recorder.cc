@@ -183,8 +183,13 @@ std::optional<recorder::window> recorder::find_iteration_locked(std::string* why
       *why = "fewer than two iteration marks (" + std::string(to_string(how)) + ")";
       return std::nullopt;
     }
-    return window{usable[usable.size() - 2], usable.back(), how,
-                  static_cast<std::uint32_t>(usable.size() - 1)};
+    window w{usable[usable.size() - 2], usable.back(), how,
+             static_cast<std::uint32_t>(usable.size() - 1), usable[usable.size() - 2]};
+    for (std::size_t k = usable.size() - 2; k > 0 && usable[k] - usable[k - 1] == w.end - w.begin;
+         --k) {
+      w.first = usable[k - 1];
+    }
+    return w;
   }
   std::vector<std::uint32_t> tokens(kept);
   for (std::size_t i = 0; i < kept; ++i) tokens[i] = launches_[i].function;
@@ -204,7 +209,7 @@ std::optional<recorder::window> recorder::find_iteration_locked(std::string* why
     return std::nullopt;
   }
   return window{begin, begin + s->period, iteration_source::automatic,
-                static_cast<std::uint32_t>((s->end - phase) / s->period)};
+                static_cast<std::uint32_t>((s->end - phase) / s->period), s->begin};
 }
 
 // Note [A kernel's own duration]
@@ -219,9 +224,12 @@ std::optional<recorder::window> recorder::find_iteration_locked(std::string* why
 // than with enough memory, and took it (127.2 ms; swap ran 115.3). Such costs only
 // lengthen a kernel, so a launch's duration in the profile is the shortest CUPTI gave
 // at its place in the iterations recorded (the same kernel at the same offset from the
-// iteration's start, back to where the kernels differ): the iterations before a
-// schedule was learned prefetch each launch's buffers before it and fault on nothing.
-std::uint64_t recorder::own_kernel_ns_locked(std::uint64_t i, std::uint64_t period) const {
+// iteration's start, in the iterations before it that repeat it launch for launch: the
+// periodic stretch, or the marked iterations of its length in a row): the iterations
+// before a schedule was learned prefetch each launch's buffers before it and fault on
+// nothing.
+std::uint64_t recorder::own_kernel_ns_locked(std::uint64_t i, const window& w) const {
+  const std::uint64_t period = w.end - w.begin;
   std::uint64_t best = 0;
   for (std::uint64_t j = i;; j -= period) {
     const launch_event& l = launches_[j];
@@ -229,7 +237,7 @@ std::uint64_t recorder::own_kernel_ns_locked(std::uint64_t i, std::uint64_t peri
     auto ns = kernel_ns_.find(l.correlation_id);
     if (l.correlation_id != 0 && ns != kernel_ns_.end() && ns->second != 0)
       best = best == 0 ? ns->second : std::min(best, ns->second);
-    if (period == 0 || j < period) break;
+    if (period == 0 || j < w.first + period) break;
   }
   return best;
 }
@@ -387,7 +395,7 @@ std::optional<profile> recorder::build(const device_figures& device, bool cupti,
     r.name = p.intern(functions_[l.function]);
     r.correlation_id = l.correlation_id;
     r.flags = l.unreadable != 0 ? launch_unreadable : 0;
-    r.duration_ns = own_kernel_ns_locked(i, w->end - w->begin);
+    r.duration_ns = own_kernel_ns_locked(i, *w);
     p.device.iteration_kernel_ns += r.duration_ns;
     for (std::uint32_t k : launch_inst[i - w->begin]) r.buffers.push_back(inst[k].record);
     std::sort(r.buffers.begin(), r.buffers.end());

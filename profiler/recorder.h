@@ -122,14 +122,16 @@ class recorder {
     std::uint64_t begin = 0, end = 0;
     iteration_source how = iteration_source::automatic;
     std::uint32_t iterations = 0;
+    // The first launch of the iterations before it that repeat it launch for launch
+    // (the periodic stretch; the marked iterations of its length in a row).
+    std::uint64_t first = 0;
   };
   std::optional<window> find_iteration_locked(std::string* why) const;
   std::vector<std::uint64_t> live_bytes_before_launches_locked(std::size_t n) const;
   bool steady_locked(const periodic_stretch& s) const;
-  // Launch i's kernel time, the shortest at its place in the recorded iterations
-  // `period` launches apart (See Note [A kernel's own duration] in recorder.cc); 0 if
-  // never timed.
-  std::uint64_t own_kernel_ns_locked(std::uint64_t i, std::uint64_t period) const;
+  // Launch i's kernel time, the shortest at its place in w's iterations (See Note [A
+  // kernel's own duration] in recorder.cc); 0 if never timed.
+  std::uint64_t own_kernel_ns_locked(std::uint64_t i, const window& w) const;
 
   mutable std::mutex mutex_;
   std::string marker_;

@@ -132,6 +132,25 @@ TEST(Recorder, ALaunchTakesItsShortestDurationAtItsPlace) {
   EXPECT_EQ(p->launches[1].duration_ns, 700u);
   EXPECT_EQ(p->launches[0].duration_ns, 0u);  // never timed
   EXPECT_EQ(p->device.iteration_kernel_ns, 700u);
+  // Marked iterations: only those of the profile's length in a row count. The first
+  // has one launch more (g took 700 ns there, at the place g has later), the second and
+  // third took 1000 and 800: the third's profile gives g 800.
+  stepping m;
+  m.r.on_iteration_begin();
+  const std::uint64_t lone[] = {weights};
+  m.r.on_launch(m.g, lone, 1, ++m.corr);
+  const std::uint64_t later[] = {0, 300, 100};
+  for (int i = 0; i < 3; ++i) {
+    if (i > 0) m.r.on_iteration_begin();
+    m.step(i);
+    m.r.on_kernel_time(m.corr - 1, later[i]);
+  }
+  m.r.on_iteration_begin();
+  const auto marked = m.r.build({}, true, "prog", no_frames(), &why);
+  ASSERT_TRUE(marked) << why;
+  ASSERT_EQ(marked->launches.size(), 3u);
+  EXPECT_EQ(marked->first_launch, 7u);
+  EXPECT_EQ(marked->launches[1].duration_ns, 800u);
 }
 
 // See Note [A launch whose buffers are not known] in profiler/profile_format.h: a
