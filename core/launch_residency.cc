@@ -172,9 +172,12 @@ cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
   // allocator; each word pointing into it asks for a window of an eighth of the capacity
   // from the word on, best effort.
   const std::uint64_t capacity = core::device_residency_capacity(device);
-  std::uint64_t total = 0;
-  for (std::size_t i = 0; i < found; ++i) total += sizes[i];
-  const bool whole = total <= capacity && current_config().mode == run_mode::swap;
+  bool whole = current_config().mode == run_mode::swap;
+  if (whole) {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < found; ++i) total += sizes[i];
+    whole = total <= capacity;
+  }
   const std::uint64_t large = whole ? ~std::uint64_t{0} : capacity / 4;
   const std::uint64_t window = std::max<std::uint64_t>(capacity / 8, 1);
   std::span<residency::byte_range> ranges(sc->ranges);

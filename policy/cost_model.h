@@ -148,10 +148,6 @@ struct cost_model {
   // (Maxwell, Kepler): a launch migrates all of a managed buffer at once, for one
   // fault cost plus the transfer.
   bool demand_paging = true;
-  // Copies move whole units of this many bytes (um's migrations: the managed page, as
-  // the driver migrates; See Note [um's units] in policy/mode_choice.h); 0 or 1: the
-  // bytes asked. Only a copy's time: what a buffer holds of the capacity is its bytes.
-  std::size_t copy_unit_bytes = 0;
 
   // The mover's host costs; none (the default): no mover is modelled.
   mover_costs mover;
@@ -203,9 +199,6 @@ struct cost_model {
     return static_cast<std::uint64_t>(static_cast<double>(bytes) * 1e9 / bytes_per_s + 0.5);
   }
   std::uint64_t copy_ns(std::size_t bytes, double bytes_per_s) const {
-    if (copy_unit_bytes > 1) {
-      bytes = (bytes + copy_unit_bytes - 1) / copy_unit_bytes * copy_unit_bytes;
-    }
     return copy_setup_ns + transfer_ns(bytes, bytes_per_s);
   }
 };

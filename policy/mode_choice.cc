@@ -142,10 +142,9 @@ void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
     return;
   }
   iteration_model model = managed_units(buffers.model);
-  // See Note [um's units] in policy/mode_choice.h: the driver migrates whole pages, and
-  // each unit holds whole pages of the device.
+  // See Note [um's units] in policy/mode_choice.h: each unit holds whole pages of the
+  // device, and the driver migrates whole pages.
   const std::size_t page = device.costs.managed_page_bytes;
-  device.costs.copy_unit_bytes = page;
   if (page != 0) {
     for (model_buffer& b : model.buffers) b.bytes = (b.bytes + page - 1) / page * page;
   }

@@ -51,9 +51,9 @@
 // buffer taking the lowest free unit of its size, and plans the units, each living
 // across iterations. Taking every tensor as a unit of its own instead counted four
 // times the bytes the backend moves (GPT-2 at 1/8 and 1.5x: 8784 MiB each way per
-// iteration in the plan, about 2000 out in the library). Each move of a unit costs its
-// bytes rounded up to whole managed pages (cost_model::copy_unit_bytes): the driver
-// migrates a page at a time, so a 4 KiB bias costs a 64 KiB page each way (at
+// iteration in the plan, about 2000 out in the library). A unit's bytes are rounded up
+// to whole managed pages, so each of its moves costs them: the driver migrates a page
+// at a time, so a 4 KiB bias costs a 64 KiB page each way (at
 // ResNet-50 1/8, 1.5x, on the H200's measured model, um's prefetches asked for 405 MB
 // each way an iteration, and the driver moved 443). A unit also holds whole pages of
 // the capacity: each managed allocation has pages of its own on the device, and the
