@@ -30,6 +30,20 @@ CUresult prefetch_on(CUstream h, bool ptds, CUdeviceptr p, size_t n, CUmemLocati
   return do_prefetch(s, p, n, loc);
 }
 
+// cuMemDiscardBatchAsync: "must not be legacy NULL stream"; flags reserved (0).
+CUresult discard_on(CUstream h, bool ptds, CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                    unsigned long long flags) {
+  if (flags != 0 || count == 0 || dptrs == nullptr || sizes == nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
+  stream_obj* s = resolve_stream(h, ptds);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->legacy) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<std::pair<uintptr_t, uint64_t>> ranges;
+  ranges.reserve(count);
+  for (size_t i = 0; i < count; ++i) ranges.emplace_back(dptrs[i], sizes[i]);
+  return do_discard(s, std::move(ranges));
+}
+
 CUresult copy_2d_on(const CUDA_MEMCPY2D* c, CUstream h, bool ptds, bool sync) {
   if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto side = [](CUmemorytype t, const void* host, CUdeviceptr device, CUarray array,
@@ -229,4 +243,16 @@ SIMGPU_EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t cou
                                                   CUstream hStream) {
   SIMGPU_API(context, cuMemPrefetchAsync_v2_ptsz, devPtr, count, location, flags, hStream);
   SIMGPU_RETURN(prefetch_on(hStream, true, devPtr, count, location, flags));
+}
+
+SIMGPU_EXPORT CUresult cuMemDiscardBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                              unsigned long long flags, CUstream hStream) {
+  SIMGPU_API(context, cuMemDiscardBatchAsync, dptrs, sizes, count, flags, hStream);
+  SIMGPU_RETURN(discard_on(hStream, false, dptrs, sizes, count, flags));
+}
+SIMGPU_EXPORT CUresult cuMemDiscardBatchAsync_ptsz(CUdeviceptr* dptrs, size_t* sizes,
+                                                   size_t count, unsigned long long flags,
+                                                   CUstream hStream) {
+  SIMGPU_API(context, cuMemDiscardBatchAsync_ptsz, dptrs, sizes, count, flags, hStream);
+  SIMGPU_RETURN(discard_on(hStream, true, dptrs, sizes, count, flags));
 }

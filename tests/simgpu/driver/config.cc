@@ -105,6 +105,10 @@ bool parse_fail(const char* text, std::vector<fail_rule>* rules) {
       r.kind = fail_kind::prefetch;
       r.code = CUDA_ERROR_INVALID_VALUE;
     }
+    else if (kind == "discard") {
+      r.kind = fail_kind::discard;
+      r.code = CUDA_ERROR_INVALID_VALUE;
+    }
     else if (kind == "graph_instantiate") {
       r.kind = fail_kind::graph_instantiate;
       r.code = CUDA_ERROR_OUT_OF_MEMORY;
@@ -138,6 +142,7 @@ config load() {
       config_error("SIMGPU_FAIL='%s' is not valid: expected kind:n[:code][,kind:n[:code]...] "
                    "with kind one of alloc, host_alloc, copy, map, launch, reserve, graph_instantiate, "
                    "graph_launch, library_load, kernel_query, param_info, access, event, prefetch, "
+                   "discard, "
                    "n a 1-based count (n+ for that call and all later ones) and code a CUresult "
                    "number or name", v);
   }

@@ -16,7 +16,7 @@ enum class race_mode { report, abort, off };
 // one when `and_later`) with `code`.
 enum class fail_kind {
   alloc, host_alloc, copy, map, launch, reserve, graph_instantiate, graph_launch,
-  library_load, kernel_query, param_info, access, event, prefetch, count_
+  library_load, kernel_query, param_info, access, event, prefetch, discard, count_
 };
 struct fail_rule {
   fail_kind kind;

@@ -370,4 +370,37 @@ CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation l
   return CUDA_SUCCESS;
 }
 
+CUresult do_discard(stream_obj* s, std::vector<std::pair<uintptr_t, uint64_t>> ranges) {
+  device_state& d = dev();
+  if (!d.model.concurrent_managed_access) return CUDA_ERROR_NOT_SUPPORTED;
+  for (const auto& [p, bytes] : ranges) {
+    region* r = find_region(p);
+    if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0 ||
+        p + bytes > r->base + r->span_bytes)
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  bool record = false;
+  if (CUresult g = capture_gate(s, &record); g != CUDA_SUCCESS) return g;
+  if (record) {
+    capture_add(s, "discard", [=](stream_obj* on) { return do_discard(on, ranges); });
+    return CUDA_SUCCESS;
+  }
+  if (CUresult f = inject_failure(fail_kind::discard); f != CUDA_SUCCESS) return f;
+  // See Note [Discards] in tests/simgpu/driver/managed.h.
+  const double start = op_begin(s, engine::none, 0);
+  uint64_t released = 0;
+  for (const auto& [p, bytes] : ranges) {
+    auto desc = std::make_shared<const std::string>("discard on " + stream_name(s));
+    race_access(s, p, bytes, true, desc);
+    released += managed_discard_range(p, bytes);
+  }
+  const double end = start + d.model.copy_latency_ns +
+                     static_cast<double>(released / d.model.managed_page_bytes) *
+                         d.model.managed_discard_page_ns;
+  op_end(s, engine::none, end);
+  managed_note_release(end, released);
+  timeline_op("prefetch", "discard", s->id, start, end, released);
+  return CUDA_SUCCESS;
+}
+
 }  // namespace simgpu

@@ -17,6 +17,8 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "clock.h"
 
@@ -29,6 +31,8 @@ CUresult do_copy_2d(stream_obj* s, uintptr_t dst, uint64_t dpitch, uintptr_t src
 CUresult do_memset(stream_obj* s, uintptr_t dst, uint32_t value, unsigned elem_bytes,
                    uint64_t count, bool sync);
 CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation loc);
+// cuMemDiscardBatchAsync's ranges, checked (Note [Discards] in managed.h).
+CUresult do_discard(stream_obj* s, std::vector<std::pair<uintptr_t, uint64_t>> ranges);
 
 }  // namespace simgpu
 

@@ -109,6 +109,8 @@ struct stats {
   // Bytes a prefetch to the host moved while a kernel still used them, which that
   // kernel faulted back (Note [Migrations of pages in use] in managed.h).
   uint64_t managed_in_use_bytes = 0;
+  // Device-resident managed bytes a discard released (Note [Discards] in managed.h).
+  uint64_t managed_discarded_bytes = 0;
   uint64_t races = 0;
   // Bytes kernels read or wrote in host-located VMM mappings (a swapped-out page
   // reached over the link): Note [Kernels on host-located mappings] in kernels.cc.

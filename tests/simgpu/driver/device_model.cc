@@ -28,6 +28,7 @@
 // queries, do not break the run); any other VMM call pays <family>_ns. The gap is
 // an assumption beyond the measurement (whose calls came a query apart, under a
 // microsecond): a thread that did anything else for longer pays the full figure.
+#include <algorithm>
 #include "device_model.h"
 
 #include <dlfcn.h>
@@ -179,6 +180,12 @@ device_model load_device_model() {
   m.kernel_host_access_bytes_per_s = num("kernel_host_access_bandwidth");
   m.managed_page_bytes = bytes("managed_page_size");
   m.concurrent_managed_access = static_cast<int>(num("concurrent_managed_access"));
+  // See Note [Discards] in tests/simgpu/driver/managed.h: where not measured, a fault's
+  // own part, but never more than the migration to the host that the discard spares.
+  m.managed_discard_page_ns = opt(
+      "managed_discard_page_ns",
+      std::min(m.managed_fault_ns,
+               static_cast<double>(m.managed_page_bytes) / m.managed_d2h_bytes_per_s * 1e9));
   m.clock_khz = static_cast<int>(opt("clock_khz", 1000000));
   m.mem_clock_khz = static_cast<int>(opt("memory_clock_khz", 1000000));
   m.mem_bus_width_bits = static_cast<int>(opt("memory_bus_width_bits", 384));

@@ -54,6 +54,8 @@ struct device_model {
   // CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: host-located cuMemCreate.
   int host_vmm_supported = 0;
   double managed_fault_ns = 0;      // per faulted managed page, on top of its migration
+  // Per managed page a discard releases from the device (Note [Discards] in managed.h).
+  double managed_discard_page_ns = 0;
   // Managed memory's migrations, bytes/s: prefetches, faults and the driver's
   // evictions (Note [Managed migration rates] in device_model.cc).
   double managed_h2d_bytes_per_s = 0, managed_d2h_bytes_per_s = 0;

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <utility>
@@ -355,6 +356,32 @@ uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, doub
   }
   managed_apply_protection(r);
   return moved;
+}
+
+uint64_t managed_discard_range(uintptr_t p, uint64_t bytes) {
+  region* r = managed_region(p, bytes);
+  if (r == nullptr) return 0;
+  const uint64_t pb = page_bytes();
+  const uintptr_t end = p + bytes;
+  const uintptr_t alloc_end = r->base + r->bytes;
+  const size_t first = (p - r->base) / pb;
+  const size_t last = std::min(r->page_on_device.size(), (end - 1 - r->base) / pb + 1);
+  uint64_t released = 0;
+  for (size_t i = first; i < last; ++i) {
+    const uintptr_t lo = page_addr(r, i);
+    const uintptr_t hi = std::min(lo + pb, alloc_end);
+    if (r->page_on_device[i] && p <= lo && end >= hi) {
+      set_page_host(r, i, PROT_READ | PROT_WRITE);
+      released += pb;
+    }
+    // A page left on the device is closed to the host again below.
+    protect(lo, pb, PROT_READ | PROT_WRITE);
+    const uintptr_t from = std::max(p, lo), to = std::min(end, lo + pb);
+    std::memset(reinterpret_cast<void*>(from), kDiscardPoison, to - from);
+    if (r->page_on_device[i]) protect(lo, pb, PROT_NONE);
+  }
+  dev().st.managed_discarded_bytes += released;
+  return released;
 }
 
 CUresult managed_advise(CUdeviceptr p, size_t bytes, CUmem_advise advice, CUmemLocation loc) {

@@ -96,6 +96,32 @@ uint64_t managed_migrate_range(uintptr_t p, uint64_t bytes, bool to_device, doub
 // A kernel that ends at end_ns used [p, p+bytes) (any memory; managed pages are noted).
 void managed_note_device_use(uintptr_t p, uint64_t bytes, double end_ns);
 
+// Note [Discards]
+// ~~~~~~~~~~~~~~~
+// cuMemDiscardBatchAsync (CUDA 13.0) tells the driver that the contents of managed
+// ranges are no longer useful: in stream order it may give back the device pages they
+// hold without migrating them, and a read that no write or prefetch preceded returns
+// indeterminate bytes; an access or prefetch running at the same time is undefined.
+// simgpu takes the hostile reading of each:
+//   - every byte of the range is overwritten with kDiscardPoison when the discard runs,
+//     so a program that reads discarded memory gets wrong bits, not the old right ones;
+//   - the device pages the range covers whole (up to its allocation's end) are given
+//     back with nothing migrated, their room free from the discard's end (as Note [Room
+//     from migrations to the host]); a page it covers in part stays where it is;
+//   - a discarded page that comes back (a fault, a prefetch) migrates as any host page
+//     does, its transfer paid: the driver may skip it, but nothing says it must;
+//   - a discard costs copy_latency_ns a call plus managed_discard_page_ns per page it
+//     gives back (the model's key; where not measured, managed_fault_ns, the driver's
+//     own part of a fault, or the page's migration to the host where that is less: a
+//     driver could always migrate instead), in its stream's order, on no copy engine;
+//   - for the race detector it writes the whole range: a kernel, copy or memset
+//     unordered with it is reported. A prefetch unordered with it is not (prefetches
+//     are no accesses on models with concurrent managed access: Note [Prefetches are
+//     migrations]), which is kinder than the documentation.
+// Answers the bytes of device pages given back.
+inline constexpr unsigned char kDiscardPoison = 0xDB;
+uint64_t managed_discard_range(uintptr_t p, uint64_t bytes);
+
 // Note [Room from migrations to the host]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // simgpu moves a managed page's residency when its prefetch is enqueued, so the

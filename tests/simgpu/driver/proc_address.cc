@@ -34,6 +34,7 @@ SIMGPU_PT(cuMemsetD8Async, cuMemsetD8Async_ptsz)
 SIMGPU_PT(cuMemsetD16Async, cuMemsetD16Async_ptsz)
 SIMGPU_PT(cuMemsetD32Async, cuMemsetD32Async_ptsz)
 SIMGPU_PT(cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz)
+SIMGPU_PT(cuMemDiscardBatchAsync, cuMemDiscardBatchAsync_ptsz)
 SIMGPU_PT(cuMemAllocAsync, cuMemAllocAsync_ptsz)
 SIMGPU_PT(cuMemFreeAsync, cuMemFreeAsync_ptsz)
 SIMGPU_PT(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz)
@@ -126,6 +127,7 @@ const proc_entry kTable[] = {
     E("cuMemRangeGetAttribute", 8000, cuMemRangeGetAttribute),
     E("cuMemRangeGetAttributes", 8000, cuMemRangeGetAttributes),
     P("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz),
+    P("cuMemDiscardBatchAsync", 13000, cuMemDiscardBatchAsync, cuMemDiscardBatchAsync_ptsz),
     P("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
     P("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
     P("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz),

@@ -23,11 +23,12 @@ void print_report_if_asked() {
            s.h2d_bytes, s.d2h_bytes, s.d2d_bytes, s.managed_faults, s.races);
   log_line("memsets %" PRIu64 ", managed pages migrated to device %" PRIu64 " bytes, to host %"
            PRIu64 " bytes, evicted %" PRIu64 " bytes, moved while in use %" PRIu64
-           " bytes; capacity %" PRIu64
+           " bytes, discarded %" PRIu64 " bytes; capacity %" PRIu64
            " bytes, in use at exit %" PRIu64 " bytes; kernel bytes in host-located mappings %"
            PRIu64,
            s.memsets, s.managed_to_device_bytes, s.managed_to_host_bytes,
-           s.managed_evicted_bytes, s.managed_in_use_bytes, d.capacity_bytes, d.used_bytes,
+           s.managed_evicted_bytes, s.managed_in_use_bytes, s.managed_discarded_bytes,
+           d.capacity_bytes, d.used_bytes,
            s.kernel_host_mapped_bytes);
   // One line per host thread (Note [A clock per host thread] in clock.h): its clock, the
   // time it waited, and its calls by family (count and host ms), families it never

@@ -5,7 +5,9 @@
 // same kernel over resident pages costs what it costs on cudaMalloc memory, and the
 // extra cost is proportional to the number of pages that moved. Data stays right
 // through every move. The model comes from $SIMGPU_DEVICE's .model file.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -448,6 +450,73 @@ TEST_F(Managed, AdviseAndPointerAttributes) {
   EXPECT_EQ(attr.type, cudaMemoryTypeManaged);
   EXPECT_EQ(attr.devicePointer, static_cast<void*>(x_ + 10));
   EXPECT_EQ(attr.hostPointer, static_cast<void*>(x_ + 10));
+}
+
+// cuMemDiscardBatchAsync (Note [Discards] in tests/simgpu/driver/managed.h): the device
+// pages come back to the capacity with nothing migrated, in a fraction of a migration's
+// time, and the bytes read afterwards are the poison, not the old values.
+TEST_F(Managed, ADiscardGivesBackItsPagesWithoutMigratingAndPoisonsThem) {
+  auto m = simgpu_test::device_model::current();
+  auto discard = SIMGPU_DRV(cuMemDiscardBatchAsync);
+  CUdeviceptr ptr = reinterpret_cast<CUdeviceptr>(x_);
+  size_t size = bytes_;
+  if (m.number({"concurrent_managed_access"}) == 0) {
+    EXPECT_EQ(discard(&ptr, &size, 1, 0, s_), CUDA_ERROR_NOT_SUPPORTED);
+    return;
+  }
+  CUDA_OK(prefetch(cudaMemLocationTypeDevice));
+  CUDA_OK(cudaStreamSynchronize(s_));
+  size_t free_before = 0, total = 0;
+  CUDA_OK(cudaMemGetInfo(&free_before, &total));
+  CUDA_OK(cudaEventRecord(e0_, s_));
+  ASSERT_EQ(discard(&ptr, &size, 1, 0, s_), CUDA_SUCCESS);
+  CUDA_OK(cudaEventRecord(e1_, s_));
+  CUDA_OK(cudaEventSynchronize(e1_));
+  float discard_ms = -1;
+  CUDA_OK(cudaEventElapsedTime(&discard_ms, e0_, e1_));
+  const double d2h = m.number({"managed_d2h_bandwidth", "d2h_pinned_bandwidth"});
+  const double per_page_ns =
+      m.has("managed_discard_page_ns")
+          ? m.number({"managed_discard_page_ns"})
+          : std::min(m.number({"managed_fault_ns"}), page_ / d2h * 1e9);
+  const double expect_ms = (m.number({"copy_latency_ns"}) + kPages * per_page_ns) * 1e-6;
+  // Give or take the host's own part of the calls between the events.
+  EXPECT_NEAR(discard_ms, expect_ms, 0.01 * expect_ms + 2e-6 * m.number({"api_overhead_ns"}));
+  size_t free_after = 0;
+  CUDA_OK(cudaMemGetInfo(&free_after, &total));
+  EXPECT_EQ(free_after - free_before, bytes_) << "the device pages were given back";
+  std::uint32_t poison = 0;
+  std::memset(&poison, 0xDB, sizeof poison);
+  std::size_t old = 0;
+  for (long i = 0; i < n_; ++i) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &x_[i], sizeof bits);
+    old += bits != poison;
+  }
+  EXPECT_EQ(old, 0u) << "a read after a discard finds no old value";
+  const double resident = sum_ms(dev_x_);
+  EXPECT_GE(sum_ms(x_) - resident, 0.99 * kPages * fault_s_ * 1e3)
+      << "the pages come back as any page on the host does";
+}
+
+TEST_F(Managed, ADiscardRefusesWhatTheDocumentationRefuses) {
+  if (simgpu_test::device_model::current().number({"concurrent_managed_access"}) == 0) {
+    GTEST_SKIP() << "refused as a whole on this model (the test above)";
+  }
+  auto discard = SIMGPU_DRV(cuMemDiscardBatchAsync);
+  CUdeviceptr ptrs[] = {reinterpret_cast<CUdeviceptr>(x_), reinterpret_cast<CUdeviceptr>(dev_x_)};
+  size_t sizes[] = {bytes_, bytes_};
+  EXPECT_EQ(discard(ptrs, sizes, 1, 0, nullptr), CUDA_ERROR_INVALID_VALUE) << "legacy stream";
+  EXPECT_EQ(discard(ptrs, sizes, 1, 0, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(discard(ptrs, sizes, 1, 1, s_), CUDA_ERROR_INVALID_VALUE) << "flags";
+  EXPECT_EQ(discard(ptrs, sizes, 0, 0, s_), CUDA_ERROR_INVALID_VALUE) << "no range";
+  EXPECT_EQ(discard(ptrs, sizes, 2, 0, s_), CUDA_ERROR_INVALID_VALUE) << "device memory";
+  size_t past[] = {bytes_ * 64};
+  EXPECT_EQ(discard(ptrs, past, 1, 0, s_), CUDA_ERROR_INVALID_VALUE) << "past the allocation";
+  // Nothing was discarded by the refused calls.
+  CUDA_OK(cudaStreamSynchronize(s_));
+  EXPECT_EQ(x_[0], 1.0f);
+  EXPECT_EQ(x_[n_ - 1], 1.0f);
 }
 
 TEST_F(Managed, ConcurrentManagedAccessMatchesTheModel) {

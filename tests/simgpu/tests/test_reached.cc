@@ -442,7 +442,42 @@ int unmap_span() {
   return 0;
 }
 
+// A managed buffer read by a kernel queued behind the long one on stream s, then
+// discarded on another stream (Note [Discards] in tests/simgpu/driver/managed.h):
+// unordered, a race; after an event of s, none, and the next read finds the poison.
+int discard_managed(bool ordered) {
+  chase_setup c;
+  if (int r = c.init()) return r;
+  int* m = nullptr;
+  constexpr int n = 256;
+  CHECK_RT(cudaMallocManaged(&m, n * sizeof(int)));
+  for (int i = 0; i < n; ++i) m[i] = i;
+  cudaStream_t other = nullptr;
+  CHECK_RT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  CHECK_RT(c.long_work());
+  int* out = nullptr;
+  CHECK_RT(cudaMalloc(&out, n * sizeof(int)));
+  int lo = 0, count = n;
+  void* args[] = {&m, &lo, &count, &out};
+  CHECK_RT(cudaLaunchKernel(reinterpret_cast<const void*>(&range_read_kernel), dim3(1),
+                            dim3(n), args, 0, c.s));
+  if (ordered) {
+    cudaEvent_t e = nullptr;
+    CHECK_RT(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CHECK_RT(cudaEventRecord(e, c.s));
+    CHECK_RT(cudaStreamWaitEvent(other, e, 0));
+  }
+  CUdeviceptr ptr = reinterpret_cast<CUdeviceptr>(m);
+  size_t size = n * sizeof(int);
+  CHECK_CU(SIMGPU_DRV(cuMemDiscardBatchAsync)(&ptr, &size, 1, 0, other));
+  CHECK_RT(cudaDeviceSynchronize());
+  std::printf("after_discard=%d\n", m[5]);
+  return 0;
+}
+
 int run_scenario(const std::string& name) {
+  if (name == "discard") return discard_managed(false);
+  if (name == "discard_after_event") return discard_managed(true);
   if (name == "unmap_span") return unmap_span();
   if (name == "unmap") return unmap_unordered();
   if (name == "unmap_after_event") return unmap_after_event();
@@ -546,6 +581,22 @@ TEST(Reached, UndeclaredWriteInsideAnAllocationRacesWithADeclaredRead) {
   EXPECT_TRUE(has(r.err, "<write by kernel '")) << r.err;
   EXPECT_TRUE(has(r.err, "stray_write_kernel")) << r.err;
   EXPECT_TRUE(has(r.err, "range_read_kernel")) << r.err;
+}
+
+// A discard writes its whole range for the race detector: the read queued before it
+// on another stream, unordered, is reported; ordered by an event, nothing is, and the
+// bytes read afterwards are no longer the old ones.
+TEST(Reached, AManagedBufferDiscardedUnderItsReaderRaces) {
+  auto r = scenario("discard", {{"SIMGPU_RACE", "report"}});
+  EXPECT_EQ(r.exit_code, 3) << simgpu_test::describe(r);
+  EXPECT_TRUE(has(r.err, "<read by kernel '")) << r.err;
+  EXPECT_TRUE(has(r.err, "range_read_kernel")) << r.err;
+  EXPECT_TRUE(has(r.err, "discard on")) << r.err;
+  auto ok = scenario("discard_after_event", {{"SIMGPU_RACE", "abort"}});
+  EXPECT_EQ(ok.exit_code, 0) << simgpu_test::describe(ok);
+  EXPECT_FALSE(has(ok.err, "race on")) << ok.err;
+  EXPECT_FALSE(has(ok.out, "after_discard=5")) << ok.out;
+  EXPECT_TRUE(has(ok.out, "after_discard=")) << ok.out;
 }
 
 // simgpuReach records the exact range: a read of other bytes of the same page on
