@@ -31,21 +31,30 @@ driver_table* load() {
     return table;
   }
   bool all = true;
-#define OVERSUB_DRIVER_LOAD(name)                                                        \
-  {                                                                                      \
-    void* p = nullptr;                                                                   \
-    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;       \
-    if (get(#name, &p, requested_cuda_version, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==  \
-            CUDA_SUCCESS &&                                                              \
-        status == CU_GET_PROC_ADDRESS_SUCCESS && p != nullptr) {                         \
-      table->name = reinterpret_cast<decltype(table->name)>(p);                          \
-    } else {                                                                             \
-      log::error("pool: the driver does not provide {}", #name);                        \
-      all = false;                                                                       \
-    }                                                                                    \
-  }
+  // A function the driver lacks leaves its pointer null; a required one makes the
+  // table incomplete.
+  const auto load_one = [&](const char* name, void** out, bool required) {
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (get(name, out, requested_cuda_version, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
+            CUDA_SUCCESS &&
+        status == CU_GET_PROC_ADDRESS_SUCCESS && *out != nullptr) {
+      return;
+    }
+    *out = nullptr;
+    if (required) {
+      log::error("pool: the driver does not provide {}", name);
+      all = false;
+    } else {
+      log::debug("pool: the driver does not provide {} (optional)", name);
+    }
+  };
+#define OVERSUB_DRIVER_LOAD(name) load_one(#name, reinterpret_cast<void**>(&table->name), true);
+#define OVERSUB_DRIVER_LOAD_OPTIONAL(name) \
+  load_one(#name, reinterpret_cast<void**>(&table->name), false);
   OVERSUB_DRIVER_FUNCTIONS(OVERSUB_DRIVER_LOAD)
+  OVERSUB_DRIVER_OPTIONAL_FUNCTIONS(OVERSUB_DRIVER_LOAD_OPTIONAL)
 #undef OVERSUB_DRIVER_LOAD
+#undef OVERSUB_DRIVER_LOAD_OPTIONAL
   if (all && table->cuInit(0) != CUDA_SUCCESS) {
     log::error("pool: cuInit failed; device allocations are forwarded to CUDA");
     all = false;

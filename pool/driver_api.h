@@ -53,10 +53,16 @@ namespace oversub::pool {
   X(cuMemAdvise)                    \
   X(cuDeviceGetAttribute)
 
-// Typed pointers, one per function of the list (null when the driver lacks it).
+// Functions a driver may lack (newer than the rest): null where it does, and nothing
+// else changes; each caller has its own way without them.
+#define OVERSUB_DRIVER_OPTIONAL_FUNCTIONS(X) \
+  X(cuMemDiscardBatchAsync) /* CUDA 13.0 */
+
+// Typed pointers, one per function of the lists (null when the driver lacks it).
 struct driver_table {
 #define OVERSUB_DRIVER_FIELD(name) decltype(&::name) name = nullptr;
   OVERSUB_DRIVER_FUNCTIONS(OVERSUB_DRIVER_FIELD)
+  OVERSUB_DRIVER_OPTIONAL_FUNCTIONS(OVERSUB_DRIVER_FIELD)
 #undef OVERSUB_DRIVER_FIELD
   bool complete = false;  // every function found and cuInit succeeded
 };

@@ -190,6 +190,9 @@ void um_engine::account_move_locked(buffer& b, bool to_device, CUstream stream) 
   b.last_stream = stream;
   b.used = true;
   if (to_device) {
+    // Its users wait for this move, which comes after any discard of it (Note
+    // [Discarding freed buffers] in residency/um_engine.h).
+    b.discard_job = 0;
     stats_.resident_bytes += b.bytes;
     stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
     ++stats_.prefetches_in;
@@ -219,6 +222,16 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
   // its memory on demand when the graph runs.
   if (pool::stream_is_capturing(stream)) {
     result.capturing = true;
+    // Nor a wait for a discard: the host waits for it instead (Note [Discarding freed
+    // buffers] in residency/um_engine.h).
+    std::uint64_t job = 0;
+    for (std::uintptr_t base : buffers_of_locked(ranges)) {
+      job = std::max(job, buffers_[base].discard_job);
+    }
+    if (CUresult r = finish_discards_locked(lock, job); r != CUDA_SUCCESS) {
+      result.code = residency_errc::driver_error;
+      result.driver = r;
+    }
     return result;
   }
   // Note [Large managed buffers]
@@ -240,8 +253,22 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
     reached = buffers_of_locked(reach);
     ranges = moved;
   }
+  const std::vector<std::uintptr_t> touched = buffers_of_locked(ranges);
+  // See Note [Discarding freed buffers] in residency/um_engine.h: every buffer the work
+  // uses, moved or not.
+  for (const std::vector<std::uintptr_t>* set : {&touched, &std::as_const(reached)}) {
+    for (std::uintptr_t base : *set) {
+      if (buffers_[base].discard_job == 0) continue;
+      if (CUresult r = wait_for_discard_locked(lock, buffers_[base].discard_job, stream);
+          r != CUDA_SUCCESS) {
+        result.code = residency_errc::driver_error;
+        result.driver = r;
+        return result;
+      }
+    }
+  }
   std::vector<std::uintptr_t> wanted;
-  for (std::uintptr_t base : buffers_of_locked(ranges)) {
+  for (std::uintptr_t base : touched) {
     if (buffers_[base].bytes > capacity_bytes() / 4) continue;
     if (result.needed_bytes + buffers_[base].bytes > capacity_bytes()) break;
     result.needed_bytes += buffers_[base].bytes;
@@ -319,6 +346,56 @@ CUresult um_engine::wait_for_fetch_locked(std::unique_lock<std::mutex>& lock, bu
   return r;
 }
 
+// See Note [Discarding freed buffers] in residency/um_engine.h. Discards run in order
+// on the engine's stream to the host, so a stream that waited for one job waited for
+// every earlier one.
+CUresult um_engine::wait_for_discard_locked(std::unique_lock<std::mutex>& lock,
+                                            std::uint64_t job, CUstream stream) {
+  std::uint64_t& waited = waited_discard_[stream];
+  if (job <= waited) return CUDA_SUCCESS;
+  CUresult r = issue_through_locked(lock, job);
+  if (r == CUDA_SUCCESS && job + job_events_.size() > jobs_begun_) {
+    r = pool::driver().cuStreamWaitEvent(stream, job_events_[job % job_events_.size()], 0);
+  } else if (r == CUDA_SUCCESS) {
+    observe_mover_locked();
+    r = order_after_locked(stream, to_host_);
+  }
+  if (r == CUDA_SUCCESS) waited = job;
+  return r;
+}
+
+// The host waits until the discards through `job` are done (0: none); from then on all
+// work is after them.
+CUresult um_engine::finish_discards_locked(std::unique_lock<std::mutex>& lock,
+                                           std::uint64_t job) {
+  if (job == 0) return CUDA_SUCCESS;
+  const pool::driver_table& d = pool::driver();
+  CUresult r = issue_through_locked(lock, job);
+  if (r == CUDA_SUCCESS && job + job_events_.size() > jobs_begun_) {
+    r = d.cuEventSynchronize(job_events_[job % job_events_.size()]);
+  } else if (r == CUDA_SUCCESS) {
+    r = d.cuStreamSynchronize(to_host_);
+  }
+  if (r != CUDA_SUCCESS) return r;
+  for (auto& [base, b] : buffers_) {
+    if (b.discard_job <= job) b.discard_job = 0;
+  }
+  return CUDA_SUCCESS;
+}
+
+void um_engine::touch_all(CUstream stream) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (last_discard_job_ == 0) return;
+  CUresult r = CUDA_SUCCESS;
+  if (pool::stream_is_capturing(stream)) {
+    r = finish_discards_locked(lock, last_discard_job_);
+  } else {
+    r = wait_for_discard_locked(lock, last_discard_job_, stream);
+  }
+  // Heard at the next prepare(), as the mover's errors are.
+  if (r != CUDA_SUCCESS && mover_error_ == CUDA_SUCCESS) mover_error_ = r;
+}
+
 // Note [Dead buffers in um mode]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The learned schedule ran slower than lru's per-launch
@@ -387,7 +464,9 @@ bool um_engine::evict(std::span<const byte_range> ranges) {
     if (!b.on_device || b.bytes > capacity_bytes() / 4) continue;
     if (r = add_move_locked(job, base, b); r != CUDA_SUCCESS) break;
   }
-  if (!job.moves.empty() && begin_job_locked(std::move(job)) != CUDA_SUCCESS) return false;
+  if (!job.moves.empty() || !job.discards.empty()) {
+    if (begin_job_locked(std::move(job)) != CUDA_SUCCESS) return false;
+  }
   return r == CUDA_SUCCESS;
 }
 
@@ -437,7 +516,9 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   // (waited_fetch_). With that and the mover (Note [um's mover] in
   // residency/um_mover.cc), ResNet-50 at 1/8, 1.5x, on the H200's measured model made
   // 457 stream waits an iteration, on all threads, where it made 1944.
-  if (!out.moves.empty() && begin_job_locked(std::move(out)) != CUDA_SUCCESS) return false;
+  if (!out.moves.empty() || !out.discards.empty()) {
+    if (begin_job_locked(std::move(out)) != CUDA_SUCCESS) return false;
+  }
   if (!in.moves.empty() && begin_job_locked(std::move(in)) != CUDA_SUCCESS) return false;
   return r == CUDA_SUCCESS;
 }
@@ -455,6 +536,8 @@ void write_report(int device, std::uint64_t capacity_bytes, const um_stats& m,
       .count("prefetches_out", m.prefetches_out)
       .bytes("bytes_in", m.bytes_in)
       .bytes("bytes_out", m.bytes_out)
+      .count("discards", m.discards)
+      .bytes("discarded_bytes", m.discarded_bytes)
       .flag("concurrent_access", m.concurrent_access)
       .count("reuse_waits", m.reuse_waits)
       .count("mover_prefetches", m.mover_prefetches);

@@ -25,6 +25,7 @@
 #include <cuda.h>
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -52,6 +53,10 @@ struct um_stats {
   std::uint64_t prefetches_out = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
+  // Freed buffers given back with cuMemDiscardBatchAsync instead of migrated to the
+  // host (Note [Discarding freed buffers] in residency/um_engine.h): buffers, bytes.
+  std::uint64_t discards = 0;
+  std::uint64_t discarded_bytes = 0;
   bool concurrent_access = true;
   // Allocations that waited on the host for a freed buffer's earlier users (Note
   // [Reused managed buffers]).
@@ -95,8 +100,9 @@ class um_engine final : public backend_with_stats<um_stats> {
   // writes is not asked: the driver keeps managed memory coherent.
   prepare_result prepare(std::span<const byte_range> ranges, CUstream stream,
                          bool writes = true, const victim_rank& rank = {}) override;
-  // Work whose buffers are unknown: the driver pages what it touches on demand.
-  void touch_all(CUstream) override {}
+  // Work whose buffers are unknown: the driver pages what it touches on demand; it is
+  // ordered after every discard so far (Note [Discarding freed buffers]).
+  void touch_all(CUstream stream) override;
 
   // Note [um follows the schedule]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -115,6 +121,28 @@ class um_engine final : public backend_with_stats<um_stats> {
   bool evict(std::span<const byte_range> ranges) override;
   bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
                     const victim_rank& rank = {}) override;
+
+  // Note [Discarding freed buffers]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // A freed buffer's bytes are dead, yet the schedule's moves sent the ones it needed
+  // room from to the host as migrations, at the driver's rate to the host (9.4 GB/s on
+  // an H200, a sixth of the copy rate): a third to a half of every byte um moved out
+  // (Llama 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits: 1.9 of 5.0 GB an
+  // iteration). Where the driver has cuMemDiscardBatchAsync (CUDA 13.0), a job gives
+  // them back with it instead: nothing is copied, and their bytes become
+  // indeterminate. Unlike a migration a discard is not coherent with other accesses
+  // (one running beside it is undefined: Note [Discards] in
+  // tests/simgpu/driver/managed.h), so it is ordered both ways as a free is:
+  //   - before it, all work that could touch the buffer: the job waits on a fresh event
+  //     of every stream that has had work since the buffer was handed out, whatever
+  //     oversub saw of that work (pointers stored in device memory, graph replays), as
+  //     an unmap is (See Note [Unmap after all work] in pool/stream_fences.h); a stream
+  //     that captures now cannot be waited for, and such a buffer is migrated instead;
+  //   - after it, the buffer's next owner: its work waits for the discard's job on each
+  //     stream that uses it (prepare, and a fetch of it comes after the job), and work
+  //     whose buffers are unknown (touch_all) waits for the last discard.
+  // A driver that refuses the call (CUDA_ERROR_NOT_SUPPORTED) gets the buffers
+  // migrated, and no discard is tried again.
 
   // Note [Moves of freed buffers]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -154,6 +182,9 @@ class um_engine final : public backend_with_stats<um_stats> {
     // reuse waits for (Note [Reused managed buffers]).
     std::uint64_t alloc_epoch = 0;
     pool::ticket_set tickets;
+    // The job that discarded it, until a fetch orders its users after that job (Note
+    // [Discarding freed buffers]); 0: none.
+    std::uint64_t discard_job = 0;
   };
   // Buffers in buffers_ the least recently used first among dead (cached) ones, then
   // live ones: the next to leave the device to make room, or 0.
@@ -169,6 +200,13 @@ class um_engine final : public backend_with_stats<um_stats> {
   // The work on stream waits for the schedule's prefetch of b, if one is pending.
   CUresult wait_for_fetch_locked(std::unique_lock<std::mutex>& lock, buffer& b,
                                  CUstream stream);
+  // The work on stream waits for the job through `job` that discarded a buffer it
+  // uses (Note [Discarding freed buffers]), if it has not already.
+  CUresult wait_for_discard_locked(std::unique_lock<std::mutex>& lock, std::uint64_t job,
+                                   CUstream stream);
+  // The host waits for the discards through job (work being captured, which cannot
+  // wait on the device for work outside its capture).
+  CUresult finish_discards_locked(std::unique_lock<std::mutex>& lock, std::uint64_t job);
   // A prefetch of a whole buffer on a work stream, enqueued now.
   CUresult move_locked(std::unique_lock<std::mutex>& lock, std::uintptr_t base, buffer& b,
                        bool to_device, CUstream stream);
@@ -181,11 +219,18 @@ class um_engine final : public backend_with_stats<um_stats> {
     // After the other engine stream's work (a buffer last moved there).
     bool after_other = false;
     std::vector<std::pair<std::uintptr_t, std::size_t>> moves;  // base, bytes
+    // To the host only: freed buffers given back (Note [Discarding freed buffers]).
+    std::vector<std::pair<std::uintptr_t, std::size_t>> discards;
     std::vector<CUstream> after_streams;  // the work streams recorded in `after`
     std::vector<CUevent> after;           // fresh events recorded on them
   };
   // Adds b's move to job: its order after the buffer's last user, recorded now.
   CUresult add_move_locked(um_job& job, std::uintptr_t base, buffer& b);
+  // Whether b, freed, may be discarded now; if so, job waits for every stream that
+  // may still touch it (Note [Discarding freed buffers]).
+  bool order_discard_locked(um_job& job, const buffer& b, CUresult& error);
+  // A fresh event on stream, waited for by job (once per stream).
+  CUresult add_after_locked(um_job& job, CUstream stream);
   // Queues the job (the mover enqueues it, or it is enqueued now without one).
   CUresult begin_job_locked(um_job&& job);
   // Jobs through seq enqueued (waiting for the mover, or enqueueing them here).
@@ -232,6 +277,12 @@ class um_engine final : public backend_with_stats<um_stats> {
   // The last fetch job each work stream waited for (Note [A fetch's own event] in
   // residency/um_engine.cc).
   std::unordered_map<CUstream, std::uint64_t> waited_fetch_;
+  // The last job that discarded buffers, and the last of those each stream waited for
+  // (Note [Discarding freed buffers]).
+  std::uint64_t last_discard_job_ = 0;
+  std::unordered_map<CUstream, std::uint64_t> waited_discard_;
+  // Cleared by the mover when the driver refuses a discard (read under the lock).
+  std::atomic<bool> discards_refused_{false};
   // Note [Reused managed buffers]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // Freed buffers kept by size for the next

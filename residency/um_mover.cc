@@ -123,36 +123,82 @@ void um_engine::stop_mover() {
   jobs_issued_cv_.notify_all();
 }
 
+// A fresh event recorded on stream now, which job waits on (once per stream).
+CUresult um_engine::add_after_locked(um_job& job, CUstream stream) {
+  const CUstream key = pool::canonical_stream(stream);
+  if (std::find(job.after_streams.begin(), job.after_streams.end(), key) !=
+      job.after_streams.end()) {
+    return CUDA_SUCCESS;
+  }
+  // See Note [No moves while a user captures] in residency/swap_engine.h.
+  if (pool::stream_is_capturing(stream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  const pool::driver_table& d = pool::driver();
+  CUevent e = nullptr;
+  if (!order_events_.empty()) {
+    e = order_events_.back();
+    order_events_.pop_back();
+  } else if (d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (CUresult r = d.cuEventRecord(e, stream); r != CUDA_SUCCESS) {
+    order_events_.push_back(e);
+    return r;
+  }
+  job.after_streams.push_back(key);
+  job.after.push_back(e);
+  return CUDA_SUCCESS;
+}
+
+// See Note [Discarding freed buffers] in residency/um_engine.h: after every stream with
+// work since b was handed out. False (b is migrated instead) where the driver has no
+// discard or a stream cannot be waited for; error only where an event is wanting.
+bool um_engine::order_discard_locked(um_job& job, const buffer& b, CUresult& error) {
+  if (pool::driver().cuMemDiscardBatchAsync == nullptr ||
+      discards_refused_.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  std::vector<CUstream> streams;
+  pool::fences().for_each_stream([&](CUstream s, std::uint64_t last_work) {
+    if (last_work >= b.alloc_epoch) streams.push_back(s);
+  });
+  if (std::any_of(streams.begin(), streams.end(), pool::stream_is_capturing)) return false;
+  for (CUstream s : streams) {
+    const CUresult r = add_after_locked(job, s);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) error = r;
+    if (r != CUDA_SUCCESS) return false;
+  }
+  return true;
+}
+
 // The move of b joins job: its order after the buffer's last user, recorded now, and
-// the books as if it were done (Note [um's mover]).
+// the books as if it were done (Note [um's mover]). A freed buffer leaving the device
+// is discarded where it may be (Note [Discarding freed buffers] in
+// residency/um_engine.h).
 CUresult um_engine::add_move_locked(um_job& job, std::uintptr_t base, buffer& b) {
   const CUstream stream = job.to_device ? to_device_ : to_host_;
   const CUstream other = job.to_device ? to_host_ : to_device_;
+  CUresult error = CUDA_SUCCESS;
+  const bool discard = !job.to_device && !b.live && order_discard_locked(job, b, error);
+  if (error != CUDA_SUCCESS) return error;
   if (b.used && b.last_stream != stream) {
     if (b.last_stream == other) {
       job.after_other = true;
-    } else if (std::find(job.after_streams.begin(), job.after_streams.end(), b.last_stream) ==
-               job.after_streams.end()) {
-      // See Note [No moves while a user captures] in residency/swap_engine.h.
-      if (pool::stream_is_capturing(b.last_stream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-      const pool::driver_table& d = pool::driver();
-      CUevent e = nullptr;
-      if (!order_events_.empty()) {
-        e = order_events_.back();
-        order_events_.pop_back();
-      } else if (d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-        return CUDA_ERROR_OUT_OF_MEMORY;
-      }
-      if (CUresult r = d.cuEventRecord(e, b.last_stream); r != CUDA_SUCCESS) {
-        order_events_.push_back(e);
-        return r;
-      }
-      job.after_streams.push_back(b.last_stream);
-      job.after.push_back(e);
+    } else if (CUresult r = add_after_locked(job, b.last_stream); r != CUDA_SUCCESS) {
+      return r;
     }
   }
-  job.moves.emplace_back(base, b.bytes);
-  account_move_locked(b, job.to_device, stream);
+  if (!discard) {
+    job.moves.emplace_back(base, b.bytes);
+    account_move_locked(b, job.to_device, stream);
+    return CUDA_SUCCESS;
+  }
+  job.discards.emplace_back(base, b.bytes);
+  b.on_device = false;
+  b.last_stream = stream;
+  b.used = true;
+  stats_.resident_bytes -= b.bytes;
+  ++stats_.discards;
+  stats_.discarded_bytes += b.bytes;
   return CUDA_SUCCESS;
 }
 
@@ -167,6 +213,11 @@ CUresult um_engine::begin_job_locked(um_job&& job) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   for (const auto& [base, bytes] : job.moves) buffers_[base].job = seq;
+  for (const auto& [base, bytes] : job.discards) {
+    buffers_[base].job = seq;
+    buffers_[base].discard_job = seq;
+  }
+  if (!job.discards.empty()) last_discard_job_ = seq;
   jobs_.push_back(std::move(job));
   jobs_begun_ = seq;
   if (mover_running()) {
@@ -238,6 +289,23 @@ CUresult um_engine::run_job(const um_job& job, std::uint64_t seq) {
   for (const auto& [base, bytes] : job.moves) {
     if (r != CUDA_SUCCESS) break;
     r = d.cuMemPrefetchAsync(base, bytes, where, 0, stream);
+  }
+  if (r == CUDA_SUCCESS && !job.discards.empty()) {
+    // See Note [Discarding freed buffers] in residency/um_engine.h.
+    std::vector<CUdeviceptr> bases;
+    std::vector<std::size_t> sizes;
+    for (const auto& [base, bytes] : job.discards) {
+      bases.push_back(base);
+      sizes.push_back(bytes);
+    }
+    r = d.cuMemDiscardBatchAsync(bases.data(), sizes.data(), bases.size(), 0, stream);
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {
+      discards_refused_.store(true, std::memory_order_relaxed);
+      r = CUDA_SUCCESS;
+      for (const auto& [base, bytes] : job.discards) {
+        if (r == CUDA_SUCCESS) r = d.cuMemPrefetchAsync(base, bytes, where, 0, stream);
+      }
+    }
   }
   // Recorded even after an error, so that whoever waits for the job does not wait for
   // a stale record.

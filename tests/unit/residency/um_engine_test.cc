@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pool/driver_api.h"
+#include "pool/stream_fences.h"
 #include "residency/um_engine.h"
 
 namespace oversub::residency {
@@ -125,6 +126,96 @@ TEST_F(UmEngine, AFetchedBufferUsedOnAnotherStream) {
     expect_bytes(i, static_cast<unsigned char>(0x60 + i));
   }
   ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+}
+
+// See Note [Discarding freed buffers] in residency/um_engine.h: the schedule's freed
+// buffers leave the device by discard, nothing migrated; the next owner of one sees its
+// own bytes, whichever of its streams writes them (and work whose buffers are unknown
+// waits for the discard too).
+TEST_F(UmEngine, FreedBuffersLeaveByDiscardAndTheirNextOwnersComeAfter) {
+  um_engine e(0, 4 * kBuffer, false, true);
+  ASSERT_NO_FATAL_FAILURE(filled(e, 0x50));
+  ASSERT_TRUE(e.evict({}));  // the schedule drives the moves: freed buffers stay put
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  // Buffers 4-7 are on the device; free 5 and 6 and have the schedule send them out.
+  for (std::size_t i : {5, 6}) ASSERT_TRUE(e.deallocate(ptr(i), pool::no_stream));
+  const um_stats before = e.stats();
+  for (std::size_t i : {5, 6}) {
+    const byte_range r = range(i);
+    ASSERT_TRUE(e.evict({&r, 1}));
+  }
+  e.stop_mover();
+  const um_stats after = e.stats();
+  EXPECT_EQ(after.discards - before.discards, 2u);
+  EXPECT_EQ(after.discarded_bytes - before.discarded_bytes, 2 * kBuffer);
+  EXPECT_EQ(after.bytes_out, before.bytes_out) << "nothing migrated";
+  EXPECT_EQ(after.resident_bytes, before.resident_bytes - 2 * kBuffer);
+  // The same two buffers again (same size, same addresses), written on another stream
+  // through work the engine knows only as "anything" (touch_all), and on s_ by a copy
+  // (a reachable range: prepare moves nothing for it): both after the discards, or
+  // simgpu's race detector aborts.
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  const pool::allocation_result a = e.allocate(kBuffer, cu());
+  const pool::allocation_result b = e.allocate(kBuffer, cu());
+  ASSERT_EQ(a.error, pool::pool_errc::ok);
+  ASSERT_EQ(b.error, pool::pool_errc::ok);
+  e.touch_all(reinterpret_cast<CUstream>(other));
+  ASSERT_EQ(cudaMemsetAsync(a.ptr, 0x71, kBuffer, other), cudaSuccess);
+  const byte_range rb{reinterpret_cast<std::uintptr_t>(b.ptr), kBuffer, false, true};
+  ASSERT_TRUE(e.prepare({&rb, 1}, cu()));
+  ASSERT_EQ(cudaMemsetAsync(b.ptr, 0x72, kBuffer, s_), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  const byte_range ra{reinterpret_cast<std::uintptr_t>(a.ptr), kBuffer};
+  ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
+  for (std::size_t i = 0; i < kBuffers; ++i) {
+    if (bufs_[i] == ra.addr) expect_bytes(i, 0x71);
+    else if (bufs_[i] == rb.addr) expect_bytes(i, 0x72);
+    else expect_bytes(i, static_cast<unsigned char>(0x50 + i));
+  }
+  ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+}
+
+// A freed buffer read on two streams, the earlier read the longer: its discard waits
+// for both, not only for the stream that used it last, or simgpu's race detector
+// aborts (the discard writes the whole buffer for it).
+TEST_F(UmEngine, ADiscardWaitsForEveryStreamThatMayStillReadTheBuffer) {
+  um_engine e(0, 4 * kBuffer, false, true);
+  ASSERT_NO_FATAL_FAILURE(filled(e, 0x60));
+  ASSERT_TRUE(e.evict({}));
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  cudaStream_t slow = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&slow, cudaStreamNonBlocking), cudaSuccess);
+  // Pinned host memory: a copy to or from pageable memory returns only once done.
+  constexpr std::size_t kBig = std::size_t{128} << 20;
+  unsigned char *big = nullptr, *host = nullptr, *host2 = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&big), kBig), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&host), kBuffer), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&host2), kBuffer), cudaSuccess);
+  void* scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(&scratch, kBig), cudaSuccess);
+  // On `slow`: a long copy, then a read of buffer 7; on s_, a quick read of it after.
+  // The fences hear of both streams' work, as interpose/'s hooks tell them.
+  pool::fences().note_work(reinterpret_cast<CUstream>(slow));
+  pool::fences().note_work(cu());
+  const byte_range r = range(7);
+  ASSERT_TRUE(e.prepare({&r, 1}, reinterpret_cast<CUstream>(slow)));
+  ASSERT_EQ(cudaMemcpyAsync(scratch, big, kBig, cudaMemcpyHostToDevice, slow), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(host, ptr(7), kBuffer, cudaMemcpyDeviceToHost, slow),
+            cudaSuccess);
+  ASSERT_TRUE(e.prepare({&r, 1}, cu()));
+  ASSERT_EQ(cudaMemcpyAsync(host2, ptr(7), kBuffer, cudaMemcpyDeviceToHost, s_),
+            cudaSuccess);
+  ASSERT_TRUE(e.deallocate(ptr(7), pool::no_stream));
+  ASSERT_TRUE(e.evict({&r, 1}));
+  e.stop_mover();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(e.stats().discards, 1u);
+  EXPECT_EQ(host[kBuffer - 1], 0x67);
+  EXPECT_EQ(host2[kBuffer - 1], 0x67);
+  ASSERT_EQ(cudaFree(scratch), cudaSuccess);
+  for (unsigned char* p : {big, host, host2}) ASSERT_EQ(cudaFreeHost(p), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(slow), cudaSuccess);
 }
 
 // Run with SIMGPU_FAIL=prefetch:20 (one of the schedule's prefetches, enqueued by
