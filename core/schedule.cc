@@ -24,6 +24,7 @@
 #include "profiler/launch_timing.h"
 #include "core/schedule_internal.h"
 #include "profiler/period.h"
+#include "residency/um_engine.h"
 
 namespace oversub::core {
 
@@ -419,7 +420,11 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
         uses_of_id.emplace_back();
         // Its address: pages moved together that touch are one run (Note [Predicting
         // the remaps] in core/schedule_costs.cc).
-        model.buffers.push_back(policy::model_buffer{page.bytes, true, 0, 0, page.addr});
+        // See Note [Managed buffers hold whole pages] in residency/um_engine.h.
+        const std::size_t bytes = current_config().mode == run_mode::um
+                                      ? residency::managed_held_bytes(page.bytes)
+                                      : page.bytes;
+        model.buffers.push_back(policy::model_buffer{bytes, true, 0, 0, page.addr});
       }
       launch.uses.push_back(it->second);
       uses_of_id[it->second].push_back(static_cast<std::uint32_t>(i));

@@ -75,20 +75,23 @@ std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
 
 }  // namespace
 
-iteration_model managed_units(const iteration_model& m) {
+iteration_model managed_units(const iteration_model& m, unit_lives* lives) {
   iteration_model out;
   out.backward_begin = m.backward_begin;
   std::vector<buffer_id> unit_of(m.buffers.size());
   std::map<std::size_t, std::set<buffer_id>> free_units;  // by size, lowest first
   auto new_unit = [&](std::size_t bytes) {
     out.buffers.push_back(model_buffer{bytes, true, 0, 0, 0});
+    if (lives != nullptr) lives->emplace_back();
     return static_cast<buffer_id>(out.buffers.size() - 1);
   };
+  if (lives != nullptr) lives->clear();
   std::vector<std::vector<buffer_id>> born(m.launches.size()), dying(m.launches.size());
   for (std::size_t b = 0; b < m.buffers.size(); ++b) {
     const model_buffer& x = m.buffers[b];
     if (x.long_lived || x.alloc_launch >= m.launches.size()) {
       unit_of[b] = new_unit(x.bytes);
+      if (lives != nullptr) lives->back().emplace_back(0, kLongLived);
     } else {
       born[x.alloc_launch].push_back(static_cast<buffer_id>(b));
       dying[std::min<std::size_t>(x.free_launch, m.launches.size() - 1)].push_back(
@@ -111,6 +114,9 @@ iteration_model managed_units(const iteration_model& m) {
         unit_of[b] = *f.begin();
         f.erase(f.begin());
       }
+      if (lives != nullptr) {
+        (*lives)[unit_of[b]].emplace_back(m.buffers[b].alloc_launch, m.buffers[b].free_launch);
+      }
     }
     model_launch l = m.launches[i];
     l.uses = mapped(m.launches[i].uses);
@@ -119,6 +125,28 @@ iteration_model managed_units(const iteration_model& m) {
     for (buffer_id b : dying[i]) free_units[m.buffers[b].bytes].insert(unit_of[b]);
   }
   return out;
+}
+
+// See Note [um's moves] in policy/mode_choice.h.
+void um_moves(const iteration_model& units, const unit_lives& lives, std::size_t paged_above,
+              schedule& plan) {
+  // Content a unit holds after launch i (before launch 0 where i is -1); a unit left to
+  // demand paging is never discarded.
+  const auto live_after = [&](buffer_id u, std::int64_t i) {
+    if (units.buffers[u].bytes > paged_above) return true;
+    for (const auto& [from, to] : lives[u]) {
+      if (to == kLongLived || (from <= i && i < static_cast<std::int64_t>(to))) return true;
+    }
+    return false;
+  };
+  for (evict_action& e : plan.evict_at_start) e.copy_out = live_after(e.buffer, -1);
+  for (std::size_t i = 0; i < plan.launches.size(); ++i) {
+    for (fetch_action& f : plan.launches[i].fetch_before) f.copy_in = true;
+    for (evict_action& e : plan.launches[i].evict_after) {
+      e.copy_out = live_after(e.buffer, static_cast<std::int64_t>(i));
+    }
+  }
+  for (fetch_action& f : plan.end_fetches) f.copy_in = true;
 }
 
 namespace {
@@ -141,7 +169,8 @@ void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
     out.um_error = buffers.error;
     return;
   }
-  iteration_model model = managed_units(buffers.model);
+  unit_lives lives;
+  iteration_model model = managed_units(buffers.model, &lives);
   // See Note [um's units] in policy/mode_choice.h: each unit holds whole pages of the
   // device, and the driver migrates whole pages.
   const std::size_t page = device.costs.managed_page_bytes;
@@ -155,8 +184,10 @@ void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
     out.um_error = r.error;
     return;
   }
-  std::uint64_t ns = simulate(model, r.value, device.costs).iteration_ns;
   const std::size_t paged_above = capacity_bytes / 4;
+  schedule plan = r.value;
+  um_moves(model, lives, paged_above, plan);
+  std::uint64_t ns = simulate(model, plan, device.costs).iteration_ns;
   auto fetch = [&](const fetch_action& f) {
     const std::size_t bytes = model.buffers[f.buffer].bytes;
     if (!f.copy_in || bytes <= paged_above) return;
@@ -169,12 +200,12 @@ void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
     ns += device.costs.fault_out_ns(bytes);
     out.um_paged_bytes += bytes;
   };
-  for (const evict_action& e : r.value.evict_at_start) evict(e);
-  for (const launch_actions& a : r.value.launches) {
+  for (const evict_action& e : plan.evict_at_start) evict(e);
+  for (const launch_actions& a : plan.launches) {
     for (const fetch_action& f : a.fetch_before) fetch(f);
     for (const evict_action& e : a.evict_after) evict(e);
   }
-  for (const fetch_action& f : r.value.end_fetches) fetch(f);
+  for (const fetch_action& f : plan.end_fetches) fetch(f);
   out.um_ns = ns;
 }
 
@@ -194,7 +225,11 @@ mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_b
     out.swap_error = swap.error;
   }
   predict_um(p, capacity_bytes, device, costs, out);
-  if (out.um_error.empty()) out.um_faster = !out.swap_error.empty() || out.um_ns < out.swap_ns;
+  if (out.um_error.empty()) {
+    const double swap_ns = static_cast<double>(out.swap_ns);
+    out.um_faster = !out.swap_error.empty() ||
+                    static_cast<double>(out.um_ns) < (1.0 - um_margin) * swap_ns;
+  }
   return out;
 }
 

@@ -67,19 +67,43 @@
 // ran 54.4: its headroom holds part of the pages), Llama 3.2 1B 1.5x and VGG-16 b256
 // 1.5x unchanged (0.917, 1.048).
 //
-// swap is taken unless um is predicted strictly faster, or swap cannot be planned
-// and um can. Left out: the host time of um's prefetch calls (the schedule's are the
-// mover's, Note [um's mover] in residency/um_mover.cc), and the engines' distance
-// from their plans, so two predictions that are close may rank the modes the wrong
-// way.
+// Note [um's moves]
+// ~~~~~~~~~~~~~~~~~
+// The plan's moves are swap's: an eviction copies nothing where the host copy is
+// current (the unit was not written since it came in) or the content is dead, a fetch
+// nothing where the unit holds no content yet. um keeps one copy of each page: every
+// move of a unit whose content is live migrates, however clean, and every fetch
+// migrates (the driver brings a page in with its bytes, dead or not; simgpu's hostile
+// reading of a discarded page, Note [Discards] in tests/simgpu/driver/managed.h). Only
+// a unit between two buffers' lives leaves with nothing copied: the backend discards
+// freed buffers (Note [Discarding freed buffers] in residency/um_engine.h), at a cost
+// per page the prediction leaves out. So um_moves rewrites the plan's copies before
+// the replay: an eviction copies out exactly where the unit's content is live after
+// its launch, and every fetch copies in.
+//
+// swap is taken unless um is predicted faster by more than um_margin (5%), or swap
+// cannot be planned and um can. Left out: the host time of um's prefetch calls (the
+// schedule's are the mover's, Note [um's mover] in residency/um_mover.cc), and the
+// engines' distance from their plans. The two are not equally far: on the H200's
+// measured model under the VMM waits, at 1/8 of the traces' bytes and 1.5x, swap's
+// prediction ran 0.95-1.01 of swap's iteration, um's 0.92-1.00 of um's (um waits for
+// room its migrations to the host are still freeing, at a sixth of the copy rate,
+// where its plan has the room sooner: docs/results.md, "um: freed buffers
+// discarded"). Taking um wherever predicted faster at all took it at ResNet-152 b32,
+// predicted 116.9 ms against swap's 117.2, where um ran 124.1 and swap 116.3; with the
+// margin auto takes the faster mode at four of those five points (Llama 3.2 1B: um
+// predicted 5.2% faster, ran 1.2% slower).
 #ifndef OVERSUB_POLICY_MODE_CHOICE_H
 #define OVERSUB_POLICY_MODE_CHOICE_H
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "policy/iteration_model.h"
+#include "policy/schedule.h"
 #include "profiler/profile_format.h"
 
 namespace oversub::policy {
@@ -143,7 +167,16 @@ struct mode_prediction {
 // managed buffer the um backend would hold, each per-iteration buffer given the
 // lowest free one of its size when allocated and that one back when freed, the
 // launches' uses and writes mapped to the units.
-iteration_model managed_units(const iteration_model& m);
+// lives, where given: per unit, the launches [alloc, free] of each buffer it held, a
+// long-lived buffer's unit one life of every launch ({0, kLongLived}).
+using unit_lives = std::vector<std::vector<std::pair<std::uint32_t, std::uint32_t>>>;
+inline constexpr std::uint32_t kLongLived = ~std::uint32_t{0};
+iteration_model managed_units(const iteration_model& m, unit_lives* lives = nullptr);
+// See Note [Predicting swap against um]: how much faster um's prediction must be.
+inline constexpr double um_margin = 0.05;
+// The plan's copies as um makes them (See Note [um's moves]).
+void um_moves(const iteration_model& units, const unit_lives& lives, std::size_t paged_above,
+              schedule& plan);
 
 mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_bytes,
                               const mode_costs& costs);

@@ -88,6 +88,7 @@ pool::allocation_result um_engine::allocate(std::size_t bytes, CUstream stream) 
   if (!naive_) d.cuMemAdvise(p, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, um_location(true, device_));
   buffer b;
   b.bytes = bytes;
+  b.held = managed_held_bytes(bytes);
   b.last_use = ++tick_;
   b.alloc_epoch = pool::fences().epoch();
   buffers_.emplace(p, b);
@@ -103,7 +104,7 @@ bool um_engine::deallocate(void* ptr, CUstream stream) {
   --stats_.buffers;
   if (naive_) {
     // cuMemFree waits for the device itself.
-    if (it->second.on_device) stats_.resident_bytes -= it->second.bytes;
+    if (it->second.on_device) stats_.resident_bytes -= it->second.held;
     d.cuMemFree(it->first);
     buffers_.erase(it);
     return true;
@@ -119,7 +120,7 @@ bool um_engine::deallocate(void* ptr, CUstream stream) {
     // On demand only (lru): a freed buffer is forgotten where it is, and prefetched
     // again when reused (Note [Reused managed buffers] in residency/um_engine.h).
     b.on_device = false;
-    stats_.resident_bytes -= b.bytes;
+    stats_.resident_bytes -= b.held;
   }
   b.live = false;
   // b.used and b.last_stream stay: the work enqueued before this free may still be
@@ -193,12 +194,12 @@ void um_engine::account_move_locked(buffer& b, bool to_device, CUstream stream) 
     // Its users wait for this move, which comes after any discard of it (Note
     // [Discarding freed buffers] in residency/um_engine.h).
     b.discard_job = 0;
-    stats_.resident_bytes += b.bytes;
+    stats_.resident_bytes += b.held;
     stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
     ++stats_.prefetches_in;
     stats_.bytes_in += b.bytes;
   } else {
-    stats_.resident_bytes -= b.bytes;
+    stats_.resident_bytes -= b.held;
     ++stats_.prefetches_out;
     stats_.bytes_out += b.bytes;
   }
@@ -270,8 +271,8 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
   std::vector<std::uintptr_t> wanted;
   for (std::uintptr_t base : touched) {
     if (buffers_[base].bytes > capacity_bytes() / 4) continue;
-    if (result.needed_bytes + buffers_[base].bytes > capacity_bytes()) break;
-    result.needed_bytes += buffers_[base].bytes;
+    if (result.needed_bytes + buffers_[base].held > capacity_bytes()) break;
+    result.needed_bytes += buffers_[base].held;
     wanted.push_back(base);
   }
   const std::uint64_t epoch = ++epoch_;
@@ -287,7 +288,7 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
     if (!b.on_device) {
       // Room first: dead buffers, then the least recently used unpinned ones go to the
       // host.
-      while (stats_.resident_bytes + b.bytes > capacity_bytes()) {
+      while (stats_.resident_bytes + b.held > capacity_bytes()) {
         const std::uintptr_t victim = victim_locked(epoch, false);
         if (victim == 0) break;  // the driver pages the rest on demand
         if (CUresult r = move_locked(lock, victim, buffers_[victim], false, stream);
@@ -491,13 +492,13 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
     if (b.on_device || b.bytes > capacity_bytes() / 4) continue;
     // Room from dead buffers only (Note [Reused managed buffers] in
     // residency/um_engine.h), none the schedule needs no later than these.
-    while (r == CUDA_SUCCESS && stats_.resident_bytes + b.bytes > capacity_bytes()) {
+    while (r == CUDA_SUCCESS && stats_.resident_bytes + b.held > capacity_bytes()) {
       const std::uintptr_t victim = victim_locked(epoch, true, rank);
       if (victim == 0) break;
       r = add_move_locked(out, victim, buffers_[victim]);
     }
     if (r != CUDA_SUCCESS) break;
-    if (stats_.resident_bytes + b.bytes > capacity_bytes()) {
+    if (stats_.resident_bytes + b.held > capacity_bytes()) {
       later.push_back(byte_range{base, b.bytes});
       continue;
     }

@@ -196,7 +196,7 @@ CUresult um_engine::add_move_locked(um_job& job, std::uintptr_t base, buffer& b)
   b.on_device = false;
   b.last_stream = stream;
   b.used = true;
-  stats_.resident_bytes -= b.bytes;
+  stats_.resident_bytes -= b.held;
   ++stats_.discards;
   stats_.discarded_bytes += b.bytes;
   return CUDA_SUCCESS;

@@ -214,6 +214,74 @@ TEST(ModeChoice, UmMovesWholeManagedPages) {
   EXPECT_EQ(rounded.swap_ns, exact.swap_ns);
 }
 
+// See Note [um's moves] in policy/mode_choice.h: a clean live unit's eviction and a
+// fetch of a unit with no content yet migrate under um; a unit between two buffers'
+// lives leaves with nothing copied, unless demand paging holds it (the driver migrates
+// what it evicts).
+TEST(ModeChoice, UmMigratesLiveUnitsAndDiscardsFreedOnes) {
+  iteration_model m;
+  m.buffers.push_back(model_buffer{8 * MiB, true, 0, 0, 0});   // w: long-lived
+  m.buffers.push_back(model_buffer{4 * MiB, false, 0, 1, 0});  // a: freed after launch 1
+  m.buffers.push_back(model_buffer{4 * MiB, false, 2, 3, 0});  // b: a's unit again
+  m.buffers.push_back(model_buffer{32 * MiB, false, 0, 1, 0});  // big: paged on demand
+  for (const std::vector<buffer_id>& u :
+       std::vector<std::vector<buffer_id>>{{0, 1, 3}, {1, 3}, {2}, {0, 2}}) {
+    m.launches.push_back(model_launch{10'000, u, {}, true});
+  }
+  unit_lives lives;
+  const iteration_model units = managed_units(m, &lives);
+  ASSERT_EQ(units.buffers.size(), 3u);
+  const buffer_id w = units.launches[0].uses[0];
+  const buffer_id a = units.launches[2].uses[0];
+  const buffer_id big = units.launches[1].uses[1];
+  EXPECT_EQ(a, units.launches[0].uses[1]) << "a and b share a unit";
+  schedule plan;
+  plan.launches.resize(4);
+  plan.evict_at_start = {evict_action{a, true}};
+  plan.launches[0].evict_after = {evict_action{w, false}};  // clean
+  plan.launches[1].evict_after = {evict_action{a, true}, evict_action{big, true}};  // freed
+  plan.launches[2].fetch_before = {fetch_action{a, false}};  // no content yet
+  plan.launches[2].evict_after = {evict_action{a, false}};   // b live, clean
+  plan.end_fetches = {fetch_action{w, false}};
+  um_moves(units, lives, 16 * MiB, plan);
+  EXPECT_FALSE(plan.evict_at_start[0].copy_out) << "no buffer in a's unit yet";
+  EXPECT_TRUE(plan.launches[0].evict_after[0].copy_out) << "w's content is live";
+  EXPECT_FALSE(plan.launches[1].evict_after[0].copy_out) << "a was freed after launch 1";
+  EXPECT_TRUE(plan.launches[1].evict_after[1].copy_out) << "paged on demand: migrated";
+  EXPECT_TRUE(plan.launches[2].fetch_before[0].copy_in);
+  EXPECT_TRUE(plan.launches[2].evict_after[0].copy_out) << "b lives until launch 3";
+  EXPECT_TRUE(plan.end_fetches[0].copy_in);
+}
+
+// See Note [Predicting swap against um] in policy/mode_choice.h: um is taken only where
+// predicted faster than swap by more than um_margin. swap's prediction grows with the
+// cost of a remap.
+TEST(ModeChoice, UmOnlyWhereFasterByTheMargin) {
+  std::vector<std::uint32_t> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < 16; ++i) order.push_back(i);
+  }
+  const profiler::profile p = profile_of(16, 2 * MiB, order);
+  mode_costs costs;
+  costs.run_ns = 0;
+  bool within = false, beyond = false;
+  for (std::uint64_t remap = 1'000; remap < 2'000'000 && !(within && beyond); remap += 1'000) {
+    costs.remap_ns = remap;
+    const mode_prediction r = predict_modes(p, 16 * MiB, costs);
+    ASSERT_EQ(r.um_error, "");
+    const double um_over_swap = static_cast<double>(r.um_ns) / static_cast<double>(r.swap_ns);
+    if (um_over_swap < 1.0 && um_over_swap > 1.0 - um_margin + 0.01) {
+      within = true;
+      EXPECT_FALSE(r.um_faster) << "um at " << um_over_swap << " of swap";
+    } else if (um_over_swap < 1.0 - um_margin - 0.01) {
+      beyond = true;
+      EXPECT_TRUE(r.um_faster) << "um at " << um_over_swap << " of swap";
+    }
+  }
+  EXPECT_TRUE(within);
+  EXPECT_TRUE(beyond);
+}
+
 TEST(ModeChoice, NoPredictionWhereALaunchExceedsTheCapacity) {
   const mode_prediction r = predict_modes(profile_of(2, 64 * MiB, {0, 1}), 16 * MiB, {});
   EXPECT_NE(r.swap_error, "");
