@@ -90,9 +90,9 @@
 // room its migrations to the host are still freeing, at a sixth of the copy rate,
 // where its plan has the room sooner: docs/results.md, "um: freed buffers
 // discarded"). Taking um wherever predicted faster at all took it at ResNet-152 b32,
-// predicted 116.9 ms against swap's 117.2, where um ran 124.1 and swap 116.3; with the
+// predicted 116.9 ms against swap's 117.2, where um ran 124.1 and swap 117.4; with the
 // margin auto takes the faster mode at four of those five points (Llama 3.2 1B: um
-// predicted 5.2% faster, ran 1.2% slower).
+// predicted 5.2% faster, ran 0.9% slower).
 #ifndef OVERSUB_POLICY_MODE_CHOICE_H
 #define OVERSUB_POLICY_MODE_CHOICE_H
 

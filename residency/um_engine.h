@@ -57,13 +57,17 @@ namespace oversub::residency {
 // rounded up to whole managed pages (held), in the backend's room and in the plan of
 // um's learner alike (core/schedule.cc): counting pages in the backend alone, its
 // plan still counting bytes, made ResNet-152 1.5x 128.9 -> 177.2 ms an iteration. Both
-// together, on the H200's measured model at 1/8 of the traces' bytes, against counting
-// bytes (both with discards, Note [Discarding freed buffers]): ResNet-152 1.5x 128.3
-// -> 124.1 ms, 3x 161.7 -> 153.2, ResNet-50 b32 1.5x 49.9 -> 47.1, 3x 67.1 -> 65.3,
-// VGG-16 b256 1.5x 1102.4 -> 1064.4, BERT-large 1.5x 1144.1 -> 1135.1; slower at
-// ResNet-152 10x 166.2 -> 179.9 (its pages of long-lived buffers alone exceed the
-// room), ResNet-50 b128 1.5x 134.6 -> 139.2 and Llama 3.2 1B 3x 2298.6 -> 2310.9;
-// GPT-2 and VGG-16 b64 within 0.1%.
+// together, against both counting bytes (discards either way, Note [Discarding freed
+// buffers]), in `scripts/bench-swap --traces` at 1/8 of the traces' bytes on the H200's
+// measured model, times T_unl: faster at ResNet-50 b32 1.5x 1.35 -> 1.27 and 3x 1.81
+// -> 1.76, ResNet-152 3x 1.60 -> 1.52, BERT-large 1.5x and 3x by 0.01; slower at
+// ResNet-152 1.5x 1.25 -> 1.30 and 10x 1.64 -> 1.78 (its long-lived buffers' pages
+// alone fill the room there), ResNet-50 b128 1.26 -> 1.30 and 1.85 -> 1.87; GPT-2 and
+// VGG-16 b64 unchanged (docs/results.md, "um: freed buffers discarded"). Kept for
+// what it makes true: the room the backend counts is the room the device has, and
+// auto's um prediction, which counts pages, ranks the modes by it (ResNet-50 b32 1.5x
+// under the VMM waits: um 47.0 ms an iteration against swap's 48.1, where counting
+// bytes um ran 49.9).
 inline constexpr std::size_t kManagedPageBytes = 64 * 1024;
 inline std::size_t managed_held_bytes(std::size_t bytes) {
   return (bytes + kManagedPageBytes - 1) / kManagedPageBytes * kManagedPageBytes;
