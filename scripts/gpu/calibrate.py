@@ -131,6 +131,19 @@ def calibrate(facts: dict, base: str, source: str = "facts.json") -> str:
                 medium_each == -(-medium // page) * page:
             values["managed_page_size"] = (f"{page // 1024}KiB",
                                            "managed_footprint.small.device_bytes_each")
+    # What a discard costs per managed page it gives back (Note [Discards] in
+    # tests/simgpu/driver/managed.h): the whole range's time over its pages, at the
+    # page size measured above or the base model's.
+    discard = facts.get("managed_discard")
+    if isinstance(discard, dict) and "discard_us" in discard:
+        in_base = re.search(r"^managed_page_size\s*=\s*(\d+)KiB", base, re.M)
+        page_key = values.get("managed_page_size",
+                              (f"{in_base.group(1) if in_base else 64}KiB",))[0]
+        page = int(page_key[:-3]) * 1024
+        pages = max(1, int(field(facts, "managed_discard.bytes")) // page)
+        per_page = float(field(facts, "managed_discard.discard_us")) * 1e3 / pages
+        values["managed_discard_page_ns"] = (str(round(per_page)),
+                                             "managed_discard.discard_us over its managed pages")
     # Whether one cuMemUnmap may span several whole mappings (Note [One unmap over
     # several mappings] in tests/simgpu/driver/vmm.cc): 16 one-page handles mapped one
     # by one, then one access grant and one unmap over their span, on an idle GPU.

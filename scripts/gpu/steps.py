@@ -207,6 +207,18 @@ def facts(k: kit, progs: programs) -> step_result:
                              "; ".join(f"{fmt_bytes(footprint[k]['bytes'])}: "
                                        f"{fmt_bytes(footprint[k]['device_bytes_each'])}"
                                        for k in ("small", "medium"))])
+    discard = section("managed_discard", "managed discard")
+    if discard is not None:
+        if "skipped" in discard:
+            res.rows.append(["managed discard (cuMemDiscardBatchAsync)",
+                             f"skipped: {discard['skipped']}"])
+        else:
+            res.rows.append([f"managed discard of {fmt_bytes(discard['bytes'])} resident, median "
+                             f"of {discard['reps']} ({clock}): time; device memory given back; "
+                             f"the prefetch back",
+                             f"{discard['discard_us']:.0f} us; "
+                             f"{fmt_bytes(int(discard['device_bytes_freed']))}; "
+                             f"{discard['prefetch_back_gbps']:.1f} GB/s"])
     launch_rate_under_modes(k, progs, res)
     return res
 

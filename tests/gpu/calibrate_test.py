@@ -80,6 +80,15 @@ def main() -> int:
         if got.get("managed_page_size") != want.get("managed_page_size"):
             problems.append(f"managed_page_size {got.get('managed_page_size')!r}, the model has "
                             f"{want.get('managed_page_size')!r}")
+        # A discard's cost per page: the model's key, else its default (Note [Discards] in
+        # tests/simgpu/driver/managed.h).
+        page = number(want["managed_page_size"])
+        discard = float(want["managed_discard_page_ns"]) if "managed_discard_page_ns" in want \
+            else min(float(want["managed_fault_ns"]), page / float(want["managed_d2h_bandwidth"]) * 1e9)
+        if "managed_discard_page_ns" not in got or \
+                abs(float(got["managed_discard_page_ns"]) - discard) > 0.05 * discard:
+            problems.append(f"managed_discard_page_ns {got.get('managed_discard_page_ns')!r}, the "
+                            f"model's {discard:.0f}")
         # simgpu's default: one cuMemUnmap may span several mappings.
         if got.get("vmm_unmap_spans_mappings") != "1":
             problems.append(f"vmm_unmap_spans_mappings {got.get('vmm_unmap_spans_mappings')!r}, "

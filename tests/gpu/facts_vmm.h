@@ -48,10 +48,11 @@ struct vmm_api {
 };
 
 template <typename T>
-inline std::string entry_point(const char* name, T* out) {
+inline std::string entry_point(const char* name, T* out, unsigned version = 12000) {
   cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
   void* fn = nullptr;
-  const cudaError_t rc = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status);
+  const cudaError_t rc =
+      cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &status);
   if (rc != cudaSuccess || status != cudaDriverEntryPointSuccess || fn == nullptr)
     return std::string("cudaGetDriverEntryPointByVersion(") + name + "): " + cudaGetErrorName(rc);
   *out = reinterpret_cast<T>(fn);

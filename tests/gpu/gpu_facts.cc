@@ -18,7 +18,8 @@
 // - event call latency (events), the empty-kernel launch rate (launch_rate),
 //   host-located VMM memory (host_vmm), managed-memory fault throughput
 //   (managed_faults), and the device memory a small managed allocation takes once
-//   prefetched (managed_footprint: whether the driver gives each its own page).
+//   prefetched (managed_footprint: whether the driver gives each its own page), and
+//   what a discard of managed memory costs and gives back (managed_discard).
 //
 // The same file builds with nvcc (`-x cu`, tests/gpu/nvcc_include first on the
 // include path) for a GPU and with the host compiler against simgpu's libcudart for
@@ -337,6 +338,68 @@ inline std::string managed_footprint(int device, cudaStream_t stream) {
   return out + "}";
 }
 
+// --- managed_discard: cuMemDiscardBatchAsync (CUDA 13.0) of managed memory resident on
+// the device, timed with events, and the device memory it gives back (cudaMemGetInfo);
+// then the prefetch that brings the discarded range back, whose rate says whether the
+// driver migrates bytes it may drop (simgpu's hostile reading says it does: Note
+// [Discards] in tests/simgpu/driver/managed.h). um mode discards the freed buffers it
+// needs room from (Note [Discarding freed buffers] in residency/um_engine.h).
+inline std::string managed_discard(const options& opt, int device, cudaStream_t stream,
+                                   cudaEvent_t a, cudaEvent_t b) {
+  int concurrent = 0;
+  cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, device);
+  if (concurrent == 0) return "{\"skipped\": \"the device has no concurrent managed access\"}";
+  decltype(&cuMemDiscardBatchAsync) discard = nullptr;
+  if (entry_point("cuMemDiscardBatchAsync", &discard, 13000) != "") {
+    return "{\"skipped\": \"the driver has no cuMemDiscardBatchAsync\"}";
+  }
+  size_t free_bytes = 0, total = 0;
+  cudaError_t rc = cudaMemGetInfo(&free_bytes, &total);
+  if (rc != cudaSuccess) return error_json(cuda_error(rc, "cudaMemGetInfo"));
+  const size_t bytes = std::min(opt.mib << 20, free_bytes / 4) & ~((size_t{2} << 20) - 1);
+  if (bytes == 0) return "{\"skipped\": \"too little free device memory\"}";
+  void* p = nullptr;
+  if ((rc = cudaMallocManaged(&p, bytes, cudaMemAttachGlobal)) != cudaSuccess)
+    return error_json(cuda_error(rc, "cudaMallocManaged"));
+  cudaMemLocation to_device{};
+  to_device.type = cudaMemLocationTypeDevice;
+  to_device.id = device;
+  std::vector<double> discard_us, back_gbps, freed;
+  std::string error;
+  for (int r = 0; error.empty() && r < opt.reps; ++r) {
+    std::memset(p, 1, bytes);
+    rc = cudaMemPrefetchAsync(p, bytes, to_device, 0, stream);
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream);
+    size_t before = 0, after = 0;
+    if (rc == cudaSuccess) rc = cudaMemGetInfo(&before, &total);
+    if (rc != cudaSuccess) { error = cuda_error(rc, "prefetch to the device"); break; }
+    CUdeviceptr ptr = reinterpret_cast<CUdeviceptr>(p);
+    size_t size = bytes;
+    double ms = 0;
+    CUresult dr = CUDA_SUCCESS;
+    rc = time_ms(stream, a, b, [&] {
+      dr = discard(&ptr, &size, 1, 0, reinterpret_cast<CUstream>(stream));
+      return dr == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown; }, &ms);
+    if (dr != CUDA_SUCCESS) { error = "cuMemDiscardBatchAsync: CUresult " + std::to_string(dr); break; }
+    if (rc == cudaSuccess) rc = cudaMemGetInfo(&after, &total);
+    if (rc != cudaSuccess) { error = cuda_error(rc, "cuMemDiscardBatchAsync"); break; }
+    discard_us.push_back(ms * 1e3);
+    freed.push_back(after > before ? static_cast<double>(after - before) : 0.0);
+    rc = time_ms(stream, a, b, [&] {
+      return cudaMemPrefetchAsync(p, bytes, to_device, 0, stream); }, &ms);
+    if (rc != cudaSuccess) { error = cuda_error(rc, "prefetch of the discarded range"); break; }
+    back_gbps.push_back(gb_per_s(bytes, ms));
+  }
+  cudaFree(p);
+  if (!error.empty()) return error_json(error);
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "{\"bytes\": %zu, \"reps\": %d, \"discard_us\": %.4g, "
+                "\"device_bytes_freed\": %.0f, \"prefetch_back_gbps\": %.4g}",
+                bytes, opt.reps, median(discard_us), median(freed), median(back_gbps));
+  return buf;
+}
+
 inline bool parse(int argc, char** argv, options* opt) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const long v = std::strtol(argv[i + 1], nullptr, 10);
@@ -396,17 +459,18 @@ int main(int argc, char** argv) {
   const std::string host = host_vmm(opt, device, stream, a, b);
   const std::string faults = managed_faults(opt, device, stream, a, b);
   const std::string footprint = managed_footprint(device, stream);
+  const std::string discards = managed_discard(opt, device, stream, a, b);
   std::printf("{\"device\": {\"name\": %s, \"total_bytes\": %zu, \"sm_count\": %d, "
               "\"compute_capability\": \"%d.%d\", \"pci_bus_id\": %d}, "
               "\"driver_version\": %d, \"runtime_version\": %d,\n"
               " \"pinned_bandwidth\": %s,\n \"vmm_latency\": %s,\n \"managed_prefetch\": %s,\n"
               " \"pinned_both_ways\": %s,\n \"events\": %s,\n \"launch_rate\": %s,\n"
               " \"vmm_calls\": %s,\n \"host_vmm\": %s,\n \"managed_faults\": %s,\n"
-              " \"managed_footprint\": %s}\n",
+              " \"managed_footprint\": %s,\n \"managed_discard\": %s}\n",
               quote(prop.name).c_str(), prop.totalGlobalMem, prop.multiProcessorCount, prop.major,
               prop.minor, prop.pciBusID, driver, runtime, pinned.c_str(), vmm.c_str(), managed.c_str(),
               both_ways.c_str(), events.c_str(), launches.c_str(), calls.c_str(), host.c_str(),
-              faults.c_str(), footprint.c_str());
+              faults.c_str(), footprint.c_str(), discards.c_str());
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   cudaStreamDestroy(other);
