@@ -84,7 +84,8 @@ def main() -> int:
         # tests/simgpu/driver/managed.h).
         page = number(want["managed_page_size"])
         discard = float(want["managed_discard_page_ns"]) if "managed_discard_page_ns" in want \
-            else min(float(want["managed_fault_ns"]), page / float(want["managed_d2h_bandwidth"]) * 1e9)
+            else min(float(want["managed_fault_ns"]),
+                     page / float(want["managed_d2h_bandwidth"]) * 1e9)
         if "managed_discard_page_ns" not in got or \
                 abs(float(got["managed_discard_page_ns"]) - discard) > 0.05 * discard:
             problems.append(f"managed_discard_page_ns {got.get('managed_discard_page_ns')!r}, the "

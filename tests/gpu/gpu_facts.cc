@@ -380,7 +380,10 @@ inline std::string managed_discard(const options& opt, int device, cudaStream_t 
     rc = time_ms(stream, a, b, [&] {
       dr = discard(&ptr, &size, 1, 0, reinterpret_cast<CUstream>(stream));
       return dr == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown; }, &ms);
-    if (dr != CUDA_SUCCESS) { error = "cuMemDiscardBatchAsync: CUresult " + std::to_string(dr); break; }
+    if (dr != CUDA_SUCCESS) {
+      error = "cuMemDiscardBatchAsync: CUresult " + std::to_string(dr);
+      break;
+    }
     if (rc == cudaSuccess) rc = cudaMemGetInfo(&after, &total);
     if (rc != cudaSuccess) { error = cuda_error(rc, "cuMemDiscardBatchAsync"); break; }
     discard_us.push_back(ms * 1e3);
