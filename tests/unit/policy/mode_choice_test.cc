@@ -12,6 +12,15 @@ namespace {
 
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
 
+// Launches over buffers 0..n-1 in order, twice.
+std::vector<std::uint32_t> two_passes(std::uint32_t n) {
+  std::vector<std::uint32_t> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < n; ++i) order.push_back(i);
+  }
+  return order;
+}
+
 // n long-lived buffers of `bytes` each, one launch of 10 us per entry of order (each
 // using the one buffer it names).
 profiler::profile profile_of(std::uint32_t n, std::uint64_t bytes,
@@ -66,10 +75,7 @@ TEST(ModeChoice, SwapWhenLargeBuffersWouldBePagedOnDemand) {
   // 8 buffers of 8 MiB at 24 MiB: each is above a quarter of the capacity, so um pages
   // them on demand (3.5 us per 64 KiB besides the migration) and swap's overlapped
   // copies win.
-  std::vector<std::uint32_t> order;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (std::uint32_t i = 0; i < 8; ++i) order.push_back(i);
-  }
+  const std::vector<std::uint32_t> order = two_passes(8);
   const mode_prediction r = predict_modes(profile_of(8, 8 * MiB, order), 24 * MiB, {});
   ASSERT_EQ(r.swap_error, "");
   ASSERT_EQ(r.um_error, "");
@@ -81,10 +87,7 @@ TEST(ModeChoice, SwapWhenLargeBuffersWouldBePagedOnDemand) {
 TEST(ModeChoice, SwapIsAtLeastItsRemapping) {
   // The mover remaps each page swap's schedule moves: where that takes longer than the
   // link, swap's prediction is bound by it, and um (no remaps) is taken.
-  std::vector<std::uint32_t> order;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (std::uint32_t i = 0; i < 16; ++i) order.push_back(i);
-  }
+  const std::vector<std::uint32_t> order = two_passes(16);
   mode_costs costs;
   costs.run_ns = 0;    // every page remapped at its full cost
   costs.remap_ns = 0;  // buffers of a page each: the replays are the same, a tie is swap
@@ -116,10 +119,7 @@ TEST(ModeChoice, SwapWhereBothAreEqual) {
 TEST(ModeChoice, VmmCallsThatWaitAddTheRemapsToSwap) {
   // See Note [Predicting swap against um] in policy/mode_choice.h: the device idles
   // through each remap, so swap takes the remaps' host time more, um nothing more.
-  std::vector<std::uint32_t> order;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (std::uint32_t i = 0; i < 16; ++i) order.push_back(i);
-  }
+  const std::vector<std::uint32_t> order = two_passes(16);
   const profiler::profile p = profile_of(16, 2 * MiB, order);
   mode_costs costs;
   const mode_prediction overlapped = predict_modes(p, 16 * MiB, costs);
@@ -152,10 +152,7 @@ TEST(ModeChoice, UmAtTheManagedRatesMeasured) {
 // twice, hold 256 KiB of bytes, which fit in 2 MiB, but 4 MiB of 64 KiB pages, which do
 // not: um must move them.
 TEST(ModeChoice, UmUnitsHoldWholeManagedPages) {
-  std::vector<std::uint32_t> order;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (std::uint32_t i = 0; i < 64; ++i) order.push_back(i);
-  }
+  const std::vector<std::uint32_t> order = two_passes(64);
   const profiler::profile p = profile_of(64, 4096, order);
   mode_costs costs;
   costs.managed_page_bytes = 64 * 1024;
@@ -257,10 +254,7 @@ TEST(ModeChoice, UmMigratesLiveUnitsAndDiscardsFreedOnes) {
 // predicted faster than swap by more than um_margin. swap's prediction grows with the
 // cost of a remap.
 TEST(ModeChoice, UmOnlyWhereFasterByTheMargin) {
-  std::vector<std::uint32_t> order;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (std::uint32_t i = 0; i < 16; ++i) order.push_back(i);
-  }
+  const std::vector<std::uint32_t> order = two_passes(16);
   const profiler::profile p = profile_of(16, 2 * MiB, order);
   mode_costs costs;
   costs.run_ns = 0;
