@@ -165,7 +165,8 @@ class um_engine final : public backend_with_stats<um_stats> {
   //     of every stream that has had work since the buffer was handed out, whatever
   //     oversub saw of that work (pointers stored in device memory, graph replays), as
   //     an unmap is (See Note [Unmap after all work] in pool/stream_fences.h); a stream
-  //     that captures now cannot be waited for, and such a buffer is migrated instead;
+  //     that captures now, or is gone, cannot be waited for, and such a buffer is
+  //     migrated instead;
   //   - after it, the buffer's next owner: its work waits for the discard's job on each
   //     stream that uses it (prepare, and a fetch of it comes after the job), and work
   //     whose buffers are unknown (touch_all) waits for the last discard.

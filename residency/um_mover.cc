@@ -161,7 +161,15 @@ bool um_engine::order_discard_locked(um_job& job, const buffer& b, CUresult& err
   pool::fences().for_each_stream([&](CUstream s, std::uint64_t last_work) {
     if (last_work >= b.alloc_epoch) streams.push_back(s);
   });
-  if (std::any_of(streams.begin(), streams.end(), pool::stream_is_capturing)) return false;
+  // A stream that captures cannot be waited for; one whose state cannot be read is gone
+  // (destroyed, its work maybe still the device's), and no event can be recorded on it.
+  for (CUstream s : streams) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (pool::driver().cuStreamIsCapturing(s, &status) != CUDA_SUCCESS ||
+        status != CU_STREAM_CAPTURE_STATUS_NONE) {
+      return false;
+    }
+  }
   for (CUstream s : streams) {
     const CUresult r = add_after_locked(job, s);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) error = r;
