@@ -223,16 +223,8 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
   // its memory on demand when the graph runs.
   if (pool::stream_is_capturing(stream)) {
     result.capturing = true;
-    // Nor a wait for a discard: the host waits for it instead (Note [Discarding freed
-    // buffers] in residency/um_engine.h).
-    std::uint64_t job = 0;
-    for (std::uintptr_t base : buffers_of_locked(ranges)) {
-      job = std::max(job, buffers_[base].discard_job);
-    }
-    if (CUresult r = finish_discards_locked(lock, job); r != CUDA_SUCCESS) {
-      result.code = residency_errc::driver_error;
-      result.driver = r;
-    }
+    // Nor a wait for a discard: the graph's launch waits for them (touch_all; Note
+    // [Discarding freed buffers] in residency/um_engine.h).
     return result;
   }
   // Note [Large managed buffers]
@@ -365,34 +357,13 @@ CUresult um_engine::wait_for_discard_locked(std::unique_lock<std::mutex>& lock,
   return r;
 }
 
-// The host waits until the discards through `job` are done (0: none); from then on all
-// work is after them.
-CUresult um_engine::finish_discards_locked(std::unique_lock<std::mutex>& lock,
-                                           std::uint64_t job) {
-  if (job == 0) return CUDA_SUCCESS;
-  const pool::driver_table& d = pool::driver();
-  CUresult r = issue_through_locked(lock, job);
-  if (r == CUDA_SUCCESS && job + job_events_.size() > jobs_begun_) {
-    r = d.cuEventSynchronize(job_events_[job % job_events_.size()]);
-  } else if (r == CUDA_SUCCESS) {
-    r = d.cuStreamSynchronize(to_host_);
-  }
-  if (r != CUDA_SUCCESS) return r;
-  for (auto& [base, b] : buffers_) {
-    if (b.discard_job <= job) b.discard_job = 0;
-  }
-  return CUDA_SUCCESS;
-}
-
 void um_engine::touch_all(CUstream stream) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (last_discard_job_ == 0) return;
-  CUresult r = CUDA_SUCCESS;
-  if (pool::stream_is_capturing(stream)) {
-    r = finish_discards_locked(lock, last_discard_job_);
-  } else {
-    r = wait_for_discard_locked(lock, last_discard_job_, stream);
-  }
+  // Work being captured runs when its graph is launched, and the launch comes here
+  // first (make_graph_resident in core/launch_residency.cc); a wait now would break
+  // the capture's isolation.
+  if (last_discard_job_ == 0 || pool::stream_is_capturing(stream)) return;
+  const CUresult r = wait_for_discard_locked(lock, last_discard_job_, stream);
   // Heard at the next prepare(), as the mover's errors are.
   if (r != CUDA_SUCCESS && mover_error_ == CUDA_SUCCESS) mover_error_ = r;
 }

@@ -169,7 +169,10 @@ class um_engine final : public backend_with_stats<um_stats> {
   //     migrated instead;
   //   - after it, the buffer's next owner: its work waits for the discard's job on each
   //     stream that uses it (prepare, and a fetch of it comes after the job), and work
-  //     whose buffers are unknown (touch_all) waits for the last discard.
+  //     whose buffers are unknown (touch_all) waits for the last discard; so does every
+  //     graph launch (make_graph_resident in core/launch_residency.cc), which is where
+  //     work captured into a graph runs (nothing waits while a stream captures: a wait
+  //     there would break the capture's isolation).
   // A driver that refuses the call (CUDA_ERROR_NOT_SUPPORTED) gets the buffers
   // migrated, and no discard is tried again.
 
@@ -234,9 +237,6 @@ class um_engine final : public backend_with_stats<um_stats> {
   // uses (Note [Discarding freed buffers]), if it has not already.
   CUresult wait_for_discard_locked(std::unique_lock<std::mutex>& lock, std::uint64_t job,
                                    CUstream stream);
-  // The host waits for the discards through job (work being captured, which cannot
-  // wait on the device for work outside its capture).
-  CUresult finish_discards_locked(std::unique_lock<std::mutex>& lock, std::uint64_t job);
   // A prefetch of a whole buffer on a work stream, enqueued now.
   CUresult move_locked(std::unique_lock<std::mutex>& lock, std::uintptr_t base, buffer& b,
                        bool to_device, CUstream stream);
