@@ -188,15 +188,16 @@ void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
   schedule plan = r.value;
   um_moves(model, lives, paged_above, plan);
   std::uint64_t ns = simulate(model, plan, device.costs).iteration_ns;
+  // A buffer paged on demand: every move of it migrates (um_moves copies them all).
   auto fetch = [&](const fetch_action& f) {
     const std::size_t bytes = model.buffers[f.buffer].bytes;
-    if (!f.copy_in || bytes <= paged_above) return;
+    if (bytes <= paged_above) return;
     ns += device.costs.fault_in_ns(bytes);
     out.um_paged_bytes += bytes;
   };
   auto evict = [&](const evict_action& e) {
     const std::size_t bytes = model.buffers[e.buffer].bytes;
-    if (!e.copy_out || bytes <= paged_above) return;
+    if (bytes <= paged_above) return;
     ns += device.costs.fault_out_ns(bytes);
     out.um_paged_bytes += bytes;
   };

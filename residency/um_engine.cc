@@ -88,7 +88,6 @@ pool::allocation_result um_engine::allocate(std::size_t bytes, CUstream stream) 
   if (!naive_) d.cuMemAdvise(p, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, um_location(true, device_));
   buffer b;
   b.bytes = bytes;
-  b.held = managed_held_bytes(bytes);
   b.last_use = ++tick_;
   b.alloc_epoch = pool::fences().epoch();
   buffers_.emplace(p, b);
@@ -104,7 +103,7 @@ bool um_engine::deallocate(void* ptr, CUstream stream) {
   --stats_.buffers;
   if (naive_) {
     // cuMemFree waits for the device itself.
-    if (it->second.on_device) stats_.resident_bytes -= it->second.held;
+    if (it->second.on_device) stats_.resident_bytes -= it->second.held();
     d.cuMemFree(it->first);
     buffers_.erase(it);
     return true;
@@ -120,7 +119,7 @@ bool um_engine::deallocate(void* ptr, CUstream stream) {
     // On demand only (lru): a freed buffer is forgotten where it is, and prefetched
     // again when reused (Note [Reused managed buffers] in residency/um_engine.h).
     b.on_device = false;
-    stats_.resident_bytes -= b.held;
+    stats_.resident_bytes -= b.held();
   }
   b.live = false;
   // b.used and b.last_stream stay: the work enqueued before this free may still be
@@ -186,7 +185,8 @@ CUresult um_engine::move_locked(std::unique_lock<std::mutex>& lock, std::uintptr
   return CUDA_SUCCESS;
 }
 
-void um_engine::account_move_locked(buffer& b, bool to_device, CUstream stream) {
+void um_engine::account_move_locked(buffer& b, bool to_device, CUstream stream,
+                                    bool discarded) {
   b.on_device = to_device;
   b.last_stream = stream;
   b.used = true;
@@ -194,14 +194,14 @@ void um_engine::account_move_locked(buffer& b, bool to_device, CUstream stream) 
     // Its users wait for this move, which comes after any discard of it (Note
     // [Discarding freed buffers] in residency/um_engine.h).
     b.discard_job = 0;
-    stats_.resident_bytes += b.held;
+    stats_.resident_bytes += b.held();
     stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
     ++stats_.prefetches_in;
     stats_.bytes_in += b.bytes;
   } else {
-    stats_.resident_bytes -= b.held;
-    ++stats_.prefetches_out;
-    stats_.bytes_out += b.bytes;
+    stats_.resident_bytes -= b.held();
+    ++(discarded ? stats_.discards : stats_.prefetches_out);
+    (discarded ? stats_.discarded_bytes : stats_.bytes_out) += b.bytes;
   }
 }
 
@@ -252,7 +252,8 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
   for (const std::vector<std::uintptr_t>* set : {&touched, &std::as_const(reached)}) {
     for (std::uintptr_t base : *set) {
       if (buffers_[base].discard_job == 0) continue;
-      if (CUresult r = wait_for_discard_locked(lock, buffers_[base].discard_job, stream);
+      if (CUresult r = wait_for_job_locked(lock, buffers_[base].discard_job, stream, to_host_,
+                                           waited_discard_);
           r != CUDA_SUCCESS) {
         result.code = residency_errc::driver_error;
         result.driver = r;
@@ -263,8 +264,8 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
   std::vector<std::uintptr_t> wanted;
   for (std::uintptr_t base : touched) {
     if (buffers_[base].bytes > capacity_bytes() / 4) continue;
-    if (result.needed_bytes + buffers_[base].held > capacity_bytes()) break;
-    result.needed_bytes += buffers_[base].held;
+    if (result.needed_bytes + buffers_[base].held() > capacity_bytes()) break;
+    result.needed_bytes += buffers_[base].held();
     wanted.push_back(base);
   }
   const std::uint64_t epoch = ++epoch_;
@@ -280,7 +281,7 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
     if (!b.on_device) {
       // Room first: dead buffers, then the least recently used unpinned ones go to the
       // host.
-      while (stats_.resident_bytes + b.held > capacity_bytes()) {
+      while (stats_.resident_bytes + b.held() > capacity_bytes()) {
         const std::uintptr_t victim = victim_locked(epoch, false);
         if (victim == 0) break;  // the driver pages the rest on demand
         if (CUresult r = move_locked(lock, victim, buffers_[victim], false, stream);
@@ -326,34 +327,27 @@ CUresult um_engine::wait_for_fetch_locked(std::unique_lock<std::mutex>& lock, bu
       stream == to_device_) {
     return CUDA_SUCCESS;
   }
-  std::uint64_t& waited = waited_fetch_[stream];
-  if (b.job <= waited) return CUDA_SUCCESS;
-  CUresult r = issue_through_locked(lock, b.job);
-  if (r == CUDA_SUCCESS && b.job + job_events_.size() > jobs_begun_) {
-    r = pool::driver().cuStreamWaitEvent(stream, job_events_[b.job % job_events_.size()], 0);
-  } else if (r == CUDA_SUCCESS) {
-    observe_mover_locked();
-    r = order_after_locked(stream, to_device_);
-  }
-  if (r == CUDA_SUCCESS) waited = b.job;
-  return r;
+  return wait_for_job_locked(lock, b.job, stream, to_device_, waited_fetch_);
 }
 
-// See Note [Discarding freed buffers] in residency/um_engine.h. Discards run in order
-// on the engine's stream to the host, so a stream that waited for one job waited for
-// every earlier one.
-CUresult um_engine::wait_for_discard_locked(std::unique_lock<std::mutex>& lock,
-                                            std::uint64_t job, CUstream stream) {
-  std::uint64_t& waited = waited_discard_[stream];
-  if (job <= waited) return CUDA_SUCCESS;
+// The work on stream waits for `job`, queued on the engine's stream `on`, by its event
+// (or, where the ring has recorded it again since, for all of `on`). Jobs on one engine
+// stream run in order, so a stream that waited for one waited for every earlier one:
+// waited[stream] remembers the last (Note [A fetch's own event]; a discard's, See Note
+// [Discarding freed buffers] in residency/um_engine.h).
+CUresult um_engine::wait_for_job_locked(std::unique_lock<std::mutex>& lock, std::uint64_t job,
+                                        CUstream stream, CUstream on,
+                                        std::unordered_map<CUstream, std::uint64_t>& waited) {
+  std::uint64_t& last = waited[stream];
+  if (job <= last) return CUDA_SUCCESS;
   CUresult r = issue_through_locked(lock, job);
   if (r == CUDA_SUCCESS && job + job_events_.size() > jobs_begun_) {
     r = pool::driver().cuStreamWaitEvent(stream, job_events_[job % job_events_.size()], 0);
   } else if (r == CUDA_SUCCESS) {
     observe_mover_locked();
-    r = order_after_locked(stream, to_host_);
+    r = order_after_locked(stream, on);
   }
-  if (r == CUDA_SUCCESS) waited = job;
+  if (r == CUDA_SUCCESS) last = job;
   return r;
 }
 
@@ -363,7 +357,8 @@ void um_engine::touch_all(CUstream stream) {
   // first (make_graph_resident in core/launch_residency.cc); a wait now would break
   // the capture's isolation.
   if (last_discard_job_ == 0 || pool::stream_is_capturing(stream)) return;
-  const CUresult r = wait_for_discard_locked(lock, last_discard_job_, stream);
+  const CUresult r =
+      wait_for_job_locked(lock, last_discard_job_, stream, to_host_, waited_discard_);
   // Heard at the next prepare(), as the mover's errors are.
   if (r != CUDA_SUCCESS && mover_error_ == CUDA_SUCCESS) mover_error_ = r;
 }
@@ -463,13 +458,13 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
     if (b.on_device || b.bytes > capacity_bytes() / 4) continue;
     // Room from dead buffers only (Note [Reused managed buffers] in
     // residency/um_engine.h), none the schedule needs no later than these.
-    while (r == CUDA_SUCCESS && stats_.resident_bytes + b.held > capacity_bytes()) {
+    while (r == CUDA_SUCCESS && stats_.resident_bytes + b.held() > capacity_bytes()) {
       const std::uintptr_t victim = victim_locked(epoch, true, rank);
       if (victim == 0) break;
       r = add_move_locked(out, victim, buffers_[victim]);
     }
     if (r != CUDA_SUCCESS) break;
-    if (stats_.resident_bytes + b.held > capacity_bytes()) {
+    if (stats_.resident_bytes + b.held() > capacity_bytes()) {
       later.push_back(byte_range{base, b.bytes});
       continue;
     }

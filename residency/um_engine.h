@@ -201,7 +201,8 @@ class um_engine final : public backend_with_stats<um_stats> {
  private:
   struct buffer {
     std::size_t bytes = 0;
-    std::size_t held = 0;  // Note [Managed buffers hold whole pages]
+    // What it holds of the device (Note [Managed buffers hold whole pages]).
+    std::size_t held() const { return managed_held_bytes(bytes); }
     bool on_device = false;
     std::uint64_t last_use = 0;
     std::uint64_t pinned = 0;
@@ -233,15 +234,17 @@ class um_engine final : public backend_with_stats<um_stats> {
   // The work on stream waits for the schedule's prefetch of b, if one is pending.
   CUresult wait_for_fetch_locked(std::unique_lock<std::mutex>& lock, buffer& b,
                                  CUstream stream);
-  // The work on stream waits for the job through `job` that discarded a buffer it
-  // uses (Note [Discarding freed buffers]), if it has not already.
-  CUresult wait_for_discard_locked(std::unique_lock<std::mutex>& lock, std::uint64_t job,
-                                   CUstream stream);
+  // The work on stream waits for the mover's job `job` on engine stream `on`, unless
+  // waited[stream] says it has already.
+  CUresult wait_for_job_locked(std::unique_lock<std::mutex>& lock, std::uint64_t job,
+                               CUstream stream, CUstream on,
+                               std::unordered_map<CUstream, std::uint64_t>& waited);
   // A prefetch of a whole buffer on a work stream, enqueued now.
   CUresult move_locked(std::unique_lock<std::mutex>& lock, std::uintptr_t base, buffer& b,
                        bool to_device, CUstream stream);
-  // The engine's view of a move: where the buffer is, the stats.
-  void account_move_locked(buffer& b, bool to_device, CUstream stream);
+  // The engine's view of a move: where the buffer is, the stats (discarded: it left
+  // the device by a discard, Note [Discarding freed buffers]).
+  void account_move_locked(buffer& b, bool to_device, CUstream stream, bool discarded = false);
 
   // ---- The mover (Note [um's mover] in residency/um_mover.cc) ----
   struct um_job {

@@ -195,18 +195,8 @@ CUresult um_engine::add_move_locked(um_job& job, std::uintptr_t base, buffer& b)
       return r;
     }
   }
-  if (!discard) {
-    job.moves.emplace_back(base, b.bytes);
-    account_move_locked(b, job.to_device, stream);
-    return CUDA_SUCCESS;
-  }
-  job.discards.emplace_back(base, b.bytes);
-  b.on_device = false;
-  b.last_stream = stream;
-  b.used = true;
-  stats_.resident_bytes -= b.held;
-  ++stats_.discards;
-  stats_.discarded_bytes += b.bytes;
+  (discard ? job.discards : job.moves).emplace_back(base, b.bytes);
+  account_move_locked(b, job.to_device, stream, discard);
   return CUDA_SUCCESS;
 }
 

@@ -187,38 +187,31 @@ def facts(k: kit, progs: programs) -> step_result:
                              f"{host['host_vmm_to_device_gbps']:.1f} GB/s ({fmt_bytes(host['copy_bytes'])}, "
                              f"{clock})")
             res.rows.append(["host VMM (host-located cuMemCreate)", "; ".join(shown)])
-    faults = section("managed_faults", "managed faults")
-    if faults is not None:
-        if "skipped" in faults:
-            res.rows.append(["managed fault throughput", f"skipped: {faults['skipped']}"])
-        else:
-            res.rows.append([f"managed fault throughput: a kernel writing one word per "
-                             f"{fmt_bytes(faults['touch_stride_bytes'])} of {fmt_bytes(faults['bytes'])} "
-                             f"{faults['from']}, median of {faults['reps']} ({clock})",
-                             f"{faults['migrated_gbps']:.1f} GB/s"])
-    footprint = section("managed_footprint", "managed footprint")
-    if footprint is not None:
-        if "skipped" in footprint:
-            res.rows.append(["device memory per small managed allocation",
-                             f"skipped: {footprint['skipped']}"])
-        else:
-            res.rows.append([f"device memory per managed allocation, {footprint['count']} of each "
-                             f"size prefetched (cudaMemGetInfo)",
-                             "; ".join(f"{fmt_bytes(footprint[k]['bytes'])}: "
-                                       f"{fmt_bytes(footprint[k]['device_bytes_each'])}"
-                                       for k in ("small", "medium"))])
-    discard = section("managed_discard", "managed discard")
-    if discard is not None:
-        if "skipped" in discard:
-            res.rows.append(["managed discard (cuMemDiscardBatchAsync)",
-                             f"skipped: {discard['skipped']}"])
-        else:
-            res.rows.append([f"managed discard of {fmt_bytes(discard['bytes'])} resident, median "
-                             f"of {discard['reps']} ({clock}): time; device memory given back; "
-                             f"the prefetch back",
-                             f"{discard['discard_us']:.0f} us; "
-                             f"{fmt_bytes(int(discard['device_bytes_freed']))}; "
-                             f"{discard['prefetch_back_gbps']:.1f} GB/s"])
+    def managed_row(key: str, what: str, label: str, row) -> None:
+        """One row for a managed-memory section: `label` and why where gpu_facts skipped
+        it (the device lacks concurrent managed access, say), else row(part)."""
+        part = section(key, what)
+        if part is not None:
+            res.rows.append([label, f"skipped: {part['skipped']}"] if "skipped" in part
+                            else row(part))
+
+    managed_row("managed_faults", "managed faults", "managed fault throughput", lambda f: [
+        f"managed fault throughput: a kernel writing one word per "
+        f"{fmt_bytes(f['touch_stride_bytes'])} of {fmt_bytes(f['bytes'])} {f['from']}, "
+        f"median of {f['reps']} ({clock})",
+        f"{f['migrated_gbps']:.1f} GB/s"])
+    managed_row("managed_footprint", "managed footprint",
+                "device memory per small managed allocation", lambda f: [
+        f"device memory per managed allocation, {f['count']} of each size prefetched "
+        f"(cudaMemGetInfo)",
+        "; ".join(f"{fmt_bytes(f[k]['bytes'])}: {fmt_bytes(f[k]['device_bytes_each'])}"
+                  for k in ("small", "medium"))])
+    managed_row("managed_discard", "managed discard", "managed discard (cuMemDiscardBatchAsync)",
+                lambda d: [
+        f"managed discard of {fmt_bytes(d['bytes'])} resident, median of {d['reps']} "
+        f"({clock}): time; device memory given back; the prefetch back",
+        f"{d['discard_us']:.0f} us; {fmt_bytes(int(d['device_bytes_freed']))}; "
+        f"{d['prefetch_back_gbps']:.1f} GB/s"])
     launch_rate_under_modes(k, progs, res)
     return res
 

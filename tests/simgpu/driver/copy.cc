@@ -320,10 +320,7 @@ CUresult do_memset(stream_obj* s, uintptr_t dst, uint32_t value, unsigned elem_b
 
 CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation loc) {
   device_state& d = dev();
-  region* r = find_region(p);
-  if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0 ||
-      p + bytes > r->base + r->span_bytes)
-    return CUDA_ERROR_INVALID_VALUE;
+  if (managed_region(p, bytes) == nullptr) return CUDA_ERROR_INVALID_VALUE;
   bool to_device;
   if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE) {
     if (loc.id != 0) return CUDA_ERROR_INVALID_DEVICE;
@@ -374,10 +371,7 @@ CUresult do_discard(stream_obj* s, std::vector<std::pair<uintptr_t, uint64_t>> r
   device_state& d = dev();
   if (!d.model.concurrent_managed_access) return CUDA_ERROR_NOT_SUPPORTED;
   for (const auto& [p, bytes] : ranges) {
-    region* r = find_region(p);
-    if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0 ||
-        p + bytes > r->base + r->span_bytes)
-      return CUDA_ERROR_INVALID_VALUE;
+    if (managed_region(p, bytes) == nullptr) return CUDA_ERROR_INVALID_VALUE;
   }
   bool record = false;
   if (CUresult g = capture_gate(s, &record); g != CUDA_SUCCESS) return g;
@@ -389,8 +383,8 @@ CUresult do_discard(stream_obj* s, std::vector<std::pair<uintptr_t, uint64_t>> r
   // See Note [Discards] in tests/simgpu/driver/managed.h.
   const double start = op_begin(s, engine::none, 0);
   uint64_t released = 0;
+  const auto desc = std::make_shared<const std::string>("discard on " + stream_name(s));
   for (const auto& [p, bytes] : ranges) {
-    auto desc = std::make_shared<const std::string>("discard on " + stream_name(s));
     race_access(s, p, bytes, true, desc);
     released += managed_discard_range(p, bytes);
   }

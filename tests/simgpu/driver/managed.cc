@@ -86,15 +86,6 @@ void add_touched(device_window& w, region* r) {
 
 using hint_map = std::map<uint64_t, managed_hints>;
 
-// The live managed region holding all of [p, p+bytes), or nullptr.
-region* managed_region(uintptr_t p, uint64_t bytes) {
-  region* r = find_region(p);
-  if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0 ||
-      p + bytes > r->base + r->span_bytes)
-    return nullptr;
-  return r;
-}
-
 // The offsets [lo, hi) of the host pages of r that [p, p+bytes) touches.
 std::pair<uint64_t, uint64_t> hint_span(const region* r, uintptr_t p, uint64_t bytes) {
   uint64_t lo = round_down(p - r->base, g_host_page_bytes);
@@ -169,6 +160,15 @@ managed_location recorded_location(CUmemLocation loc) {
 }
 
 }  // namespace
+
+// The live managed region holding all of [p, p+bytes), or nullptr.
+region* managed_region(uintptr_t p, uint64_t bytes) {
+  region* r = find_region(p);
+  if (r == nullptr || !r->live || r->kind != region_kind::managed || bytes == 0 ||
+      p + bytes > r->base + r->span_bytes)
+    return nullptr;
+  return r;
+}
 
 void managed_note_release(double end_ns, uint64_t bytes) {
   if (bytes != 0) g_releases.push_back({end_ns, bytes});

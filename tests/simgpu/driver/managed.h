@@ -59,6 +59,8 @@ namespace simgpu {
 struct device_window;
 
 CUresult managed_alloc(CUdeviceptr* dptr, size_t bytes, unsigned flags);
+// The live managed region holding all of [p, p+bytes) (bytes > 0), or nullptr.
+region* managed_region(uintptr_t p, uint64_t bytes);
 // Forgets the device pages of a managed region being freed (uncharges them).
 void managed_release(region* r);
 
