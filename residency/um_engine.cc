@@ -344,6 +344,7 @@ CUresult um_engine::wait_for_job_locked(std::unique_lock<std::mutex>& lock, std:
   if (r == CUDA_SUCCESS && job + job_events_.size() > jobs_begun_) {
     r = pool::driver().cuStreamWaitEvent(stream, job_events_[job % job_events_.size()], 0);
   } else if (r == CUDA_SUCCESS) {
+    ++stats_.whole_stream_waits;
     observe_mover_locked();
     r = order_after_locked(stream, on);
   }
@@ -482,7 +483,17 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   // for one has waited for every earlier one, and waits no more for them
   // (waited_fetch_). With that and the mover (Note [um's mover] in
   // residency/um_mover.cc), ResNet-50 at 1/8, 1.5x, on the H200's measured model made
-  // 457 stream waits an iteration, on all threads, where it made 1944.
+  // 457 stream waits an iteration, on all threads, where it made 1944. The ring must
+  // hold the jobs begun between a fetch and the first use of what it fetched: a
+  // training loop enqueues its iteration well ahead of the device (PyTorch's, until
+  // the loss is read), and the schedule fetches ahead of that. With 128 events,
+  // Llama 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits, queued a median of
+  // 423 jobs (at most 713) between a fetch and its use and made about 190 waits an
+  // iteration for the whole stream,
+  // its next iteration's weights among what they waited for, which waited for room
+  // behind the optimizer's migrations to the host: 1738.4 ms an iteration; with 4096,
+  // none, and 1666.3 (docs/results.md). The stats count such waits
+  // (whole_stream_waits).
   if (!out.moves.empty() || !out.discards.empty()) {
     if (begin_job_locked(std::move(out)) != CUDA_SUCCESS) return false;
   }
@@ -507,7 +518,8 @@ void write_report(int device, std::uint64_t capacity_bytes, const um_stats& m,
       .bytes("discarded_bytes", m.discarded_bytes)
       .flag("concurrent_access", m.concurrent_access)
       .count("reuse_waits", m.reuse_waits)
-      .count("mover_prefetches", m.mover_prefetches);
+      .count("mover_prefetches", m.mover_prefetches)
+      .count("whole_stream_waits", m.whole_stream_waits);
 }
 
 }  // namespace oversub::residency

@@ -92,6 +92,10 @@ struct um_stats {
   // The schedule's prefetches that the mover thread enqueued (Note [um's mover] in
   // residency/um_mover.cc).
   std::uint64_t mover_prefetches = 0;
+  // Waits for a job that took all of an engine stream's work instead, the job's event
+  // having been recorded again since (Note [A fetch's own event] in
+  // residency/um_engine.cc).
+  std::uint64_t whole_stream_waits = 0;
 };
 
 // Where a prefetch sends a managed buffer: the device, or the host.
@@ -249,8 +253,12 @@ class um_engine final : public backend_with_stats<um_stats> {
   // ---- The mover (Note [um's mover] in residency/um_mover.cc) ----
   struct um_job {
     bool to_device = false;
-    // After the other engine stream's work (a buffer last moved there).
+    // After the other engine stream's work: all of it so far (after_other), or
+    // through its job after_job (0: none), the last that moved one of this job's
+    // buffers there (Note [A move waits for its buffer's last move only] in
+    // residency/um_mover.cc).
     bool after_other = false;
+    std::uint64_t after_job = 0;
     std::vector<std::pair<std::uintptr_t, std::size_t>> moves;  // base, bytes
     // To the host only: freed buffers given back (Note [Discarding freed buffers]).
     std::vector<std::pair<std::uintptr_t, std::size_t>> discards;
@@ -304,7 +312,9 @@ class um_engine final : public backend_with_stats<um_stats> {
   std::uint64_t mover_last_ = 0;   // the last job the mover enqueued
   std::uint64_t observed_ = 0;     // the last of those the launching thread observed
   CUresult mover_error_ = CUDA_SUCCESS;
-  std::array<CUevent, 128> job_events_{};  // each job's last record, by seq
+  // Each job's last record, by seq; See Note [A fetch's own event] in
+  // residency/um_engine.cc for the size.
+  std::array<CUevent, 4096> job_events_{};
   std::vector<CUevent> order_events_;      // fresh events not in use
   CUevent engine_order_event_ = nullptr;   // the enqueuer's own, for after_other
   // The last fetch job each work stream waited for (Note [A fetch's own event] in

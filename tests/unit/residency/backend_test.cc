@@ -100,13 +100,13 @@ TEST(Backend, TheUmSectionOfTheReport) {
             R"("um":{"capacity_bytes":8388608,"buffers":0,"resident_bytes":0,)"
             R"("peak_resident_bytes":0,"prefetches_in":0,"prefetches_out":0,"bytes_in":0,)"
             R"("bytes_out":0,"discards":0,"discarded_bytes":0,"concurrent_access":true,)"
-            R"("reuse_waits":0,"mover_prefetches":0}}}})"
+            R"("reuse_waits":0,"mover_prefetches":0,"whole_stream_waits":0}}}})"
             "\n");
   EXPECT_EQ(r.text,
             "oversub:   um device 1: capacity 8.00 MiB  buffers 0  resident 0 B  "
             "peak resident 0 B  prefetches in 0  prefetches out 0  bytes in 0 B  bytes out 0 B  "
             "discards 0  discarded 0 B  "
-            "concurrent access yes  reuse waits 0  mover prefetches 0\n");
+            "concurrent access yes  reuse waits 0  mover prefetches 0  whole stream waits 0\n");
   EXPECT_EQ(stats::testing::twin_problems(r.text, r.json), std::vector<std::string>{});
 }
 

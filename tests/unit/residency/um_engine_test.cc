@@ -221,6 +221,72 @@ TEST_F(UmEngine, ADiscardWaitsForEveryStreamThatMayStillReadTheBuffer) {
 // Run with SIMGPU_FAIL=prefetch:20 (one of the schedule's prefetches, enqueued by
 // the mover, fails): the error reaches the application at its next prepare(), once,
 // and no byte is lost (Note [um's mover] in residency/um_mover.cc).
+// See Note [A move waits for its buffer's last move only] in residency/um_mover.cc: a
+// fetch waits for the eviction of its own buffer, not for one queued after it (a
+// sixteen times larger buffer's, which alone takes longer than the fetch and its own
+// eviction together).
+TEST_F(UmEngine, AFetchWaitsForItsOwnBuffersEvictionOnly) {
+  um_engine e(0, 64 * kBuffer, false, true);
+  const pool::allocation_result a = e.allocate(kBuffer, cu());
+  const pool::allocation_result b = e.allocate(16 * kBuffer, cu());
+  ASSERT_EQ(a.error, pool::pool_errc::ok);
+  ASSERT_EQ(b.error, pool::pool_errc::ok);
+  const byte_range ra{reinterpret_cast<std::uintptr_t>(a.ptr), kBuffer};
+  const byte_range rb{reinterpret_cast<std::uintptr_t>(b.ptr), 16 * kBuffer};
+  ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
+  ASSERT_TRUE(e.prepare({&rb, 1}, cu()));
+  ASSERT_EQ(cudaMemsetAsync(a.ptr, 0x51, kBuffer, s_), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(b.ptr, 0x52, 16 * kBuffer, s_), cudaSuccess);
+  cudaEvent_t marks[4];
+  for (cudaEvent_t& m : marks) ASSERT_EQ(cudaEventCreate(&m), cudaSuccess);
+  // A out and back alone, then again with B's eviction queued behind A's.
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_EQ(cudaEventRecord(marks[2 * round], s_), cudaSuccess);
+    ASSERT_TRUE(e.evict({&ra, 1}));
+    if (round == 1) ASSERT_TRUE(e.evict({&rb, 1}));
+    std::vector<byte_range> later;
+    ASSERT_TRUE(e.prefetch_now({&ra, 1}, later));
+    ASSERT_TRUE(later.empty());
+    ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
+    ASSERT_EQ(cudaEventRecord(marks[2 * round + 1], s_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  }
+  float alone = 0, behind = 0;
+  ASSERT_EQ(cudaEventElapsedTime(&alone, marks[0], marks[1]), cudaSuccess);
+  ASSERT_EQ(cudaEventElapsedTime(&behind, marks[2], marks[3]), cudaSuccess);
+  EXPECT_GT(alone, 0.0f);
+  EXPECT_LT(behind, 2 * alone) << "A alone took " << alone << " ms";
+  bufs_ = {ra.addr};
+  expect_bytes(0, 0x51);
+  for (cudaEvent_t m : marks) cudaEventDestroy(m);
+  e.stop_mover();
+}
+
+// See Note [A fetch's own event] in residency/um_engine.cc: a buffer fetched long
+// before its use, some hundreds of the mover's jobs earlier, is still waited for by its
+// own job's event, not by all that the fetch stream has queued since.
+TEST_F(UmEngine, AFetchLongBeforeItsUseIsWaitedForByItsOwnJob) {
+  um_engine e(0, 4 * kBuffer, false, true);
+  ASSERT_NO_FATAL_FAILURE(filled(e, 0x70));
+  // Buffer 7 out and fetched, then 600 jobs of buffers 5 and 6 going out and in (the
+  // last four filled are the ones on the device).
+  const byte_range first = range(7);
+  const byte_range spare[2] = {range(5), range(6)};
+  ASSERT_TRUE(e.evict({&first, 1}));
+  std::vector<byte_range> later;
+  ASSERT_TRUE(e.prefetch_now({&first, 1}, later));
+  ASSERT_TRUE(later.empty());
+  for (int k = 0; k < 300; ++k) {
+    ASSERT_TRUE(e.evict({&spare[k % 2], 1}));
+    ASSERT_TRUE(e.prefetch_now({&spare[k % 2], 1}, later));
+    ASSERT_TRUE(later.empty());
+  }
+  ASSERT_TRUE(e.prepare({&first, 1}, cu()));
+  expect_bytes(7, 0x77);
+  e.stop_mover();
+  EXPECT_EQ(e.stats().whole_stream_waits, 0u);
+}
+
 TEST_F(UmEngine, AFailedPrefetchReachesTheNextPrepare) {
   const char* fail = std::getenv("SIMGPU_FAIL");
   if (fail == nullptr || std::string_view(fail) != "prefetch:20") {
