@@ -453,7 +453,11 @@ link_rates pinned_copy_rates(int device) {
 // application's first allocation: 32 MiB of managed memory of its own (at most a
 // quarter of the device's free memory, in 2 MiB steps; none below 2 MiB), written by
 // the CPU, prefetched to the device and back once to warm the driver's structures, then
-// timed with events on a stream of its own, each way. A few milliseconds on a GPU;
+// timed with events on a stream of its own, each way. Where the driver has
+// cuMemDiscardBatchAsync, the buffer is then prefetched to the device once more and
+// discarded, timed as well: what um's discards of freed buffers hold its stream to the
+// host for (Note [um's moves] in policy/mode_choice.h; a driver that refuses it
+// discards nothing, and um migrates instead). A few milliseconds on a GPU;
 // the buffer is freed after the stream is synchronized. Any failure answers 0, and the
 // prediction then takes the copy rates.
 //
@@ -491,7 +495,7 @@ managed_rates probe_managed_rates(int device) {
   on_host.type = CU_MEM_LOCATION_TYPE_HOST;
   CUdeviceptr p = 0;
   CUstream stream = nullptr;
-  CUevent marks[3] = {nullptr, nullptr, nullptr};
+  CUevent marks[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   auto prefetch = [&](const CUmemLocation& where) {
     return d.cuMemPrefetchAsync(p, bytes, where, 0, stream) == CUDA_SUCCESS;
   };
@@ -510,6 +514,19 @@ managed_rates probe_managed_rates(int device) {
         down_ms > 0) {
       out.to_device = static_cast<double>(bytes) / (up_ms * 1e-3);
       out.to_host = static_cast<double>(bytes) / (down_ms * 1e-3);
+    }
+    CUdeviceptr base = p;
+    std::size_t size = bytes;
+    float discard_ms = 0;
+    if (out.to_device > 0 && d.cuMemDiscardBatchAsync != nullptr && prefetch(on_device) &&
+        d.cuEventRecord(marks[3], stream) == CUDA_SUCCESS &&
+        d.cuMemDiscardBatchAsync(&base, &size, 1, 0, stream) == CUDA_SUCCESS &&
+        d.cuEventRecord(marks[4], stream) == CUDA_SUCCESS &&
+        d.cuEventSynchronize(marks[4]) == CUDA_SUCCESS &&
+        d.cuEventElapsedTime(&discard_ms, marks[3], marks[4]) == CUDA_SUCCESS) {
+      out.discards = true;
+      out.discard_page_ns = static_cast<double>(discard_ms) * 1e6 /
+                            static_cast<double>(bytes / (std::size_t{64} << 10));
     }
   }
   if (stream != nullptr) {

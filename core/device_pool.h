@@ -72,8 +72,12 @@ link_rates pinned_copy_rates(int device);
 
 // See Note [Managed migration rates, measured] (core/device_pool.cc): the rates at
 // which the driver prefetches managed memory to the device and to the host, bytes/s,
-// measured once on 32 MiB of its own; 0 where they could not be measured.
-using managed_rates = link_rates;
+// measured once on 32 MiB of its own; 0 where they could not be measured. And where
+// the driver discards managed memory (discards), the time a discard took per 64 KiB.
+struct managed_rates : link_rates {
+  bool discards = false;
+  double discard_page_ns = 0;
+};
 managed_rates probe_managed_rates(int device);
 // See Note [um plans at the driver's rates] (core/device_pool.cc): the rates um mode's
 // backend on device migrates at, measured when it started; 0 for any other backend,

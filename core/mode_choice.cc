@@ -43,6 +43,13 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
     costs.managed_to_device_bytes_per_s = m.to_device;
     costs.managed_to_host_bytes_per_s = m.to_host;
     waits += measured("managed memory migrates at", m);
+    costs.managed_discards = m.discards;
+    if (m.discards) {
+      costs.managed_discard_page_ns = static_cast<std::uint64_t>(m.discard_page_ns + 0.5);
+      waits += fmt::format(", a discard {:.2f} us per 64 KiB", m.discard_page_ns / 1e3);
+    } else {
+      waits += ", the driver discards nothing";
+    }
   }
   // Where the profile has no link rates (taken without CUPTI, or from a job that
   // copied only a few bytes), the rates of pinned copies timed at start (Note [Pinned

@@ -144,6 +144,12 @@ struct cost_model {
   // tests/simgpu/driver/device_model.cc).
   double managed_h2d_bytes_per_s = 0;
   double managed_d2h_bytes_per_s = 0;
+  // Where not 0, an eviction with nothing to copy out discards its pages instead of
+  // dropping them for free: um mode gives a freed buffer's pages back with
+  // cuMemDiscardBatchAsync on its stream to the host (Note [um's moves] in
+  // policy/mode_choice.h), which holds that stream discard_page_ns per managed page;
+  // its room is free when the discard ends.
+  std::uint64_t discard_page_ns = 0;
   // True when the device pages managed memory on demand (Pascal and later). False
   // (Maxwell, Kepler): a launch migrates all of a managed buffer at once, for one
   // fault cost plus the transfer.
@@ -186,6 +192,12 @@ struct cost_model {
     return faults * managed_fault_ns +
            transfer_ns(bytes, managed_h2d_bytes_per_s > 0 ? managed_h2d_bytes_per_s
                                                           : h2d_bytes_per_s);
+  }
+  // A discard of `bytes` of managed memory (whole managed pages), ns; 0 where
+  // evictions drop their content for free.
+  std::uint64_t discard_ns(std::size_t bytes) const {
+    if (managed_page_bytes == 0) return 0;
+    return (bytes + managed_page_bytes - 1) / managed_page_bytes * discard_page_ns;
   }
   // Migration of `bytes` of managed memory back to the host to make room, ns.
   std::uint64_t fault_out_ns(std::size_t bytes) const {

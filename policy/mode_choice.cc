@@ -129,11 +129,11 @@ iteration_model managed_units(const iteration_model& m, unit_lives* lives) {
 
 // See Note [um's moves] in policy/mode_choice.h.
 void um_moves(const iteration_model& units, const unit_lives& lives, std::size_t paged_above,
-              schedule& plan) {
+              bool discards, schedule& plan) {
   // Content a unit holds after launch i (before launch 0 where i is -1); a unit left to
   // demand paging is never discarded.
   const auto live_after = [&](buffer_id u, std::int64_t i) {
-    if (units.buffers[u].bytes > paged_above) return true;
+    if (!discards || units.buffers[u].bytes > paged_above) return true;
     for (const auto& [from, to] : lives[u]) {
       if (to == kLongLived || (from <= i && i < static_cast<std::int64_t>(to))) return true;
     }
@@ -186,8 +186,15 @@ void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
   }
   const std::size_t paged_above = capacity_bytes / 4;
   schedule plan = r.value;
-  um_moves(model, lives, paged_above, plan);
-  std::uint64_t ns = simulate(model, plan, device.costs).iteration_ns;
+  um_moves(model, lives, paged_above, c.managed_discards, plan);
+  // The replay's evictions that copy nothing are discards (Note [um's moves] in
+  // policy/mode_choice.h), their cost per page of the cost model's size.
+  cost_model replayed = device.costs;
+  if (c.managed_discards) {
+    replayed.discard_page_ns = std::max<std::uint64_t>(
+        c.managed_discard_page_ns * replayed.managed_page_bytes / (64 * 1024), 1);
+  }
+  std::uint64_t ns = simulate(model, plan, replayed).iteration_ns;
   // A buffer paged on demand: every move of it migrates (um_moves copies them all).
   auto fetch = [&](const fetch_action& f) {
     const std::size_t bytes = model.buffers[f.buffer].bytes;

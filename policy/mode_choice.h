@@ -76,10 +76,13 @@
 // migrates (the driver brings a page in with its bytes, dead or not; simgpu's hostile
 // reading of a discarded page, Note [Discards] in tests/simgpu/driver/managed.h). Only
 // a unit between two buffers' lives leaves with nothing copied: the backend discards
-// freed buffers (Note [Discarding freed buffers] in residency/um_engine.h), at a cost
-// per page the prediction leaves out. So um_moves rewrites the plan's copies before
-// the replay: an eviction copies out exactly where the unit's content is live after
-// its launch, and every fetch copies in.
+// freed buffers (Note [Discarding freed buffers] in residency/um_engine.h), which holds
+// its stream to the host a time per page (mode_costs::managed_discard_page_ns), as a
+// migration would but for less. So um_moves rewrites the plan's copies before the
+// replay: an eviction copies out exactly where the unit's content is live after its
+// launch (everywhere, where the driver discards nothing), and every fetch copies in;
+// and the replay holds the stream to the host for each eviction that copies nothing
+// (cost_model::discard_page_ns).
 //
 // swap is taken unless um is predicted faster by more than um_margin (5%), or swap
 // cannot be planned and um can. Left out: the host time of um's prefetch calls (the
@@ -147,6 +150,13 @@ struct mode_costs {
   // core/device_pool.cc); 0: the copy rates.
   double managed_to_device_bytes_per_s = 0;
   double managed_to_host_bytes_per_s = 0;
+  // Whether the driver discards managed memory (cuMemDiscardBatchAsync; where it does
+  // not, um migrates a freed buffer as any other), and a discard's cost per 64 KiB page
+  // on the stream to the host: as measured at start (Note [Managed migration rates,
+  // measured] in core/device_pool.cc), else a fault's own part, simgpu's reading of a
+  // discard where none was measured (Note [Discards] in tests/simgpu/driver/managed.h).
+  bool managed_discards = true;
+  std::uint64_t managed_discard_page_ns = 3'512;
 };
 
 struct mode_prediction {
@@ -175,8 +185,9 @@ iteration_model managed_units(const iteration_model& m, unit_lives* lives = null
 // See Note [Predicting swap against um]: how much faster um's prediction must be.
 inline constexpr double um_margin = 0.05;
 // The plan's copies as um makes them (See Note [um's moves]).
+// discards: whether the driver discards freed units (else they migrate).
 void um_moves(const iteration_model& units, const unit_lives& lives, std::size_t paged_above,
-              schedule& plan);
+              bool discards, schedule& plan);
 
 mode_prediction predict_modes(const profiler::profile& p, std::size_t capacity_bytes,
                               const mode_costs& costs);

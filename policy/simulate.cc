@@ -361,6 +361,13 @@ class replay {
       release = d2h_free_;
       result_.d2h_bytes += bytes;
       ++result_.d2h_copies;
+    } else if (costs_.discard_page_ns != 0) {
+      // A discard, in the order of the stream to the host (cost_model::discard_page_ns).
+      const std::uint64_t start = std::max(d2h_free_, release);
+      d2h_free_ = start + costs_.discard_ns(bytes);
+      d2h_busy_ += costs_.discard_ns(bytes);
+      release = d2h_free_;
+      result_.discarded_bytes += bytes;
     }
     if (costs_.has_mover()) {
       // The mover remaps the page once its copy out (or its last user) is done; the

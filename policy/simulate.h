@@ -18,7 +18,9 @@
 // - A launch starts when the previous launch ended and its buffers' fetches are
 //   done; it runs duration_ns. launch_latency_ns is paid once, at the start.
 // - An eviction releases memory when its copy out ends (or, without a copy, when
-//   the launch it follows ends and any fetch of the buffer still in flight ends).
+//   the launch it follows ends and any fetch of the buffer still in flight ends; where
+//   the cost model discards, cost_model::discard_page_ns, when its discard ends, which
+//   takes its turn on the stream to the host as a copy out does).
 // - The mover (Note [The mover] in residency/swap_engine.h), where the cost model has
 //   VMM costs (cost_model::remap_ns; `oversub simulate --granularity page` takes
 //   them from the device model, buffer granularity and the models without the keys
@@ -174,6 +176,7 @@ struct simulation {
   std::uint64_t d2h_bytes = 0;        // copied (or migrated) device to host
   std::uint64_t h2d_copies = 0;
   std::uint64_t d2h_copies = 0;
+  std::uint64_t discarded_bytes = 0;  // dropped by discards (cost_model::discard_page_ns)
   // The mover's busy time and the page moves it remapped (Note [Virtual time model]);
   // 0 without the cost model's VMM costs.
   std::uint64_t host_remap_ns = 0;

@@ -9,8 +9,9 @@ detector aborting at the first unordered access:
    run choose;
 2. with a profile of the same shape (OVERSUB_PROFILE_IN, profiled in pool mode with
    plenty of memory), for that shape and a smaller one: the line gives both predicted
-   iterations and the managed migration rates measured at start, the mode taken is
-   the one predicted faster, and the exit statistics report it;
+   iterations, the managed migration rates measured at start and a discard's cost
+   (positive, never more than a page's migration to the host), the mode taken is the
+   one predicted faster, and the exit statistics report it;
 3. OVERSUB_PROFILE twice: the first run says it writes the profile, the second chooses
    from it;
 4. the weight-heavy profile with VMM calls that wait for the device
@@ -48,6 +49,7 @@ CHOSEN_RE = re.compile(r"^oversub: mode auto -> (swap|um) \(predicted ([0-9.]+) 
                        r"wait for its queued work, so swap's remaps cannot overlap it "
                        r"\(measured at start\))?; managed memory migrates at ([0-9.]+) GB/s "
                        r"to the device and ([0-9.]+) GB/s to the host \(measured at start\)"
+                       r"(?:, a discard ([0-9.]+) us per 64 KiB|, the driver discards nothing)"
                        r"(?:; the profile has no link rates: pinned copies ran at ([0-9.]+) GB/s "
                        r"to the device and ([0-9.]+) GB/s to the host \(measured at start\))?\)$",
                        re.M)
@@ -92,10 +94,10 @@ def no_link(args: argparse.Namespace, cmd: list[str], want: list[str], device: i
         proc, stats = auto_run(args, cmd, device, want, stats_file,
                                {"OVERSUB_PROFILE_IN": str(prof)}, "a profile without link rates")
         m = CHOSEN_RE.search(proc.stderr)
-        if m is None or m.group(10) is None:
+        if m is None or m.group(11) is None:
             fail("no line saying the profile has no link rates and giving the pinned rates "
                  "timed at start", proc)
-        for got, way in ((m.group(10), "h2d"), (m.group(11), "d2h")):
+        for got, way in ((m.group(11), "h2d"), (m.group(12), "d2h")):
             want_gbps = device_figure(f"{way}_pinned_bandwidth") / 1e9
             if abs(float(got) - want_gbps) > 0.02 * want_gbps:
                 fail(f"{way}: pinned copies timed at {got} GB/s, the device model's pinned "
@@ -104,7 +106,7 @@ def no_link(args: argparse.Namespace, cmd: list[str], want: list[str], device: i
             fail(f"the line says {m.group(1)}, the statistics {mode_of(stats, proc)}", proc)
         print(f"PASS: a profile without link rates: {m.group(1)} predicted {m.group(2)} ms "
               f"against {m.group(3)} {m.group(4)} ms at the pinned rates timed at start "
-              f"({m.group(10)}/{m.group(11)} GB/s), losses identical")
+              f"({m.group(11)}/{m.group(12)} GB/s), losses identical")
     return 0
 
 
@@ -154,6 +156,12 @@ def main() -> int:
             chosen, chosen_ms, other, other_ms, unlimited_ms, path = m.groups()[:6]
             if not (float(m.group(8)) > 0 and float(m.group(9)) > 0):
                 fail("the managed migration rates measured at start are not positive", proc)
+            # See Note [Managed migration rates, measured] in core/device_pool.cc: simgpu
+            # discards, at no more than a 64 KiB page's migration to the host costs.
+            if m.group(10) is None or not \
+                    0 < float(m.group(10)) <= 65536 / (float(m.group(9)) * 1e3) * 1.01:
+                fail(f"a discard timed at {m.group(10)} us per 64 KiB, where a page migrates "
+                     f"to the host at {m.group(9)} GB/s", proc)
             if chosen == other or path != str(prof):
                 fail(f"the line names {chosen} against {other}, profile {path}", proc)
             swap_ms, um_ms = ((chosen_ms, other_ms) if chosen == "swap" else (other_ms, chosen_ms))

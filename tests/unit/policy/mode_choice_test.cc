@@ -240,7 +240,11 @@ TEST(ModeChoice, UmMigratesLiveUnitsAndDiscardsFreedOnes) {
   plan.launches[2].fetch_before = {fetch_action{a, false}};  // no content yet
   plan.launches[2].evict_after = {evict_action{a, false}};   // b live, clean
   plan.end_fetches = {fetch_action{w, false}};
-  um_moves(units, lives, 16 * MiB, plan);
+  schedule migrated = plan;
+  um_moves(units, lives, 16 * MiB, false, migrated);
+  EXPECT_TRUE(migrated.launches[1].evict_after[0].copy_out) << "no discards: a migrates";
+  EXPECT_TRUE(migrated.evict_at_start[0].copy_out);
+  um_moves(units, lives, 16 * MiB, true, plan);
   EXPECT_FALSE(plan.evict_at_start[0].copy_out) << "no buffer in a's unit yet";
   EXPECT_TRUE(plan.launches[0].evict_after[0].copy_out) << "w's content is live";
   EXPECT_FALSE(plan.launches[1].evict_after[0].copy_out) << "a was freed after launch 1";
@@ -248,6 +252,48 @@ TEST(ModeChoice, UmMigratesLiveUnitsAndDiscardsFreedOnes) {
   EXPECT_TRUE(plan.launches[2].fetch_before[0].copy_in);
   EXPECT_TRUE(plan.launches[2].evict_after[0].copy_out) << "b lives until launch 3";
   EXPECT_TRUE(plan.end_fetches[0].copy_in);
+}
+
+// See Note [um's moves] in policy/mode_choice.h: sixteen activations of distinct sizes
+// (one unit each, none large enough to be paged on demand), each used by two launches
+// and freed, in room for a third of them: units leave dead, by a discard that holds the
+// stream to the host for its pages, and later ones come into their room; where the
+// driver discards nothing, they migrate.
+TEST(ModeChoice, UmDiscardsFreedUnitsAtTheirCostPerPage) {
+  profiler::profile p;
+  p.program = "mode_choice_test";
+  p.strings.push_back("k");
+  for (std::uint32_t k = 0; k < 16; ++k) {
+    profiler::allocation_record a;
+    a.ordinal = k;
+    a.bytes = MiB + k * 64 * 1024;
+    a.address = 0x1000000 + k * 2 * MiB;
+    a.alloc_at = 2 * k;
+    a.free_at = 2 * k + 2;
+    p.allocations.push_back(a);
+    for (int use = 0; use < 2; ++use) {
+      profiler::launch_record l;
+      l.name = 0;
+      l.duration_ns = 10'000;
+      l.buffers = {k};
+      p.launches.push_back(l);
+    }
+  }
+  mode_costs costs;
+  costs.managed_to_host_bytes_per_s = 1e9;  // a migration out: about 1 ms a unit
+  costs.managed_discard_page_ns = 1;
+  const mode_prediction cheap = predict_modes(p, 8 * MiB, costs);
+  ASSERT_EQ(cheap.um_error, "");
+  costs.managed_discard_page_ns = 100'000;  // 1.6 ms for a unit of 16 pages or more
+  const mode_prediction dear = predict_modes(p, 8 * MiB, costs);
+  ASSERT_EQ(dear.um_error, "");
+  EXPECT_GT(dear.um_ns, cheap.um_ns + 8 * 1'600'000) << "cheap discards: " << cheap.um_ns;
+  costs.managed_discards = false;
+  const mode_prediction none = predict_modes(p, 8 * MiB, costs);
+  ASSERT_EQ(none.um_error, "");
+  EXPECT_GT(none.um_ns, cheap.um_ns);
+  EXPECT_LT(none.um_ns, dear.um_ns);
+  EXPECT_EQ(none.swap_ns, cheap.swap_ns);
 }
 
 // See Note [Predicting swap against um] in policy/mode_choice.h: um is taken only where

@@ -117,6 +117,36 @@ TEST(Simulate, FetchWaitsForTheMemoryACopyOutReleases) {
   EXPECT_NE(simulate(m, over, byte_per_ns()).error, "");
 }
 
+// See Note [um's moves] in policy/mode_choice.h: where the cost model discards, every
+// eviction with nothing to copy holds the stream to the host for its pages, and its
+// room is free only when the discard ends. D (dead after launch 0) leaves; L comes into
+// its room for launch 1 and leaves after it.
+TEST(Simulate, ADiscardHoldsTheStreamToTheHostUntilItsRoomIsFree) {
+  iteration_model m;
+  m.buffers = {{100, false, 0, 0}, {100, true, 0, 0}};
+  m.launches = {{10, {0}, {0}, true}, {20, {1}, {}, true}};
+  schedule s;
+  s.capacity_bytes = s.planned_peak_bytes = 100;
+  s.launches.resize(2);
+  s.launches[0].fetch_before = {{0, false}};
+  s.launches[0].evict_after = {{0, false}};
+  s.launches[1].fetch_before = {{1, true}};
+  s.launches[1].evict_after = {{1, false}};
+  ASSERT_EQ(check_schedule(m, s), "");
+  cost_model c = byte_per_ns();
+  // D's room is free as launch 0 ends: L in 10-110, launch 1 110-130.
+  simulation r = simulate(m, s, c);
+  EXPECT_EQ(r.launch_end_ns, (std::vector<std::uint64_t>{10, 130}));
+  EXPECT_EQ(r.discarded_bytes, 0u);
+  // Ten pages of 10 bytes at 5 ns: D's discard 10-60, L in 60-160, launch 1 160-180.
+  c.managed_page_bytes = 10;
+  c.discard_page_ns = 5;
+  r = simulate(m, s, c);
+  EXPECT_EQ(r.launch_end_ns, (std::vector<std::uint64_t>{10, 180}));
+  EXPECT_EQ(r.discarded_bytes, 200u);
+  EXPECT_EQ(r.d2h_bytes, 0u);
+}
+
 // See Note [The next iteration] in policy/simulate.h. A (long-lived, 100 bytes) is
 // read by the last launch and leaves after it; the fetch that brings it back for the
 // next iteration runs behind that iteration's first two launches (510 ns of compute).
