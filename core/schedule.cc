@@ -171,9 +171,6 @@ bool learn(learner& l, int device) {
   l.awaiting = false;
   l.waited = 0;
   l.settle = 1;  // the first scheduled iterations still carry the on-demand ones' state
-  // See Note [Durations measured again on the schedule] in core/schedule_costs.cc.
-  l.remeasure_state = kernel_times && l.durations_measured ? learner::remeasure::pending
-                                                           : learner::remeasure::done;
   l.stats.tuned = again ? 1 : 0;
   l.following = true;
   l.iteration_mark_ns = 0;  // Note [Which part differs] in core/schedule_costs.cc
@@ -394,8 +391,6 @@ bool report_section(stats::section& out) {
       .nanoseconds("first_measured_ns", st.first_measured_ns)
       .nanoseconds("chosen_measured_ns", st.chosen_measured_ns)
       .count("tune_record_waits", st.tune_record_waits)
-      .count("remeasured_launches", st.remeasured_launches)
-      .count("replanned", st.replanned)
       .list("durations_ns", n, std::move(durations_ns))
       .list("trials", l.trials.size(), std::move(trials));
   return true;
@@ -556,11 +551,9 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
   }
   if (l.following) {
     if (device == l.device && token == l.period[l.cursor]) {
+      profiler::timing::tag_next_launch(profiler::timing::no_tag);
       // See Note [Which part differs] in core/schedule_costs.cc.
       if (l.cursor == 0) note_iteration(l);
-      if (l.cursor == 0) remeasure_step(l, device, number);
-      profiler::timing::tag_next_launch(
-          l.remeasure_state == learner::remeasure::tagging ? number : profiler::timing::no_tag);
       if (l.tuning && l.cursor == 0) tune_step(l, device, number);
       // See Note [Timing on the device] in core/tuning.cc: the kernel of each loop body's
       // last launch.

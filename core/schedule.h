@@ -78,11 +78,6 @@ struct swap_schedule_stats {
   // See Note [Timing on the device] in core/tuning.cc: loop starts the choice waited for
   // kernel records (the grid's and the lending variant's together).
   std::uint64_t tune_record_waits = 0;
-  // See Note [Durations measured again on the schedule] in core/schedule_costs.cc: the
-  // schedules planned again on the durations of their first followed iteration, and
-  // the launches whose duration that lowered (the last time).
-  std::uint64_t remeasured_launches = 0;
-  std::uint64_t replanned = 0;
 };
 
 // Before a launch on device whose ranges are about to be prepared: learn, and

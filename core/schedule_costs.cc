@@ -11,7 +11,6 @@
 
 #include "common/options.h"
 #include "core/device_pool.h"
-#include "common/log.h"
 #include "core/schedule_internal.h"
 #include "profiler/launch_timing.h"
 
@@ -228,61 +227,5 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
   }
 }
 
-// Note [Durations measured again on the schedule]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The learner times the iteration while residency is on demand, and there a kernel can
-// take longer than it does once the schedule runs: in um mode its pages fault in
-// under it, and a kernel may read host memory where oversub did not see it coming.
-// The plan counts on each kernel's time to hide moves, so time that is not there
-// later shows as stalls it did not predict: Llama 3.2 1B at 1/8 of its bytes, 1.5x, um
-// mode, on the H200's measured model, was learned at 1801 ms of kernels an iteration
-// where they take 1603 (the backward's last fifth at two to three times its time), and
-// its plan, predicted at 1801 ms, ran at 1743. So the first iteration followed is timed
-// again (every launch tagged, Note [Tagging launches] in profiler/launch_timing.h), and
-// at the next loop start, where the lesser of each position's two durations (a record
-// not yet come, on a GPU whose host runs ahead, keeps the learned one) sum to less than
-// 99% of the learned, the variant followed is planned again on them and followed from
-// there; otherwise nothing changes. Before tuning times anything: that first iteration
-// is the one it passes untimed (Note [Choosing among schedules by measured time] in
-// core/tuning.cc). Once for each schedule learned; without CUPTI's kernel records,
-// never.
-void remeasure_step(learner& l, int device, std::uint64_t number) {
-  if (l.remeasure_state == learner::remeasure::pending) {
-    l.remeasure_state = learner::remeasure::tagging;
-    l.remeasure_first = number;
-    return;
-  }
-  if (l.remeasure_state != learner::remeasure::tagging) return;
-  l.remeasure_state = learner::remeasure::done;
-  const std::size_t n = l.period.size();
-  if (n == 0 || l.durations_ns.size() != n || number != l.remeasure_first + n) return;
-  std::vector<std::uint64_t> seen(n, profiler::timing::unknown);
-  profiler::timing::durations(l.remeasure_first, n, seen.data());
-  profiler::timing::forget_before(number);
-  std::vector<std::uint64_t> lower = l.durations_ns;
-  std::uint64_t before = 0, after = 0, lowered = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    // Launch i of the followed period is position (i + rotation) % n of the learned one.
-    std::uint64_t& d = lower[(i + l.current.rotation) % n];
-    before += d;
-    if (seen[i] != profiler::timing::unknown && seen[i] < d) {
-      d = seen[i];
-      ++lowered;
-    }
-    after += d;
-  }
-  if (after * 100 >= before * 99) return;
-  std::swap(l.durations_ns, lower);
-  if (!switch_to(l, device, l.current)) {
-    std::swap(l.durations_ns, lower);
-    return;
-  }
-  l.stats.remeasured_launches = lowered;
-  ++l.stats.replanned;
-  log::info("swap: the iteration's kernels took {:.3f} ms on the schedule where {:.3f} ms "
-            "was measured while learning; planned again (predicted {:.3f} ms)",
-            static_cast<double>(after) / 1e6, static_cast<double>(before) / 1e6,
-            static_cast<double>(l.stats.predicted_ns) / 1e6);
-}
 
 }  // namespace oversub::core::schedule_internal

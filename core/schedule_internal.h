@@ -127,10 +127,6 @@ struct learner {
   std::uint64_t period_first = 0;            // launch number of the period's first launch
   std::uint64_t measured_launches = 0;       // positions with a measured duration
   std::vector<std::uint64_t> durations_ns;   // per position of the learned period
-  // See Note [Durations measured again on the schedule] in core/schedule_costs.cc.
-  enum class remeasure : std::uint8_t { pending, tagging, done };
-  remeasure remeasure_state = remeasure::done;
-  std::uint64_t remeasure_first = 0;  // launch number of the tagged iteration's first
   // See Note [Which part differs] in core/schedule_costs.cc: CUPTI's clock and the backend's
   // totals at the start of the iteration being followed (clock 0: none yet).
   std::uint64_t iteration_mark_ns = 0;
@@ -163,11 +159,6 @@ void measure(learner& l, const profiler::periodic_stretch& s);
 // See Note [Which part differs] in core/schedule_costs.cc: at the period's first
 // launch, the iteration just ended measured part by part.
 void note_iteration(learner& l);
-
-// See Note [Durations measured again on the schedule] in core/schedule_costs.cc: at
-// each start of the followed loop body (cursor 0), before tuning and the moves; number
-// is the launch about to run. May plan again (the variant followed).
-void remeasure_step(learner& l, int device, std::uint64_t number);
 
 // The learned period rotated by v.rotation as a model over its pages, planned at the
 // engine's capacity less v.free_pages pages; on success it becomes what is followed
