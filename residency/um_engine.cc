@@ -487,12 +487,12 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   // hold the jobs begun between a fetch and the first use of what it fetched: a
   // training loop enqueues its iteration well ahead of the device (PyTorch's, until
   // the loss is read), and the schedule fetches ahead of that. With 128 events,
-  // Llama 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits, queued a median of
-  // 423 jobs (at most 713) between a fetch and its use and made about 190 waits an
-  // iteration for the whole stream,
-  // its next iteration's weights among what they waited for, which waited for room
-  // behind the optimizer's migrations to the host: 1738.4 ms an iteration; with 4096,
-  // none, and 1666.3 (docs/results.md). The stats count such waits
+  // Llama 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits, began hundreds of jobs
+  // between a fetch and its use and made 60 waits an iteration for the whole fetch
+  // stream, its next iteration's weights among what they waited for: 1743.1 ms an
+  // iteration; with 4096, none, and 1736.0, then 1673.9 once a fetch waits only for its
+  // own buffer's last move (Note [A move waits for its buffer's last move only] in
+  // residency/um_mover.cc; docs/results.md). The stats count such waits
   // (whole_stream_waits).
   if (!out.moves.empty() || !out.discards.empty()) {
     if (begin_job_locked(std::move(out)) != CUDA_SUCCESS) return false;

@@ -53,7 +53,7 @@ namespace oversub::residency {
 // that stream's work so far). Waiting for all of the stream's work put a fetch behind
 // every migration to the host queued since its buffer left, at the driver's rate to the
 // host: Llama 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits, on the H200's
-// measured model, 1719.4 ms an iteration; its own buffer's, 1666.3 (docs/results.md).
+// measured model, 1736.0 ms an iteration; its own buffer's, 1673.9 (docs/results.md).
 //
 // OVERSUB_MOVER=inline keeps every call on the launching thread, each job enqueued as
 // soon as it is queued.
