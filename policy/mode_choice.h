@@ -89,13 +89,15 @@
 // schedule's are the mover's, Note [um's mover] in residency/um_mover.cc), and the
 // engines' distance from their plans. The two are not equally far: on the H200's
 // measured model under the VMM waits, at 1/8 of the traces' bytes and 1.5x, swap's
-// prediction ran 0.95-1.01 of swap's iteration, um's 0.92-1.00 of um's (um waits for
-// room its migrations to the host are still freeing, at a sixth of the copy rate,
-// where its plan has the room sooner: docs/results.md, "um: freed buffers
-// discarded"). Taking um wherever predicted faster at all took it at ResNet-152 b32,
-// predicted 116.9 ms against swap's 117.2, where um ran 124.1 and swap 117.4; with the
-// margin auto takes the faster mode at four of those five points (Llama 3.2 1B: um
-// predicted 5.2% faster, ran 0.9% slower).
+// prediction ran 0.95-1.01 of swap's iteration. um's ran 0.92-1.00 of um's, and
+// taking um wherever predicted faster at all took it at ResNet-152 b32, predicted 116.9
+// ms against swap's 117.2, where um ran 124.1 and swap 117.4 (docs/results.md, "um:
+// freed buffers discarded"); hence the margin. Since um's work waits for its own
+// fetches only (Note [A fetch's own event] in residency/um_engine.cc), um runs closer
+// to its plan than this prediction: 0.96-1.10 of um's iteration at those points (1.27
+// at VGG-16 b256, from a profile recorded under um), and auto takes the faster mode at
+// four of five (ResNet-152 b32: swap, where um is 9% faster; docs/results.md, "um: a
+// fetch waits for its own buffer's moves").
 #ifndef OVERSUB_POLICY_MODE_CHOICE_H
 #define OVERSUB_POLICY_MODE_CHOICE_H
 

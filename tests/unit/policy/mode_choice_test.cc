@@ -21,6 +21,15 @@ std::vector<std::uint32_t> two_passes(std::uint32_t n) {
   return order;
 }
 
+// A launch of 10 us using buffer b alone.
+profiler::launch_record launch_on(std::uint32_t b) {
+  profiler::launch_record l;
+  l.name = 0;
+  l.duration_ns = 10'000;
+  l.buffers = {b};
+  return l;
+}
+
 // n long-lived buffers of `bytes` each, one launch of 10 us per entry of order (each
 // using the one buffer it names).
 profiler::profile profile_of(std::uint32_t n, std::uint64_t bytes,
@@ -35,13 +44,7 @@ profiler::profile profile_of(std::uint32_t n, std::uint64_t bytes,
     p.allocations.push_back(a);
   }
   p.strings.push_back("k");
-  for (std::uint32_t b : order) {
-    profiler::launch_record l;
-    l.name = 0;
-    l.duration_ns = 10'000;
-    l.buffers = {b};
-    p.launches.push_back(l);
-  }
+  for (std::uint32_t b : order) p.launches.push_back(launch_on(b));
   return p;
 }
 
@@ -271,13 +274,7 @@ TEST(ModeChoice, UmDiscardsFreedUnitsAtTheirCostPerPage) {
     a.alloc_at = 2 * k;
     a.free_at = 2 * k + 2;
     p.allocations.push_back(a);
-    for (int use = 0; use < 2; ++use) {
-      profiler::launch_record l;
-      l.name = 0;
-      l.duration_ns = 10'000;
-      l.buffers = {k};
-      p.launches.push_back(l);
-    }
+    for (int use = 0; use < 2; ++use) p.launches.push_back(launch_on(k));
   }
   mode_costs costs;
   costs.managed_to_host_bytes_per_s = 1e9;  // a migration out: about 1 ms a unit
