@@ -50,7 +50,10 @@ namespace oversub::residency {
 // the host, the next owner of one discarded) must come after that move, and after
 // nothing else there: the job waits for the event of the last job there that moved
 // one of its buffers (job_events_; where the ring has recorded it again since, for all
-// that stream's work so far). Waiting for all of the stream's work put a fetch behind
+// that stream's work so far). One event serves all its buffers only because the other
+// stream is one stream, its jobs in order: discards on a stream of their own, with the
+// highest seq still taken over both, skipped a discard behind a later migration, and
+// simgpu aborted on the race (ResNet-50 b32 at 1/8, 1.5x). Waiting for all of the stream's work put a fetch behind
 // every migration to the host queued since its buffer left, at the driver's rate to the
 // host: Llama 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits, on the H200's
 // measured model, 1736.0 ms an iteration; its own buffer's, 1673.9 (docs/results.md).
