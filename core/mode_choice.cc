@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common/units.h"
@@ -45,7 +46,8 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
     waits += measured("managed memory migrates at", m);
     costs.managed_discards = m.discards;
     if (m.discards) {
-      costs.managed_discard_page_ns = static_cast<std::uint64_t>(m.discard_page_ns + 0.5);
+      costs.managed_discard_page_ns =
+          std::max<std::uint64_t>(static_cast<std::uint64_t>(m.discard_page_ns + 0.5), 1);
       waits += fmt::format(", a discard {:.2f} us per 64 KiB", m.discard_page_ns / 1e3);
     } else {
       waits += ", the driver discards nothing";

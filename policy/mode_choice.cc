@@ -191,8 +191,10 @@ void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
   // policy/mode_choice.h), their cost per page of the cost model's size.
   cost_model replayed = device.costs;
   if (c.managed_discards) {
-    replayed.discard_page_ns = std::max<std::uint64_t>(
-        c.managed_discard_page_ns * replayed.managed_page_bytes / (64 * 1024), 1);
+    const std::uint64_t per_64k =
+        c.managed_discard_page_ns != 0 ? c.managed_discard_page_ns : c.managed_fault_ns;
+    replayed.discard_page_ns =
+        std::max<std::uint64_t>(per_64k * replayed.managed_page_bytes / (64 * 1024), 1);
   }
   std::uint64_t ns = simulate(model, plan, replayed).iteration_ns;
   // A buffer paged on demand: every move of it migrates (um_moves copies them all).

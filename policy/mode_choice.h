@@ -154,11 +154,12 @@ struct mode_costs {
   double managed_to_host_bytes_per_s = 0;
   // Whether the driver discards managed memory (cuMemDiscardBatchAsync; where it does
   // not, um migrates a freed buffer as any other), and a discard's cost per 64 KiB page
-  // on the stream to the host: as measured at start (Note [Managed migration rates,
-  // measured] in core/device_pool.cc), else a fault's own part, simgpu's reading of a
-  // discard where none was measured (Note [Discards] in tests/simgpu/driver/managed.h).
+  // on the stream to the host as measured at start (Note [Managed migration rates,
+  // measured] in core/device_pool.cc); 0: a fault's own part (managed_fault_ns),
+  // simgpu's reading of a discard where none was measured (Note [Discards] in
+  // tests/simgpu/driver/managed.h).
   bool managed_discards = true;
-  std::uint64_t managed_discard_page_ns = 3'512;
+  std::uint64_t managed_discard_page_ns = 0;
 };
 
 struct mode_prediction {

@@ -341,8 +341,8 @@ CUresult um_engine::wait_for_job_locked(std::unique_lock<std::mutex>& lock, std:
   std::uint64_t& last = waited[stream];
   if (job <= last) return CUDA_SUCCESS;
   CUresult r = issue_through_locked(lock, job);
-  if (r == CUDA_SUCCESS && job + job_events_.size() > jobs_begun_) {
-    r = pool::driver().cuStreamWaitEvent(stream, job_events_[job % job_events_.size()], 0);
+  if (r == CUDA_SUCCESS && job_event_holds(job, jobs_begun_)) {
+    r = pool::driver().cuStreamWaitEvent(stream, job_event(job), 0);
   } else if (r == CUDA_SUCCESS) {
     ++stats_.whole_stream_waits;
     observe_mover_locked();

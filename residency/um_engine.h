@@ -315,6 +315,12 @@ class um_engine final : public backend_with_stats<um_stats> {
   // Each job's last record, by seq; See Note [A fetch's own event] in
   // residency/um_engine.cc for the size.
   std::array<CUevent, 4096> job_events_{};
+  CUevent& job_event(std::uint64_t job) { return job_events_[job % job_events_.size()]; }
+  // Whether job's event is still its record once the jobs through `through` have
+  // recorded theirs (none has taken its place in the ring).
+  bool job_event_holds(std::uint64_t job, std::uint64_t through) const {
+    return job + job_events_.size() > through;
+  }
   std::vector<CUevent> order_events_;      // fresh events not in use
   CUevent engine_order_event_ = nullptr;   // the enqueuer's own, for after_other
   // The last fetch job each work stream waited for (Note [A fetch's own event] in

@@ -53,10 +53,11 @@ namespace oversub::residency {
 // that stream's work so far). One event serves all its buffers only because the other
 // stream is one stream, its jobs in order: discards on a stream of their own, with the
 // highest seq still taken over both, skipped a discard behind a later migration, and
-// simgpu aborted on the race (ResNet-50 b32 at 1/8, 1.5x). Waiting for all of the stream's work put a fetch behind
-// every migration to the host queued since its buffer left, at the driver's rate to the
-// host: Llama 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits, on the H200's
-// measured model, 1736.0 ms an iteration; its own buffer's, 1673.9 (docs/results.md).
+// simgpu aborted on the race (ResNet-50 b32 at 1/8, 1.5x). Waiting for all of the
+// stream's work put a fetch behind every migration to the host queued since its buffer
+// left, at the driver's rate to the host: Llama 3.2 1B at 1/8 of its bytes, 1.5x,
+// under the VMM waits, on the H200's measured model, 1736.0 ms an iteration; its own
+// buffer's, 1673.9 (docs/results.md).
 //
 // OVERSUB_MOVER=inline keeps every call on the launching thread, each job enqueued as
 // soon as it is queued.
@@ -221,7 +222,7 @@ CUresult um_engine::add_move_locked(um_job& job, std::uintptr_t base, buffer& b)
 CUresult um_engine::begin_job_locked(um_job&& job) {
   const pool::driver_table& d = pool::driver();
   const std::uint64_t seq = jobs_begun_ + 1;
-  CUevent& e = job_events_[seq % job_events_.size()];
+  CUevent& e = job_event(seq);
   if (e == nullptr && d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     e = nullptr;
     // Not queued: the books say moved, the driver pages on demand what is not there.
@@ -278,7 +279,7 @@ CUresult um_engine::issue_through_locked(std::unique_lock<std::mutex>& lock,
 
 void um_engine::observe_mover_locked() {
   if (mover_last_ <= observed_) return;
-  (void)pool::driver().cuEventQuery(job_events_[mover_last_ % job_events_.size()]);
+  (void)pool::driver().cuEventQuery(job_event(mover_last_));
   observed_ = mover_last_;
 }
 
@@ -291,10 +292,10 @@ CUresult um_engine::run_job(const um_job& job, std::uint64_t seq) {
   }
   // See Note [A move waits for its buffer's last move only]: the job's event, unless
   // the ring has recorded it again since (then all of the other stream's work so far).
-  const bool after_all = job.after_other ||
-                         (job.after_job != 0 && job.after_job + job_events_.size() < seq);
+  const bool after_all =
+      job.after_other || (job.after_job != 0 && !job_event_holds(job.after_job, seq - 1));
   if (r == CUDA_SUCCESS && job.after_job != 0 && !after_all) {
-    r = d.cuStreamWaitEvent(stream, job_events_[job.after_job % job_events_.size()], 0);
+    r = d.cuStreamWaitEvent(stream, job_event(job.after_job), 0);
   }
   if (r == CUDA_SUCCESS && after_all) {
     // Every earlier job is enqueued: the other stream's moves so far.
@@ -333,7 +334,7 @@ CUresult um_engine::run_job(const um_job& job, std::uint64_t seq) {
   // Recorded even after an error, so that whoever waits for the job does not wait for
   // a stale record.
   const CUresult recorded =
-      d.cuEventRecord(job_events_[seq % job_events_.size()], stream);
+      d.cuEventRecord(job_event(seq), stream);
   return r != CUDA_SUCCESS ? r : recorded;
 }
 
