@@ -29,6 +29,8 @@ run_mode from_profile(const profiler::profile& p, std::uint64_t limit_bytes, mem
   // See Note [Do VMM calls wait?] in core/device_pool.cc.
   policy::mode_costs costs;
   costs.vmm_waits = core::vmm_calls_wait(0);
+  // See Note [The room um's driver has] in policy/mode_choice.h.
+  costs.managed_room_bytes = limit_bytes != 0 ? limit_bytes : m.free_bytes;
   std::string waits =
       costs.vmm_waits ? "; this device's VMM calls wait for its queued work, so swap's remaps "
                         "cannot overlap it (measured at start)"

@@ -196,6 +196,8 @@ void predict_um(const profiler::profile& p, std::size_t capacity_bytes,
     replayed.discard_page_ns =
         std::max<std::uint64_t>(per_64k * replayed.managed_page_bytes / (64 * 1024), 1);
   }
+  // See Note [The room um's driver has] in policy/mode_choice.h.
+  plan.capacity_bytes = std::max(plan.capacity_bytes, c.managed_room_bytes);
   std::uint64_t ns = simulate(model, plan, replayed).iteration_ns;
   // A buffer paged on demand: every move of it migrates (um_moves copies them all).
   auto fetch = [&](const fetch_action& f) {

@@ -84,6 +84,25 @@
 // and the replay holds the stream to the host for each eviction that copies nothing
 // (cost_model::discard_page_ns).
 //
+// Note [The room um's driver has]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The engine's capacity is a count the um backend keeps, not the device's: it books a
+// fetch's room as soon as the prefetches to the host that free it are enqueued
+// (Note [um follows the schedule] in residency/um_engine.h), and the driver starts the
+// prefetch to the device once that much device memory is truly free, the headroom the
+// capacity leaves (Note [Swap capacity] in core/device_pool.cc) counting like any other
+// (simgpu's hostile reading, Note [Room from migrations to the host] in
+// tests/simgpu/driver/managed.h). So um's replay, which frees an eviction's room only
+// when its migration ends, has the device's room (mode_costs::managed_room_bytes) for
+// the plan made at the planning capacity: the headroom holds the fetches that run ahead
+// of the migrations to the host, at 9.4 GB/s on an H200 the slowest of um's moves. At
+// the planning capacity the replay stalled where the device had room: ResNet-152 b32 at
+// 1/8 and 1.5x under the VMM waits, 16.2 ms of stall predicted (117.3 ms) where um ran
+// 106.7, 11.9 of it in the forward pass while the migrations of its activations filled
+// the stream to the host, as they did in the run (docs/results.md, "auto's um
+// prediction: the room the driver has"). swap's capacity is the device memory its
+// arena maps, so its replay keeps it.
+//
 // swap is taken unless um is predicted faster by more than um_margin (5%), or swap
 // cannot be planned and um can. Left out: the host time of um's prefetch calls (the
 // schedule's are the mover's, Note [um's mover] in residency/um_mover.cc), and the
@@ -160,6 +179,10 @@ struct mode_costs {
   // tests/simgpu/driver/managed.h).
   bool managed_discards = true;
   std::uint64_t managed_discard_page_ns = 0;
+  // The device memory the driver may fill with managed pages (the device's free memory
+  // at start, or OVERSUB_DEVICE_LIMIT), where um's replay finds room for its fetches
+  // (Note [The room um's driver has]); 0 or less than the capacity: the capacity.
+  std::size_t managed_room_bytes = 0;
 };
 
 struct mode_prediction {

@@ -296,6 +296,33 @@ TEST(ModeChoice, UmDiscardsFreedUnitsAtTheirCostPerPage) {
 // See Note [Predicting swap against um] in policy/mode_choice.h: um is taken only where
 // predicted faster than swap by more than um_margin. swap's prediction grows with the
 // cost of a remap.
+// See Note [The room um's driver has] in policy/mode_choice.h: with migrations to the
+// host at a sixth of the copy rate, um's fetches wait for their room; the device's room
+// beyond the engine's capacity holds the ones that run ahead of them.
+TEST(ModeChoice, UmFetchesRunAheadOfTheMigrationsInTheDevicesRoom) {
+  // A forward pass over 32 buffers of 1 MiB, 10 us a launch, then a backward pass of 1
+  // ms launches in reverse: the forward waits for room from the migrations to the host,
+  // which the backward leaves idle.
+  std::vector<std::uint32_t> order;
+  for (std::uint32_t i = 0; i < 32; ++i) order.push_back(i);
+  for (std::uint32_t i = 32; i-- > 0;) order.push_back(i);
+  profiler::profile p = profile_of(32, MiB, order);
+  for (std::size_t k = 32; k < p.launches.size(); ++k) p.launches[k].duration_ns = 1'000'000;
+  mode_costs costs;
+  costs.managed_to_device_bytes_per_s = costs.link_bytes_per_s;
+  costs.managed_to_host_bytes_per_s = costs.link_bytes_per_s / 6;
+  const mode_prediction booked = predict_modes(p, 16 * MiB, costs);
+  costs.managed_room_bytes = 8 * MiB;  // less than the capacity: the capacity
+  const mode_prediction less = predict_modes(p, 16 * MiB, costs);
+  costs.managed_room_bytes = 20 * MiB;
+  const mode_prediction room = predict_modes(p, 16 * MiB, costs);
+  ASSERT_EQ(room.um_error, "");
+  EXPECT_EQ(less.um_ns, booked.um_ns);
+  EXPECT_LT(room.um_ns, booked.um_ns);
+  EXPECT_GT(room.um_ns, room.unlimited_ns);  // the plan's moves are still made
+  EXPECT_EQ(room.swap_ns, booked.swap_ns);   // swap's arena holds the capacity only
+}
+
 TEST(ModeChoice, UmOnlyWhereFasterByTheMargin) {
   const std::vector<std::uint32_t> order = two_passes(16);
   const profiler::profile p = profile_of(16, 2 * MiB, order);
