@@ -111,12 +111,16 @@
 // prediction ran 0.95-1.01 of swap's iteration. um's ran 0.92-1.00 of um's, and
 // taking um wherever predicted faster at all took it at ResNet-152 b32, predicted 116.9
 // ms against swap's 117.2, where um ran 124.1 and swap 117.4 (docs/results.md, "um:
-// freed buffers discarded"); hence the margin. Since um's work waits for its own
-// fetches only (Note [A fetch's own event] in residency/um_engine.cc), um runs closer
-// to its plan than this prediction: 0.96-1.10 of um's iteration at those points (1.27
-// at VGG-16 b256, from a profile recorded under um), and auto takes the faster mode at
-// four of five (ResNet-152 b32: swap, where um is 9% faster; docs/results.md, "um: a
-// fetch waits for its own buffer's moves").
+// freed buffers discarded"); hence the margin. With um's work waiting for its own
+// fetches only (Note [A fetch's own event] in residency/um_engine.cc) and its replay
+// given the device's room (Note [The room um's driver has]), um's prediction runs
+// 0.91-1.03 of um's iteration at nine points under the waits (1.20 at VGG-16 b256,
+// from a profile recorded under um), and under-predicts where um's engine leaves the
+// plan (VGG-16 b64, 0.914: 14.4 of its 30.8 ms of stall at the forward pass's first
+// fully connected launch, where the replay has none): the margin stays. auto takes the
+// faster mode at eight of the nine (GPT-2 b8 1.5x: swap, where um, predicted 2.7%
+// faster, runs 7% faster; docs/results.md, "auto's um prediction: the room the driver
+// has").
 #ifndef OVERSUB_POLICY_MODE_CHOICE_H
 #define OVERSUB_POLICY_MODE_CHOICE_H
 
