@@ -445,12 +445,18 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   if (naive_ || buffers_.empty() || !stats_.concurrent_access) return true;
   if (!ensure_streams_locked()) return false;
   start_mover_locked();
-  const std::vector<std::uintptr_t> wanted = buffers_of_locked(ranges, true);
-  // Dead buffers out to make room, then the fetches: one job each (Note [um's mover]
-  // in residency/um_mover.cc).
+  // In the order asked (the schedule's: the sooner used first), each once.
+  std::vector<std::uintptr_t> wanted;
+  for (const byte_range& range : ranges) {
+    for (std::uintptr_t base : buffers_of_locked({&range, 1}, true)) {
+      if (std::find(wanted.begin(), wanted.end(), base) == wanted.end()) wanted.push_back(base);
+    }
+  }
+  // Dead buffers out to make room, one job, then each fetch a job of its own (Note [A
+  // fetch's own event]; Note [um's mover] in residency/um_mover.cc).
   um_job out;
-  um_job in;
-  in.to_device = true;
+  std::vector<um_job> in;
+  std::vector<CUstream> ordered;
   CUresult r = CUDA_SUCCESS;
   const std::uint64_t epoch = ++epoch_;
   for (std::uintptr_t base : wanted) buffers_[base].pinned = epoch;
@@ -469,7 +475,13 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
       later.push_back(byte_range{base, b.bytes});
       continue;
     }
-    if (r = add_move_locked(in, base, b); r != CUDA_SUCCESS) break;
+    // A user stream an earlier job of this request waits for is behind this one too:
+    // the jobs run in order on one stream, and nothing was enqueued since.
+    in.emplace_back();
+    in.back().to_device = true;
+    in.back().after_streams = ordered;
+    if (r = add_move_locked(in.back(), base, b); r != CUDA_SUCCESS) break;
+    ordered = in.back().after_streams;
   }
   ++epoch_;  // nothing stays pinned
   // Note [A fetch's own event]
@@ -477,7 +489,15 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   // The work that uses a buffer the schedule fetched
   // waits for the job that fetched it (its event, recorded after the job's prefetches),
   // not for everything queued on the fetch stream by then: the schedule fetches ahead,
-  // so that also held the work behind fetches for later launches. The events are a
+  // so that also held the work behind fetches for later launches. Each buffer a request
+  // fetches is a job of its own, in the order asked (the schedule's, the sooner used
+  // first; a user stream that an earlier job of the request waits for is not waited for
+  // again): a request carries the fetches deferred for want of room besides its own,
+  // and with one job for all, the work that used the first waited for the last. Llama
+  // 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits, held its iteration's 147th
+  // kernel behind a request of 24 buffers and 429.7 MB: 1673.9 ms an iteration with one
+  // job a request, 1632.6 with one a buffer (docs/results.md, "um: a job for each
+  // fetch"). The events are a
   // ring; a buffer whose job's event may have been recorded again since waits for the
   // whole stream instead. Fetch jobs run in order on one stream, so a stream that waited
   // for one has waited for every earlier one, and waits no more for them
@@ -497,7 +517,13 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   if (!out.moves.empty() || !out.discards.empty()) {
     if (begin_job_locked(std::move(out)) != CUDA_SUCCESS) return false;
   }
-  if (!in.moves.empty() && begin_job_locked(std::move(in)) != CUDA_SUCCESS) return false;
+  for (um_job& job : in) {
+    if (job.moves.empty()) {
+      for (CUevent e : job.after) order_events_.push_back(e);  // a move that failed
+      continue;
+    }
+    if (begin_job_locked(std::move(job)) != CUDA_SUCCESS) return false;
+  }
   return r == CUDA_SUCCESS;
 }
 

@@ -262,6 +262,54 @@ TEST_F(UmEngine, AFetchWaitsForItsOwnBuffersEvictionOnly) {
   e.stop_mover();
 }
 
+// See Note [A fetch's own event] in residency/um_engine.cc: two buffers fetched in one
+// request, the one used first asked first, each in a job of its own: the work waits
+// for the first one's fetch, not for the second's, which waits for its own eviction (a
+// sixteen times larger buffer's, longer than the first's eviction and fetch together).
+TEST_F(UmEngine, AFetchIsWaitedForWithoutTheFetchesAskedAfterIt) {
+  um_engine e(0, 64 * kBuffer, false, true);
+  const pool::allocation_result a = e.allocate(kBuffer, cu());
+  const pool::allocation_result b = e.allocate(16 * kBuffer, cu());
+  ASSERT_EQ(a.error, pool::pool_errc::ok);
+  ASSERT_EQ(b.error, pool::pool_errc::ok);
+  const byte_range ra{reinterpret_cast<std::uintptr_t>(a.ptr), kBuffer};
+  const byte_range rb{reinterpret_cast<std::uintptr_t>(b.ptr), 16 * kBuffer};
+  ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
+  ASSERT_TRUE(e.prepare({&rb, 1}, cu()));
+  ASSERT_EQ(cudaMemsetAsync(a.ptr, 0x61, kBuffer, s_), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(b.ptr, 0x62, 16 * kBuffer, s_), cudaSuccess);
+  cudaEvent_t marks[4];
+  for (cudaEvent_t& m : marks) ASSERT_EQ(cudaEventCreate(&m), cudaSuccess);
+  // A out and back alone, then both out and back in one request, A asked first.
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_EQ(cudaEventRecord(marks[2 * round], s_), cudaSuccess);
+    ASSERT_TRUE(e.evict({&ra, 1}));
+    if (round == 1) ASSERT_TRUE(e.evict({&rb, 1}));
+    std::vector<byte_range> later;
+    const byte_range both[2] = {ra, rb};
+    ASSERT_TRUE(e.prefetch_now({both, round == 0 ? 1u : 2u}, later));
+    ASSERT_TRUE(later.empty());
+    ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
+    ASSERT_EQ(cudaEventRecord(marks[2 * round + 1], s_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  }
+  float alone = 0, asked_with_b = 0;
+  ASSERT_EQ(cudaEventElapsedTime(&alone, marks[0], marks[1]), cudaSuccess);
+  ASSERT_EQ(cudaEventElapsedTime(&asked_with_b, marks[2], marks[3]), cudaSuccess);
+  EXPECT_GT(alone, 0.0f);
+  EXPECT_LT(asked_with_b, 2 * alone) << "A alone took " << alone << " ms";
+  ASSERT_TRUE(e.prepare({&rb, 1}, cu()));
+  bufs_ = {ra.addr, rb.addr};
+  expect_bytes(0, 0x61);
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  std::vector<unsigned char> host(16 * kBuffer);
+  ASSERT_EQ(cudaMemcpy(host.data(), b.ptr, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(host.front(), 0x62);
+  EXPECT_EQ(host.back(), 0x62);
+  for (cudaEvent_t m : marks) cudaEventDestroy(m);
+  e.stop_mover();
+}
+
 // See Note [A fetch's own event] in residency/um_engine.cc: a buffer fetched long
 // before its use, some hundreds of the mover's jobs earlier, is still waited for by its
 // own job's event, not by all that the fetch stream has queued since.
