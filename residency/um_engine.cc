@@ -517,14 +517,17 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   if (!out.moves.empty() || !out.discards.empty()) {
     if (begin_job_locked(std::move(out)) != CUDA_SUCCESS) return false;
   }
+  bool begun = false, queued = true;
   for (um_job& job : in) {
-    if (job.moves.empty()) {
+    if (job.moves.empty() || !queued) {
       for (CUevent e : job.after) order_events_.push_back(e);  // a move that failed
       continue;
     }
-    if (begin_job_locked(std::move(job)) != CUDA_SUCCESS) return false;
+    queued = begin_job_locked(std::move(job), false) == CUDA_SUCCESS;
+    begun = begun || queued;
   }
-  return r == CUDA_SUCCESS;
+  if (begun && mover_running()) jobs_queued_.notify_one();  // one wake for them all
+  return queued && r == CUDA_SUCCESS;
 }
 
 void write_report(int device, std::uint64_t capacity_bytes, const um_stats& m,

@@ -273,7 +273,8 @@ class um_engine final : public backend_with_stats<um_stats> {
   // A fresh event on stream, waited for by job (once per stream).
   CUresult add_after_locked(um_job& job, CUstream stream);
   // Queues the job (the mover enqueues it, or it is enqueued now without one).
-  CUresult begin_job_locked(um_job&& job);
+  // notify: wake the mover (false: the caller wakes it once for several jobs).
+  CUresult begin_job_locked(um_job&& job, bool notify = true);
   // Jobs through seq enqueued (waiting for the mover, or enqueueing them here).
   CUresult issue_through_locked(std::unique_lock<std::mutex>& lock, std::uint64_t seq);
   // Enqueues one job's calls; the events it used are returned to order_events_

@@ -219,7 +219,7 @@ CUresult um_engine::add_move_locked(um_job& job, std::uintptr_t base, buffer& b)
   return CUDA_SUCCESS;
 }
 
-CUresult um_engine::begin_job_locked(um_job&& job) {
+CUresult um_engine::begin_job_locked(um_job&& job, bool notify) {
   const pool::driver_table& d = pool::driver();
   const std::uint64_t seq = jobs_begun_ + 1;
   CUevent& e = job_event(seq);
@@ -238,7 +238,7 @@ CUresult um_engine::begin_job_locked(um_job&& job) {
   jobs_.push_back(std::move(job));
   jobs_begun_ = seq;
   if (mover_running()) {
-    jobs_queued_.notify_one();
+    if (notify) jobs_queued_.notify_one();
     return CUDA_SUCCESS;
   }
   return run_queued_locked(seq);
