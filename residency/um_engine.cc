@@ -270,14 +270,13 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
   }
   const std::uint64_t epoch = ++epoch_;
   for (std::uintptr_t base : wanted) buffers_[base].pinned = epoch;
+  // See Note [A fetch's own event]: one wait, for the latest of the fetches the work
+  // needs (they run in order on one stream).
+  std::uint64_t fetched = 0;
   for (std::uintptr_t base : wanted) {
     buffer& b = buffers_[base];
     b.last_use = ++tick_;
-    if (CUresult r = wait_for_fetch_locked(lock, b, stream); r != CUDA_SUCCESS) {
-      result.code = residency_errc::driver_error;
-      result.driver = r;
-      return result;
-    }
+    fetched = std::max(fetched, pending_fetch(b, stream));
     if (!b.on_device) {
       // Room first: dead buffers, then the least recently used unpinned ones go to the
       // host.
@@ -303,16 +302,19 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
   for (std::uintptr_t base : reached) {
     buffer& b = buffers_[base];
     if (b.pinned == epoch) continue;  // also moved for this work
-    if (CUresult r = wait_for_fetch_locked(lock, b, stream); r != CUDA_SUCCESS) {
-      result.code = residency_errc::driver_error;
-      result.driver = r;
-      return result;
-    }
+    fetched = std::max(fetched, pending_fetch(b, stream));
     b.last_use = ++tick_;
     b.last_stream = stream;
     b.used = true;
   }
   ++epoch_;  // nothing stays pinned
+  if (fetched != 0) {
+    if (CUresult r = wait_for_job_locked(lock, fetched, stream, to_device_, waited_fetch_);
+        r != CUDA_SUCCESS) {
+      result.code = residency_errc::driver_error;
+      result.driver = r;
+    }
+  }
   return result;
 }
 
@@ -321,13 +323,12 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
 // driver to page it in under the kernel: for the job that fetched it (Note [A fetch's
 // own event]), unless the stream waited for that job or a later fetch already, else
 // for everything fetched so far.
-CUresult um_engine::wait_for_fetch_locked(std::unique_lock<std::mutex>& lock, buffer& b,
-                                          CUstream stream) {
+std::uint64_t um_engine::pending_fetch(const buffer& b, CUstream stream) const {
   if (!b.on_device || !b.used || b.last_stream != to_device_ || to_device_ == nullptr ||
       stream == to_device_) {
-    return CUDA_SUCCESS;
+    return 0;
   }
-  return wait_for_job_locked(lock, b.job, stream, to_device_, waited_fetch_);
+  return b.job;
 }
 
 // The work on stream waits for `job`, queued on the engine's stream `on`, by its event
@@ -457,6 +458,7 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   um_job out;
   std::vector<um_job> in;
   std::vector<CUstream> ordered;
+  std::size_t in_bytes = 0;  // in the last of `in`
   CUresult r = CUDA_SUCCESS;
   const std::uint64_t epoch = ++epoch_;
   for (std::uintptr_t base : wanted) buffers_[base].pinned = epoch;
@@ -475,13 +477,18 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
       later.push_back(byte_range{base, b.bytes});
       continue;
     }
-    // A user stream an earlier job of this request waits for is behind this one too:
-    // the jobs run in order on one stream, and nothing was enqueued since.
-    in.emplace_back();
-    in.back().to_device = true;
-    in.back().after_streams = ordered;
+    // See Note [A fetch's own event]: a new job once the last holds kFetchJobBytes. A
+    // user stream an earlier job of this request waits for is behind it too: the jobs
+    // run in order on one stream, and nothing was enqueued since.
+    if (in.empty() || in_bytes >= kFetchJobBytes) {
+      if (!in.empty()) ordered = in.back().after_streams;
+      in.emplace_back();
+      in.back().to_device = true;
+      in.back().after_streams = ordered;
+      in_bytes = 0;
+    }
     if (r = add_move_locked(in.back(), base, b); r != CUDA_SUCCESS) break;
-    ordered = in.back().after_streams;
+    in_bytes += b.bytes;
   }
   ++epoch_;  // nothing stays pinned
   // Note [A fetch's own event]
@@ -489,15 +496,19 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   // The work that uses a buffer the schedule fetched
   // waits for the job that fetched it (its event, recorded after the job's prefetches),
   // not for everything queued on the fetch stream by then: the schedule fetches ahead,
-  // so that also held the work behind fetches for later launches. Each buffer a request
-  // fetches is a job of its own, in the order asked (the schedule's, the sooner used
-  // first; a user stream that an earlier job of the request waits for is not waited for
-  // again): a request carries the fetches deferred for want of room besides its own,
-  // and with one job for all, the work that used the first waited for the last. Llama
-  // 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits, held its iteration's 147th
-  // kernel behind a request of 24 buffers and 429.7 MB: 1673.9 ms an iteration with one
-  // job a request, 1632.6 with one a buffer (docs/results.md, "um: a job for each
-  // fetch"). The events are a
+  // so that also held the work behind fetches for later launches. A request's fetches
+  // are taken in the order asked (the schedule's, the sooner used first), and a new job
+  // begins once the last holds kFetchJobBytes (4 MiB, 86 us at an H200's 49 GB/s), so
+  // that the work waits for at most that much asked after its buffer: a request carries
+  // the fetches deferred for want of room besides its own, and with one job for all,
+  // the work that used the first waited for the last (a user stream that an earlier job
+  // of the request waits for is not waited for again, and the work waits once, for the
+  // latest job it needs). Llama 3.2 1B at 1/8 of its bytes, 1.5x, under the VMM waits,
+  // held its iteration's 147th kernel behind a request of 24 buffers and 429.7 MB:
+  // 1673.9 ms an iteration with one job a request, 1633.6 now; a job for every buffer
+  // made 1632.6 but doubled the launching thread's time at ResNet-50 b32 1.5x (0.239 ->
+  // 0.478 ms an iteration: more jobs to enqueue where the mover lags, more waits; 0.246
+  // now; docs/results.md, "um: a fetch waits for at most 4 MiB asked after it"). The events are a
   // ring; a buffer whose job's event may have been recorded again since waits for the
   // whole stream instead. Fetch jobs run in order on one stream, so a stream that waited
   // for one has waited for every earlier one, and waits no more for them

@@ -69,6 +69,9 @@ namespace oversub::residency {
 // under the VMM waits: um 47.0 ms an iteration against swap's 48.1, where counting
 // bytes um ran 49.9).
 inline constexpr std::size_t kManagedPageBytes = 64 * 1024;
+// See Note [A fetch's own event] in residency/um_engine.cc: the bytes after which a
+// fetch request's next buffer starts a job of its own.
+inline constexpr std::size_t kFetchJobBytes = std::size_t{4} << 20;
 inline std::size_t managed_held_bytes(std::size_t bytes) {
   return (bytes + kManagedPageBytes - 1) / kManagedPageBytes * kManagedPageBytes;
 }
@@ -235,9 +238,9 @@ class um_engine final : public backend_with_stats<um_stats> {
   // The buffers the ranges touch; with dead, cached ones too (the schedule's units).
   std::vector<std::uintptr_t> buffers_of_locked(std::span<const byte_range> ranges,
                                                 bool dead = false) const;
-  // The work on stream waits for the schedule's prefetch of b, if one is pending.
-  CUresult wait_for_fetch_locked(std::unique_lock<std::mutex>& lock, buffer& b,
-                                 CUstream stream);
+  // The job of the schedule's prefetch of b that work on stream must wait for, if one
+  // is pending; else 0.
+  std::uint64_t pending_fetch(const buffer& b, CUstream stream) const;
   // The work on stream waits for the mover's job `job` on engine stream `on`, unless
   // waited[stream] says it has already.
   CUresult wait_for_job_locked(std::unique_lock<std::mutex>& lock, std::uint64_t job,

@@ -263,20 +263,21 @@ TEST_F(UmEngine, AFetchWaitsForItsOwnBuffersEvictionOnly) {
 }
 
 // See Note [A fetch's own event] in residency/um_engine.cc: two buffers fetched in one
-// request, the one used first asked first, each in a job of its own: the work waits
-// for the first one's fetch, not for the second's, which waits for its own eviction (a
-// sixteen times larger buffer's, longer than the first's eviction and fetch together).
+// request, the one used first asked first and as large as a job holds, so the second
+// starts a job of its own: the work waits for the first one's fetch, not for the
+// second's, which waits for its own eviction (an eight times larger buffer's, longer
+// than the first's eviction and fetch together).
 TEST_F(UmEngine, AFetchIsWaitedForWithoutTheFetchesAskedAfterIt) {
   um_engine e(0, 64 * kBuffer, false, true);
-  const pool::allocation_result a = e.allocate(kBuffer, cu());
+  const pool::allocation_result a = e.allocate(kFetchJobBytes, cu());
   const pool::allocation_result b = e.allocate(16 * kBuffer, cu());
   ASSERT_EQ(a.error, pool::pool_errc::ok);
   ASSERT_EQ(b.error, pool::pool_errc::ok);
-  const byte_range ra{reinterpret_cast<std::uintptr_t>(a.ptr), kBuffer};
+  const byte_range ra{reinterpret_cast<std::uintptr_t>(a.ptr), kFetchJobBytes};
   const byte_range rb{reinterpret_cast<std::uintptr_t>(b.ptr), 16 * kBuffer};
   ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
   ASSERT_TRUE(e.prepare({&rb, 1}, cu()));
-  ASSERT_EQ(cudaMemsetAsync(a.ptr, 0x61, kBuffer, s_), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(a.ptr, 0x61, kFetchJobBytes, s_), cudaSuccess);
   ASSERT_EQ(cudaMemsetAsync(b.ptr, 0x62, 16 * kBuffer, s_), cudaSuccess);
   cudaEvent_t marks[4];
   for (cudaEvent_t& m : marks) ASSERT_EQ(cudaEventCreate(&m), cudaSuccess);
