@@ -114,7 +114,7 @@
 // freed buffers discarded"); hence the margin. With um's work waiting for its own
 // fetches only (Note [A fetch's own event] in residency/um_engine.cc) and its replay
 // given the device's room (Note [The room um's driver has]), um's prediction runs
-// 0.91-1.03 of um's iteration at nine points under the waits (1.20 at VGG-16 b256,
+// 0.91-1.03 of um's iteration at nine points under the waits (1.19 at VGG-16 b256,
 // from a profile recorded under um), and under-predicts where um's engine leaves the
 // plan (VGG-16 b64, 0.914: 14.4 of its 30.8 ms of stall at the forward pass's first
 // fully connected launch, where the replay has none): the margin stays. auto takes the
