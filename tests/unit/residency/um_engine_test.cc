@@ -73,6 +73,42 @@ class UmEngine : public ::testing::Test {
     }
     ASSERT_EQ(host[kBuffer - 1], value);
   }
+  // Buffer A of a_bytes (filled with fill) and B sixteen times kBuffer (fill + 1): A out
+  // and back alone, then with B's eviction queued after A's, B also fetched (in A's
+  // request, asked after A) where ask_b; work on A may run in less than twice the time
+  // it took alone. Leaves A and B in bufs_.
+  void a_out_and_back(um_engine& e, std::size_t a_bytes, int fill, bool ask_b) {
+    const pool::allocation_result a = e.allocate(a_bytes, cu());
+    const pool::allocation_result b = e.allocate(16 * kBuffer, cu());
+    ASSERT_EQ(a.error, pool::pool_errc::ok);
+    ASSERT_EQ(b.error, pool::pool_errc::ok);
+    const byte_range ab[2] = {{reinterpret_cast<std::uintptr_t>(a.ptr), a_bytes},
+                              {reinterpret_cast<std::uintptr_t>(b.ptr), 16 * kBuffer}};
+    bufs_ = {ab[0].addr, ab[1].addr};
+    ASSERT_TRUE(e.prepare({&ab[0], 1}, cu()));
+    ASSERT_TRUE(e.prepare({&ab[1], 1}, cu()));
+    ASSERT_EQ(cudaMemsetAsync(a.ptr, fill, a_bytes, s_), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(b.ptr, fill + 1, 16 * kBuffer, s_), cudaSuccess);
+    cudaEvent_t marks[4];
+    for (cudaEvent_t& m : marks) ASSERT_EQ(cudaEventCreate(&m), cudaSuccess);
+    for (int round = 0; round < 2; ++round) {
+      ASSERT_EQ(cudaEventRecord(marks[2 * round], s_), cudaSuccess);
+      ASSERT_TRUE(e.evict({&ab[0], 1}));
+      if (round == 1) ASSERT_TRUE(e.evict({&ab[1], 1}));
+      std::vector<byte_range> later;
+      ASSERT_TRUE(e.prefetch_now({ab, round == 1 && ask_b ? 2u : 1u}, later));
+      ASSERT_TRUE(later.empty());
+      ASSERT_TRUE(e.prepare({&ab[0], 1}, cu()));
+      ASSERT_EQ(cudaEventRecord(marks[2 * round + 1], s_), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+    }
+    float alone = 0, with_b = 0;
+    ASSERT_EQ(cudaEventElapsedTime(&alone, marks[0], marks[1]), cudaSuccess);
+    ASSERT_EQ(cudaEventElapsedTime(&with_b, marks[2], marks[3]), cudaSuccess);
+    for (cudaEvent_t m : marks) cudaEventDestroy(m);
+    EXPECT_GT(alone, 0.0f);
+    EXPECT_LT(with_b, 2 * alone) << "A alone took " << alone << " ms";
+  }
   cudaStream_t s_ = nullptr;
   std::vector<std::uintptr_t> bufs_;
 };
@@ -227,38 +263,8 @@ TEST_F(UmEngine, ADiscardWaitsForEveryStreamThatMayStillReadTheBuffer) {
 // eviction together).
 TEST_F(UmEngine, AFetchWaitsForItsOwnBuffersEvictionOnly) {
   um_engine e(0, 64 * kBuffer, false, true);
-  const pool::allocation_result a = e.allocate(kBuffer, cu());
-  const pool::allocation_result b = e.allocate(16 * kBuffer, cu());
-  ASSERT_EQ(a.error, pool::pool_errc::ok);
-  ASSERT_EQ(b.error, pool::pool_errc::ok);
-  const byte_range ra{reinterpret_cast<std::uintptr_t>(a.ptr), kBuffer};
-  const byte_range rb{reinterpret_cast<std::uintptr_t>(b.ptr), 16 * kBuffer};
-  ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
-  ASSERT_TRUE(e.prepare({&rb, 1}, cu()));
-  ASSERT_EQ(cudaMemsetAsync(a.ptr, 0x51, kBuffer, s_), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(b.ptr, 0x52, 16 * kBuffer, s_), cudaSuccess);
-  cudaEvent_t marks[4];
-  for (cudaEvent_t& m : marks) ASSERT_EQ(cudaEventCreate(&m), cudaSuccess);
-  // A out and back alone, then again with B's eviction queued behind A's.
-  for (int round = 0; round < 2; ++round) {
-    ASSERT_EQ(cudaEventRecord(marks[2 * round], s_), cudaSuccess);
-    ASSERT_TRUE(e.evict({&ra, 1}));
-    if (round == 1) ASSERT_TRUE(e.evict({&rb, 1}));
-    std::vector<byte_range> later;
-    ASSERT_TRUE(e.prefetch_now({&ra, 1}, later));
-    ASSERT_TRUE(later.empty());
-    ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
-    ASSERT_EQ(cudaEventRecord(marks[2 * round + 1], s_), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
-  }
-  float alone = 0, behind = 0;
-  ASSERT_EQ(cudaEventElapsedTime(&alone, marks[0], marks[1]), cudaSuccess);
-  ASSERT_EQ(cudaEventElapsedTime(&behind, marks[2], marks[3]), cudaSuccess);
-  EXPECT_GT(alone, 0.0f);
-  EXPECT_LT(behind, 2 * alone) << "A alone took " << alone << " ms";
-  bufs_ = {ra.addr};
+  ASSERT_NO_FATAL_FAILURE(a_out_and_back(e, kBuffer, 0x51, false));
   expect_bytes(0, 0x51);
-  for (cudaEvent_t m : marks) cudaEventDestroy(m);
   e.stop_mover();
 }
 
@@ -269,45 +275,16 @@ TEST_F(UmEngine, AFetchWaitsForItsOwnBuffersEvictionOnly) {
 // than the first's eviction and fetch together).
 TEST_F(UmEngine, AFetchIsWaitedForWithoutTheFetchesAskedAfterIt) {
   um_engine e(0, 64 * kBuffer, false, true);
-  const pool::allocation_result a = e.allocate(kFetchJobBytes, cu());
-  const pool::allocation_result b = e.allocate(16 * kBuffer, cu());
-  ASSERT_EQ(a.error, pool::pool_errc::ok);
-  ASSERT_EQ(b.error, pool::pool_errc::ok);
-  const byte_range ra{reinterpret_cast<std::uintptr_t>(a.ptr), kFetchJobBytes};
-  const byte_range rb{reinterpret_cast<std::uintptr_t>(b.ptr), 16 * kBuffer};
-  ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
-  ASSERT_TRUE(e.prepare({&rb, 1}, cu()));
-  ASSERT_EQ(cudaMemsetAsync(a.ptr, 0x61, kFetchJobBytes, s_), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(b.ptr, 0x62, 16 * kBuffer, s_), cudaSuccess);
-  cudaEvent_t marks[4];
-  for (cudaEvent_t& m : marks) ASSERT_EQ(cudaEventCreate(&m), cudaSuccess);
-  // A out and back alone, then both out and back in one request, A asked first.
-  for (int round = 0; round < 2; ++round) {
-    ASSERT_EQ(cudaEventRecord(marks[2 * round], s_), cudaSuccess);
-    ASSERT_TRUE(e.evict({&ra, 1}));
-    if (round == 1) ASSERT_TRUE(e.evict({&rb, 1}));
-    std::vector<byte_range> later;
-    const byte_range both[2] = {ra, rb};
-    ASSERT_TRUE(e.prefetch_now({both, round == 0 ? 1u : 2u}, later));
-    ASSERT_TRUE(later.empty());
-    ASSERT_TRUE(e.prepare({&ra, 1}, cu()));
-    ASSERT_EQ(cudaEventRecord(marks[2 * round + 1], s_), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
-  }
-  float alone = 0, asked_with_b = 0;
-  ASSERT_EQ(cudaEventElapsedTime(&alone, marks[0], marks[1]), cudaSuccess);
-  ASSERT_EQ(cudaEventElapsedTime(&asked_with_b, marks[2], marks[3]), cudaSuccess);
-  EXPECT_GT(alone, 0.0f);
-  EXPECT_LT(asked_with_b, 2 * alone) << "A alone took " << alone << " ms";
-  ASSERT_TRUE(e.prepare({&rb, 1}, cu()));
-  bufs_ = {ra.addr, rb.addr};
+  ASSERT_NO_FATAL_FAILURE(a_out_and_back(e, kFetchJobBytes, 0x61, true));
+  const byte_range b{bufs_[1], 16 * kBuffer};
+  ASSERT_TRUE(e.prepare({&b, 1}, cu()));
   expect_bytes(0, 0x61);
-  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
   std::vector<unsigned char> host(16 * kBuffer);
-  ASSERT_EQ(cudaMemcpy(host.data(), b.ptr, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data(), reinterpret_cast<void*>(bufs_[1]), host.size(),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
   EXPECT_EQ(host.front(), 0x62);
   EXPECT_EQ(host.back(), 0x62);
-  for (cudaEvent_t m : marks) cudaEventDestroy(m);
   e.stop_mover();
 }
 
