@@ -453,8 +453,9 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
       if (std::find(wanted.begin(), wanted.end(), base) == wanted.end()) wanted.push_back(base);
     }
   }
-  // Dead buffers out to make room, one job, then each fetch a job of its own (Note [A
-  // fetch's own event]; Note [um's mover] in residency/um_mover.cc).
+  // Dead buffers out to make room, one job, then the fetches, in jobs of about
+  // kFetchJobBytes (Note [A fetch's own event]; Note [um's mover] in
+  // residency/um_mover.cc).
   um_job out;
   std::vector<um_job> in;
   std::vector<CUstream> ordered;
