@@ -117,7 +117,7 @@
 // 0.91-1.03 of um's iteration at nine points under the waits (1.19 at VGG-16 b256,
 // from a profile recorded under um), and under-predicts where um's engine leaves the
 // plan (VGG-16 b64, 0.914: 14.4 of its 30.8 ms of stall at the forward pass's first
-// fully connected launch, where the replay has none): the margin stays. auto takes the
+// launch, where the replay has none): the margin stays. auto takes the
 // faster mode at eight of the nine (GPT-2 b8 1.5x: swap, where um, predicted 2.7%
 // faster, runs 7% faster; docs/results.md, "auto's um prediction: the room the driver
 // has").
