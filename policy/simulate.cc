@@ -363,9 +363,9 @@ class replay {
       ++result_.d2h_copies;
     } else if (costs_.discard_page_ns != 0) {
       // A discard, in the order of the stream to the host (cost_model::discard_page_ns).
-      const std::uint64_t start = std::max(d2h_free_, release);
-      d2h_free_ = start + costs_.discard_ns(bytes);
-      d2h_busy_ += costs_.discard_ns(bytes);
+      const std::uint64_t discard = costs_.discard_ns(bytes);
+      d2h_free_ = std::max(d2h_free_, release) + discard;
+      d2h_busy_ += discard;
       release = d2h_free_;
       result_.discarded_bytes += bytes;
     }

@@ -2,6 +2,7 @@
 #include "residency/um_engine.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -446,11 +447,12 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   if (naive_ || buffers_.empty() || !stats_.concurrent_access) return true;
   if (!ensure_streams_locked()) return false;
   start_mover_locked();
-  // In the order asked (the schedule's: the sooner used first), each once.
+  // In the order asked (the schedule's: the sooner used first), each once, pinned.
+  const std::uint64_t epoch = ++epoch_;
   std::vector<std::uintptr_t> wanted;
   for (const byte_range& range : ranges) {
     for (std::uintptr_t base : buffers_of_locked({&range, 1}, true)) {
-      if (std::find(wanted.begin(), wanted.end(), base) == wanted.end()) wanted.push_back(base);
+      if (std::exchange(buffers_[base].pinned, epoch) != epoch) wanted.push_back(base);
     }
   }
   // Dead buffers out to make room, one job, then the fetches, in jobs of about
@@ -458,11 +460,8 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
   // residency/um_mover.cc).
   um_job out;
   std::vector<um_job> in;
-  std::vector<CUstream> ordered;
   std::size_t in_bytes = 0;  // in the last of `in`
   CUresult r = CUDA_SUCCESS;
-  const std::uint64_t epoch = ++epoch_;
-  for (std::uintptr_t base : wanted) buffers_[base].pinned = epoch;
   for (std::uintptr_t base : wanted) {
     buffer& b = buffers_[base];
     if (b.on_device || b.bytes > capacity_bytes() / 4) continue;
@@ -482,10 +481,10 @@ bool um_engine::prefetch_now(std::span<const byte_range> ranges,
     // user stream an earlier job of this request waits for is behind it too: the jobs
     // run in order on one stream, and nothing was enqueued since.
     if (in.empty() || in_bytes >= kFetchJobBytes) {
-      if (!in.empty()) ordered = in.back().after_streams;
-      in.emplace_back();
-      in.back().to_device = true;
-      in.back().after_streams = ordered;
+      um_job next;
+      next.to_device = true;
+      if (!in.empty()) next.after_streams = in.back().after_streams;
+      in.push_back(std::move(next));
       in_bytes = 0;
     }
     if (r = add_move_locked(in.back(), base, b); r != CUDA_SUCCESS) break;

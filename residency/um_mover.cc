@@ -333,8 +333,7 @@ CUresult um_engine::run_job(const um_job& job, std::uint64_t seq) {
   }
   // Recorded even after an error, so that whoever waits for the job does not wait for
   // a stale record.
-  const CUresult recorded =
-      d.cuEventRecord(job_event(seq), stream);
+  const CUresult recorded = d.cuEventRecord(job_event(seq), stream);
   return r != CUDA_SUCCESS ? r : recorded;
 }
 
