@@ -318,10 +318,31 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
 // against all the room wanted: 55.46 -> 54.39 ms at 1.5x, 92.94 -> 91.54 at 3x). A
 // fetch page may take the device memory of an eviction page of the same call
 // (borrow): it maps it only once that page's own map to its host copy has been made,
-// so the memory is never mapped at two addresses; if that eviction's run is given its
-// memory back, the fetch is put back first. Only where the driver is known to unmap a
-// run of mappings in one call (runs_may_group): the page-by-page fallback (Note [A
-// driver that unmaps one mapping at a time]) stays with remap_runs.
+// so the memory is never mapped at two addresses. Only where the driver is known to
+// unmap a run of mappings in one call (runs_may_group): the page-by-page fallback (Note
+// [A driver that unmaps one mapping at a time]) stays with remap_runs.
+//
+// Note [A fetch's copies before the evictions' grants]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A fetch's copies in can start once its own runs are granted; the evictions' grants
+// (their host copies' access) hold nothing the fetch needs. So the fetch's runs are
+// granted first, the caller queues their copies in (`fetched`), and the evictions'
+// runs are granted after: the link starts that much sooner.
+// ResNet-50 b32 at 1/8 of its bytes, 3x, on the H200's measured model, a batch of 14
+// eviction pages in 4 runs and a 19-page fetch: the evictions' grants took 243 us
+// before the fetch's copies could be queued, where the plan starts a fetch's copy
+// after its own remap; the iteration 39.48 -> 38.82 ms (1.066x -> 1.048x T_unl),
+// ResNet-152 b32 1/8 10x 109.33 -> 108.95 (docs/results.md, "Swap: a fetch's copies
+// before the evictions' grants"). The cost: where an eviction's grant fails after the
+// fetch kept the device memory of some of its pages, those pages cannot go back to it;
+// they stay on their host copies (which hold their bytes, the copies out being done),
+// granted page by page, best effort, and count as moved; the run's other pages go
+// back, and the error reaches the application at its next call as any other.
+// Where the mapping calls wait for the device's queued work (Note [Do VMM calls wait?]
+// in core/device_pool.cc), the evictions' grants would wait for those copies: there
+// the copies are queued after every grant, as before (ResNet-152 b32 1/8 10x under the
+// VMM waits: 170.76 ms an iteration with the copies after, 187.75 before the
+// evictions' grants; the remaps' timings had not shown the waits there).
 CUresult remap_grouped(std::span<const std::uintptr_t> evas,
                        std::span<const CUmemGenericAllocationHandle> efrom,
                        std::span<const CUmemGenericAllocationHandle> eto,
@@ -331,7 +352,7 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
                        std::span<const int> borrow, std::size_t page_bytes, int device,
                        std::vector<char>& eok, std::vector<char>& fok, CUresult& ferror,
                        std::uint64_t& calls, std::uint64_t (*clock)() noexcept,
-                       run_cost_fit* fit) {
+                       run_cost_fit* fit, const fetched_fn& fetched) {
   const pool::driver_table& d = pool::driver();
   const CUmemAccessDesc access = device_access(device);
   struct run {
@@ -416,13 +437,13 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
     r.moved = 0;
     r.done = true;
   };
-  // The access grants. Each run granted is timed at the group's mean unmap and grant:
+  // The access grants, the fetch's runs first (Note [A fetch's copies before the
+  // evictions' grants]). Each run granted is timed at the group's mean unmap and grant:
   // the first run's calls cost a family's first call, the later ones its repeats, and
   // the fit's lower quartiles would otherwise take the repeats for what a run costs and
   // the first calls for waits on the device (Note [Timing calls that may wait]).
   std::vector<std::pair<std::size_t, std::uint64_t>> granted_runs;  // pages, ns
-  for (run& r : runs) {
-    if (!r.unmapped || r.done) continue;
+  const auto grant = [&](run& r) {
     const std::uint64_t t0 = timed ? clock() : 0;
     ++calls;
     const CUresult granted = d.cuMemSetAccess(vas(r)[r.first], r.count * page_bytes, &access, 1);
@@ -433,19 +454,47 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
         if (r.moved == r.count) fit->add_maps(static_cast<double>(r.count),
                                               static_cast<double>(r.map_ns));
       }
-      continue;
     }
+    return granted;
+  };
+  for (run& r : runs) {
+    if (r.evict || !r.unmapped || r.done) continue;
+    if (CUresult granted = grant(r); granted != CUDA_SUCCESS) {
+      fail(r, granted);
+      put_back(r);
+    }
+  }
+  if (fetched) {
+    for (const run& r : runs) {
+      if (!r.evict) std::fill_n(fok.begin() + static_cast<std::ptrdiff_t>(r.first), r.moved, 1);
+    }
+    ferror = fetched(fok, ferror);
+  }
+  // An eviction page whose device memory a fetch page took and kept (granted) stays on
+  // its host copy, which holds its bytes: it is granted access page by page, best
+  // effort, where its run's grant failed; the run's other pages go back.
+  std::vector<char> kept(evas.size(), 0);
+  for (const run& r : runs) {
+    for (std::size_t k = r.first; k < r.first + r.moved && !r.evict; ++k) {
+      if (borrow[k] >= 0) kept[static_cast<std::size_t>(borrow[k])] = 1;
+    }
+  }
+  for (run& r : runs) {
+    if (!r.evict || !r.unmapped || r.done) continue;
+    const CUresult granted = grant(r);
+    if (granted == CUDA_SUCCESS) continue;
     fail(r, granted);
-    if (r.evict) {
-      // Its device memory goes back to it: every fetch first gives back what it took.
-      for (run& q : runs) {
-        if (!q.evict && q.unmapped && !q.done) {
-          fail(q, granted);
-          put_back(q);
-        }
+    for (std::size_t k = r.first; k < r.first + r.count; ++k) {
+      if (k < r.first + r.moved && !kept[k]) {
+        calls += 2;
+        d.cuMemUnmap(evas[k], page_bytes);
+        d.cuMemMap(evas[k], page_bytes, 0, efrom[k], 0);
+        emoved[k] = 0;
       }
+      ++calls;
+      d.cuMemSetAccess(evas[k], page_bytes, &access, 1);
     }
-    put_back(r);
+    r.done = true;
   }
   if (!granted_runs.empty()) {
     double ns = 0;
@@ -453,8 +502,12 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
     ns /= static_cast<double>(granted_runs.size());
     for (const auto& g : granted_runs) fit->add(static_cast<double>(g.first), ns);
   }
+  // Where an eviction's grant failed, its pages kept on the host are moved as well.
+  for (std::size_t k = 0; k < evas.size(); ++k) eok[k] = emoved[k];
+  fok.assign(fvas.size(), 0);
   for (const run& r : runs) {
-    for (std::size_t k = r.first; k < r.first + r.moved; ++k) (r.evict ? eok : fok)[k] = 1;
+    if (r.evict) continue;
+    std::fill_n(fok.begin() + static_cast<std::ptrdiff_t>(r.first), r.moved, 1);
   }
   return eerror;
 }

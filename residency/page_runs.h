@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -84,6 +85,11 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
 // call, and has not been seen to take one mapping a call.
 bool runs_may_group();
 
+// Called by remap_grouped once the fetch's runs are granted (or given back), before
+// the evictions' grants, with the fetch's ok so far and its error; what it returns
+// becomes the fetch's error (the swap mover queues the fetch's copies in there).
+using fetched_fn = std::function<CUresult(const std::vector<char>& fok, CUresult ferror)>;
+
 // See Note [Calls grouped by family] in residency/page_runs.cc. An eviction's pages
 // (evas, efrom -> eto) and a fetch's (fvas, ffrom -> fto) remapped as remap_runs would
 // remap each, the calls grouped by family; a fetch page with borrow[k] >= 0 maps the
@@ -98,7 +104,7 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
                        std::span<const int> borrow, std::size_t page_bytes, int device,
                        std::vector<char>& eok, std::vector<char>& fok, CUresult& ferror,
                        std::uint64_t& calls, std::uint64_t (*clock)() noexcept = nullptr,
-                       run_cost_fit* fit = nullptr);
+                       run_cost_fit* fit = nullptr, const fetched_fn& fetched = {});
 
 }  // namespace oversub::residency
 

@@ -305,6 +305,11 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
   // for, remapped in the same calls, taking this eviction's device memory.
   fetch_plan f;
   const bool paired = runs_may_group() && plan_fetch_locked(f, from);
+  // See Note [A fetch's copies before the evictions' grants] in residency/page_runs.cc:
+  // not where the calls wait for the device's work (measured at start, or in the
+  // remaps' timings), the copies then among it.
+  const bool copy_early =
+      paired && !cfg_.calls_wait && !(run_fit_.n >= 8 && run_fit_.calls_wait());
   std::uint64_t (*const clock)() noexcept = clock_;
   lock.unlock();
 
@@ -316,13 +321,20 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
   run_cost_fit fit;
   CUresult error = CUDA_SUCCESS;
   CUresult ferror = paired ? create_fetch_memory(f, calls) : CUDA_SUCCESS;
+  // See Note [A fetch's copies before the evictions' grants] in residency/page_runs.cc.
+  bool copied = false;
+  const fetched_fn copy_in = [&](const std::vector<char>& granted, CUresult e) {
+    copied = true;
+    return copy_fetch_in(f, granted, e, calls, copy_calls);
+  };
   if (paired && ferror == CUDA_SUCCESS) {
     error = remap_grouped(vas, from, to, f.vas, f.hosts, f.devices, f.borrow, cfg_.page_bytes,
-                          cfg_.device, ok, fok, ferror, calls, clock, &fit);
+                          cfg_.device, ok, fok, ferror, calls, clock, &fit,
+                          copy_early ? copy_in : fetched_fn{});
   } else {
     error = remap_runs(vas, from, to, cfg_.page_bytes, cfg_.device, ok, calls, clock, &fit);
   }
-  if (paired) ferror = copy_fetch_in(f, fok, ferror, calls, copy_calls);
+  if (paired && !copied) ferror = copy_fetch_in(f, fok, ferror, calls, copy_calls);
   // A hand-off that could not be recorded is a driver error like any other: the
   // application hears it at its next call (the pages are committed all the same).
   const CUresult handed = d.cuEventRecord(handoff_[batch % handoff_.size()], mover_stream_);
