@@ -370,9 +370,9 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
   const auto vas = [&](const run& r) { return r.evict ? evas : fvas; };
   const auto from = [&](const run& r) { return r.evict ? efrom : ffrom; };
   const auto to = [&](const run& r) { return r.evict ? eto : fto; };
+  // eok[k]: eviction page k maps its host copy (a fetch may take its memory from then).
   eok.assign(evas.size(), 0);
   fok.assign(fvas.size(), 0);
-  std::vector<char> emoved(evas.size(), 0);
   CUresult eerror = CUDA_SUCCESS;
   ferror = CUDA_SUCCESS;
   const auto fail = [&](const run& r, CUresult e) {
@@ -404,7 +404,7 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
     std::size_t k = r.first;
     const std::size_t end = r.first + r.count;
     for (; k < end; ++k) {
-      if (!r.evict && borrow[k] >= 0 && !emoved[static_cast<std::size_t>(borrow[k])]) {
+      if (!r.evict && borrow[k] >= 0 && !eok[static_cast<std::size_t>(borrow[k])]) {
         fail(r, eerror != CUDA_SUCCESS ? eerror : CUDA_ERROR_INVALID_VALUE);
         break;
       }
@@ -413,7 +413,7 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
         fail(r, e);
         break;
       }
-      if (r.evict) emoved[k] = 1;
+      if (r.evict) eok[k] = 1;
     }
     r.moved = k - r.first;
     if (timed && k == end) r.map_ns = clock() - t0;
@@ -422,14 +422,15 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
       d.cuMemMap(vas(r)[j], page_bytes, 0, from(r)[j], 0);
     }
   }
-  // A run back on its old memory, with access page by page.
-  const auto put_back = [&](run& r) {
+  // A run back on its old memory, but for the pages `stays` keeps on the new, with
+  // access page by page.
+  const auto put_back = [&](run& r, const std::vector<char>* stays) {
     for (std::size_t k = r.first; k < r.first + r.count; ++k) {
-      if (k < r.first + r.moved) {
+      if (k < r.first + r.moved && (stays == nullptr || !(*stays)[k])) {
         calls += 2;
         d.cuMemUnmap(vas(r)[k], page_bytes);
         d.cuMemMap(vas(r)[k], page_bytes, 0, from(r)[k], 0);
-        if (r.evict) emoved[k] = 0;
+        if (r.evict) eok[k] = 0;
       }
       ++calls;
       d.cuMemSetAccess(vas(r)[k], page_bytes, &access, 1);
@@ -461,53 +462,32 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
     if (r.evict || !r.unmapped || r.done) continue;
     if (CUresult granted = grant(r); granted != CUDA_SUCCESS) {
       fail(r, granted);
-      put_back(r);
+      put_back(r, nullptr);
     }
   }
-  if (fetched) {
-    for (const run& r : runs) {
-      if (!r.evict) std::fill_n(fok.begin() + static_cast<std::ptrdiff_t>(r.first), r.moved, 1);
-    }
-    ferror = fetched(fok, ferror);
-  }
-  // An eviction page whose device memory a fetch page took and kept (granted) stays on
-  // its host copy, which holds its bytes: it is granted access page by page, best
-  // effort, where its run's grant failed; the run's other pages go back.
-  std::vector<char> kept(evas.size(), 0);
+  // The fetch's pages are where they stay.
   for (const run& r : runs) {
-    for (std::size_t k = r.first; k < r.first + r.moved && !r.evict; ++k) {
-      if (borrow[k] >= 0) kept[static_cast<std::size_t>(borrow[k])] = 1;
-    }
+    if (!r.evict) std::fill_n(fok.begin() + static_cast<std::ptrdiff_t>(r.first), r.moved, 1);
+  }
+  if (fetched) ferror = fetched(fok, ferror);
+  // An eviction page whose device memory a fetch page kept stays on its host copy,
+  // which holds its bytes, where its run's grant failed; the run's other pages go back.
+  std::vector<char> kept(evas.size(), 0);
+  for (std::size_t k = 0; k < fvas.size(); ++k) {
+    if (fok[k] && borrow[k] >= 0) kept[static_cast<std::size_t>(borrow[k])] = 1;
   }
   for (run& r : runs) {
     if (!r.evict || !r.unmapped || r.done) continue;
-    const CUresult granted = grant(r);
-    if (granted == CUDA_SUCCESS) continue;
-    fail(r, granted);
-    for (std::size_t k = r.first; k < r.first + r.count; ++k) {
-      if (k < r.first + r.moved && !kept[k]) {
-        calls += 2;
-        d.cuMemUnmap(evas[k], page_bytes);
-        d.cuMemMap(evas[k], page_bytes, 0, efrom[k], 0);
-        emoved[k] = 0;
-      }
-      ++calls;
-      d.cuMemSetAccess(evas[k], page_bytes, &access, 1);
+    if (CUresult granted = grant(r); granted != CUDA_SUCCESS) {
+      fail(r, granted);
+      put_back(r, &kept);
     }
-    r.done = true;
   }
   if (!granted_runs.empty()) {
     double ns = 0;
     for (const auto& g : granted_runs) ns += static_cast<double>(g.second);
     ns /= static_cast<double>(granted_runs.size());
     for (const auto& g : granted_runs) fit->add(static_cast<double>(g.first), ns);
-  }
-  // Where an eviction's grant failed, its pages kept on the host are moved as well.
-  for (std::size_t k = 0; k < evas.size(); ++k) eok[k] = emoved[k];
-  fok.assign(fvas.size(), 0);
-  for (const run& r : runs) {
-    if (r.evict) continue;
-    std::fill_n(fok.begin() + static_cast<std::ptrdiff_t>(r.first), r.moved, 1);
   }
   return eerror;
 }

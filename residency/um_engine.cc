@@ -321,9 +321,9 @@ prepare_result um_engine::prepare(std::span<const byte_range> ranges, CUstream s
 
 // Fetched ahead by the schedule (Note [um follows the schedule] in
 // residency/um_engine.h): the work on stream waits for that prefetch, not for the
-// driver to page it in under the kernel: for the job that fetched it (Note [A fetch's
-// own event]), unless the stream waited for that job or a later fetch already, else
-// for everything fetched so far.
+// driver to page it in under the kernel. The job that fetched it (Note [A fetch's own
+// event]), which prepare() waits for with the latest of the work's others
+// (wait_for_job_locked); 0 where there is none to wait for.
 std::uint64_t um_engine::pending_fetch(const buffer& b, CUstream stream) const {
   if (!b.on_device || !b.used || b.last_stream != to_device_ || to_device_ == nullptr ||
       stream == to_device_) {
