@@ -331,7 +331,7 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
 // ResNet-50 b32 at 1/8 of its bytes, 3x, on the H200's measured model, a batch of 14
 // eviction pages in 4 runs and a 19-page fetch: the evictions' grants took 243 us
 // before the fetch's copies could be queued, where the plan starts a fetch's copy
-// after its own remap; the iteration 39.07 -> 38.77 ms (1.055x -> 1.046x T_unl), the
+// after its own remap; the iteration 39.42 -> 39.03 ms (1.064x -> 1.053x T_unl), the
 // other points within the replays' spread (docs/results.md, "Swap: a fetch's copies
 // before the evictions' grants"). The cost: where an eviction's grant fails after the
 // fetch kept the device memory of some of its pages, those pages cannot go back to it;
