@@ -155,6 +155,12 @@ def calibrate(facts: dict, base: str, source: str = "facts.json") -> str:
         if refused or "error" not in idle:
             values["vmm_unmap_spans_mappings"] = ("0" if refused else "1",
                                                   "vmm_calls.run16_handles_ranged.idle")
+    # Whether a ready copy runs while one issued before it waits on its stream (Note
+    # [Copy engines serve ready copies] in tests/simgpu/driver/clock.h).
+    beside = facts.get("copy_beside_blocked")
+    if isinstance(beside, dict) and "ready_copy_ran_first" in beside:
+        values["copy_engines_serve_ready"] = ("1" if beside["ready_copy_ran_first"] else "0",
+                                              "copy_beside_blocked.ready_copy_ran_first")
     host = facts.get("host_vmm")
     if isinstance(host, dict) and "supported" in host:
         values["host_vmm_supported"] = ("1" if host["supported"] else "0", "host_vmm.supported")

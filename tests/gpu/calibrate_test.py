@@ -94,16 +94,21 @@ def main() -> int:
         if got.get("vmm_unmap_spans_mappings") != "1":
             problems.append(f"vmm_unmap_spans_mappings {got.get('vmm_unmap_spans_mappings')!r}, "
                             "want '1' (gpu_facts run16_handles_ranged passed)")
+        # simgpu's default: a ready copy runs beside one that waits (copy_beside_blocked).
+        if got.get("copy_engines_serve_ready") != "1":
+            problems.append(f"copy_engines_serve_ready {got.get('copy_engines_serve_ready')!r}, "
+                            "want '1'")
         if problems:
             print("FAIL: round trip:\n  " + "\n  ".join(problems))
             return 1
         print(f"round trip: {got['name']}, bandwidths {float(got['h2d_pinned_bandwidth']):.4g} / "
               f"{float(got['d2h_pinned_bandwidth']):.4g} B/s against {float(want['h2d_pinned_bandwidth']):.4g} / "
               f"{float(want['d2h_pinned_bandwidth']):.4g}")
-        # A driver that unmaps one mapping per call: the model says so.
+        # A driver that unmaps one mapping per call, copy engines that serve copies in
+        # issue order: the model says so.
         strict = subprocess.run([str(args.facts_exe), "--mib", "64", "--reps", "3", "--vmm-iters", "5"],
-                                env={**env, "SIMGPU_VMM_UNMAP_SPANS": "0"}, capture_output=True,
-                                text=True, timeout=300)
+                                env={**env, "SIMGPU_VMM_UNMAP_SPANS": "0", "SIMGPU_COPY_GAPS": "0"},
+                                capture_output=True, text=True, timeout=300)
         strict_path = facts_path.with_suffix(".strict.json")
         strict_path.write_text(strict.stdout)
         try:
@@ -111,12 +116,17 @@ def main() -> int:
                                    capture_output=True, text=True, timeout=60)
         finally:
             strict_path.unlink(missing_ok=True)
-        if strict.returncode != 0 or keys(model.stdout).get("vmm_unmap_spans_mappings") != "0":
-            print(f"FAIL: with SIMGPU_VMM_UNMAP_SPANS=0: gpu_facts exit {strict.returncode}, "
-                  f"vmm_unmap_spans_mappings {keys(model.stdout).get('vmm_unmap_spans_mappings')!r}, "
-                  f"want '0'; {model.stderr[-300:]}")
+        strict_keys = keys(model.stdout)
+        if strict.returncode != 0 or strict_keys.get("vmm_unmap_spans_mappings") != "0" or \
+                strict_keys.get("copy_engines_serve_ready") != "0":
+            print(f"FAIL: with SIMGPU_VMM_UNMAP_SPANS=0 SIMGPU_COPY_GAPS=0: gpu_facts exit "
+                  f"{strict.returncode}, vmm_unmap_spans_mappings "
+                  f"{strict_keys.get('vmm_unmap_spans_mappings')!r}, copy_engines_serve_ready "
+                  f"{strict_keys.get('copy_engines_serve_ready')!r}, want '0' and '0'; "
+                  f"{model.stderr[-300:]}")
             return 1
-        print("a driver that unmaps one mapping a call: vmm_unmap_spans_mappings = 0")
+        print("a driver that unmaps one mapping a call: vmm_unmap_spans_mappings = 0; copies in "
+              "issue order: copy_engines_serve_ready = 0")
         # 2. A missing field.
         del facts["pinned_bandwidth"]["d2h_gbps"]
         facts_path.write_text(json.dumps(facts))

@@ -19,7 +19,9 @@
 //   host-located VMM memory (host_vmm), managed-memory fault throughput
 //   (managed_faults), and the device memory a small managed allocation takes once
 //   prefetched (managed_footprint: whether the driver gives each its own page), and
-//   what a discard of managed memory costs and gives back (managed_discard).
+//   what a discard of managed memory costs and gives back (managed_discard);
+// - whether a copy ready on one stream runs while a copy issued before it in the same
+//   direction waits on its stream for a kernel (copy_beside_blocked).
 //
 // The same file builds with nvcc (`-x cu`, tests/gpu/nvcc_include first on the
 // include path) for a GPU and with the host compiler against simgpu's libcudart for
@@ -403,6 +405,68 @@ inline std::string managed_discard(const options& opt, int device, cudaStream_t 
   return buf;
 }
 
+// --- copy_beside_blocked: a host-to-device copy whose stream waits for a spin kernel
+// (about 50 ms) on another stream, then one issued after it on a third, idle stream. On
+// simgpu the second runs at once, in the engine's idle time before the first (Note
+// [Copy engines serve ready copies] in tests/simgpu/driver/clock.h); a copy engine
+// serving copies in issue order would hold it until the kernel and the first copy end.
+inline std::string copy_beside_blocked(const options& opt, spinner* spin, cudaStream_t waiting) {
+  const size_t bytes = opt.mib << 20;
+  void* host = nullptr;
+  void *d1 = nullptr, *d2 = nullptr;
+  cudaStream_t ready = nullptr;
+  cudaEvent_t spin_end = nullptr, t0 = nullptr, ready_end = nullptr;
+  std::string error;
+  auto check = [&](cudaError_t r, const char* what) {
+    if (error.empty() && r != cudaSuccess) error = cuda_error(r, what);
+    return error.empty();
+  };
+  check(cudaMallocHost(&host, 2 * bytes), "cudaMallocHost") &&
+      check(cudaMalloc(&d1, bytes), "cudaMalloc") && check(cudaMalloc(&d2, bytes), "cudaMalloc") &&
+      check(cudaStreamCreateWithFlags(&ready, cudaStreamNonBlocking), "cudaStreamCreate") &&
+      check(cudaEventCreate(&spin_end), "cudaEventCreate") &&
+      check(cudaEventCreate(&t0), "cudaEventCreate") &&
+      check(cudaEventCreate(&ready_end), "cudaEventCreate");
+  if (error.empty()) std::memset(host, 1, 2 * bytes);
+  std::vector<double> ready_ms, ahead_ms;
+  for (int r = -1; error.empty() && r < opt.reps; ++r) {  // r == -1: warm-up
+    char* second = static_cast<char*>(host) + bytes;
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize") &&
+        check(spin->start(), "spin kernel") &&
+        check(cudaEventRecord(spin_end, spin->stream), "cudaEventRecord") &&
+        check(cudaStreamWaitEvent(waiting, spin_end, 0), "cudaStreamWaitEvent") &&
+        check(cudaMemcpyAsync(d1, host, bytes, cudaMemcpyHostToDevice, waiting),
+              "cudaMemcpyAsync") &&
+        check(cudaEventRecord(t0, ready), "cudaEventRecord") &&
+        check(cudaMemcpyAsync(d2, second, bytes, cudaMemcpyHostToDevice, ready),
+              "cudaMemcpyAsync") &&
+        check(cudaEventRecord(ready_end, ready), "cudaEventRecord") &&
+        check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    float ms = 0, ahead = 0;
+    if (error.empty()) check(cudaEventElapsedTime(&ms, t0, ready_end), "cudaEventElapsedTime");
+    if (error.empty())
+      check(cudaEventElapsedTime(&ahead, ready_end, spin_end), "cudaEventElapsedTime");
+    if (error.empty() && r >= 0) {
+      ready_ms.push_back(ms);
+      ahead_ms.push_back(ahead);
+    }
+  }
+  for (cudaEvent_t e : {spin_end, t0, ready_end})
+    if (e != nullptr) cudaEventDestroy(e);
+  if (ready != nullptr) cudaStreamDestroy(ready);
+  for (void* d : {d1, d2})
+    if (d != nullptr) cudaFree(d);
+  if (host != nullptr) cudaFreeHost(host);
+  if (!error.empty()) return error_json(error);
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "{\"bytes\": %zu, \"reps\": %d, \"spin_ms\": %.4g, \"ready_copy_ms\": %.4g, "
+                "\"ended_before_spin_ms\": %.4g, \"ready_copy_ran_first\": %s}",
+                bytes, opt.reps, static_cast<double>(spin->ns) / 1e6, median(ready_ms),
+                median(ahead_ms), median(ahead_ms) > 0 ? "true" : "false");
+  return buf;
+}
+
 inline bool parse(int argc, char** argv, options* opt) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const long v = std::strtol(argv[i + 1], nullptr, 10);
@@ -463,17 +527,19 @@ int main(int argc, char** argv) {
   const std::string faults = managed_faults(opt, device, stream, a, b);
   const std::string footprint = managed_footprint(device, stream);
   const std::string discards = managed_discard(opt, device, stream, a, b);
+  const std::string beside = copy_beside_blocked(opt, &spin, stream);
   std::printf("{\"device\": {\"name\": %s, \"total_bytes\": %zu, \"sm_count\": %d, "
               "\"compute_capability\": \"%d.%d\", \"pci_bus_id\": %d}, "
               "\"driver_version\": %d, \"runtime_version\": %d,\n"
               " \"pinned_bandwidth\": %s,\n \"vmm_latency\": %s,\n \"managed_prefetch\": %s,\n"
               " \"pinned_both_ways\": %s,\n \"events\": %s,\n \"launch_rate\": %s,\n"
               " \"vmm_calls\": %s,\n \"host_vmm\": %s,\n \"managed_faults\": %s,\n"
-              " \"managed_footprint\": %s,\n \"managed_discard\": %s}\n",
+              " \"managed_footprint\": %s,\n \"managed_discard\": %s,\n"
+              " \"copy_beside_blocked\": %s}\n",
               quote(prop.name).c_str(), prop.totalGlobalMem, prop.multiProcessorCount, prop.major,
               prop.minor, prop.pciBusID, driver, runtime, pinned.c_str(), vmm.c_str(), managed.c_str(),
               both_ways.c_str(), events.c_str(), launches.c_str(), calls.c_str(), host.c_str(),
-              faults.c_str(), footprint.c_str(), discards.c_str());
+              faults.c_str(), footprint.c_str(), discards.c_str(), beside.c_str());
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   cudaStreamDestroy(other);

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <limits>
+#include <map>
 #include <set>
 
 #include <fcntl.h>
@@ -178,7 +181,42 @@ namespace {
 void observe(const event_obj* e) {
   if (e->recorded) host_reach(e->issued_ns);
 }
-double g_engine_free_ns[3] = {0, 0, 0};
+double g_compute_free_ns = 0;  // kernels one at a time, in issue order
+// A copy engine's busy spans, start -> end, and the latest end (Note [Copy engines
+// serve ready copies] in tests/simgpu/driver/clock.h).
+struct copy_engine {
+  std::map<double, double> busy;
+  double last_end_ns = 0;
+};
+copy_engine g_copy_engines[2];  // engine::h2d, engine::d2h
+
+// The spans no operation can be placed before any more: each starts at or after its
+// issuing thread's clock, which only moves forward. Past kMaxSpans (a thread that
+// stopped calling holds the floor) the two oldest spans merge, their gap taken as
+// busy: later than a GPU, never earlier.
+void prune(copy_engine& c) {
+  constexpr size_t kMaxSpans = 4096;
+  double floor = std::numeric_limits<double>::infinity();
+  for (const host_thread_stats* h : g_threads) {
+    if (!h->gone) floor = std::min(floor, h->clock_ns);
+  }
+  while (!c.busy.empty() && c.busy.begin()->second <= floor) c.busy.erase(c.busy.begin());
+  while (c.busy.size() > kMaxSpans) {
+    auto first = c.busy.begin();
+    const double start = first->first;
+    auto next = c.busy.erase(first);
+    const double end = next->second;
+    c.busy.erase(next);
+    c.busy.emplace(start, end);
+  }
+}
+
+// When every engine has finished what it was given.
+double engines_idle_ns() {
+  double t = g_compute_free_ns;
+  for (const copy_engine& c : g_copy_engines) t = std::max(t, c.last_end_ns);
+  return t;
+}
 uint64_t g_next_stream_id = 1;
 std::set<stream_obj*> g_streams;   // every live stream incl. legacy and per-thread
 std::set<event_obj*> g_events;
@@ -306,7 +344,7 @@ double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost) {
   double issue_ns = me().clock_ns;  // see Note [Issue time] in tests/simgpu/driver/clock.h
   if (!in_graph_replay()) clock_host_advance(cost_ns(cost), family_of(cost));
   double ready = std::max(s->tail_ns, issue_ns + delay_ns);
-  if (e != engine::none) ready = std::max(ready, g_engine_free_ns[static_cast<int>(e)]);
+  if (e == engine::compute) ready = std::max(ready, g_compute_free_ns);
   if (s->legacy) {
     for (stream_obj* o : g_streams) {
       if (o->blocking()) {
@@ -323,16 +361,33 @@ double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost) {
   return ready;
 }
 
+double engine_take(engine e, double ready_ns, double ns) {
+  if (e != engine::h2d && e != engine::d2h) return ready_ns;
+  copy_engine& c = g_copy_engines[e == engine::h2d ? 0 : 1];
+  if (!dev().model.copy_engines_serve_ready) {  // in issue order
+    const double start = std::max(ready_ns, c.last_end_ns);
+    c.last_end_ns = std::max(c.last_end_ns, start + ns);
+    return start;
+  }
+  prune(c);
+  double start = ready_ns;
+  auto it = c.busy.upper_bound(start);
+  if (it != c.busy.begin()) start = std::max(start, std::prev(it)->second);
+  for (; it != c.busy.end() && it->first < start + ns; ++it) start = std::max(start, it->second);
+  if (ns > 0) {
+    c.busy.emplace(start, start + ns);
+    c.last_end_ns = std::max(c.last_end_ns, start + ns);
+  }
+  return start;
+}
+
 void op_end(stream_obj* s, engine e, double end_ns) {
   s->tail_ns = std::max(s->tail_ns, end_ns);
-  if (e != engine::none) {
-    double& f = g_engine_free_ns[static_cast<int>(e)];
-    f = std::max(f, end_ns);
-  }
+  if (e == engine::compute) g_compute_free_ns = std::max(g_compute_free_ns, end_ns);
 }
 
 void engine_delay(engine e, double ns) {
-  if (e != engine::none && ns > 0) g_engine_free_ns[static_cast<int>(e)] += ns;
+  if (e == engine::compute && ns > 0) g_compute_free_ns += ns;
 }
 
 void host_wait_stream(stream_obj* s) {
@@ -343,10 +398,8 @@ void host_wait_stream(stream_obj* s) {
 
 void host_wait_all() {
   for (stream_obj* s : g_streams) host_wait_stream(s);
-  for (double f : g_engine_free_ns) {
-    timeline_host_wait("device synchronize", me().clock_ns, f);
-    host_reach(f);
-  }
+  timeline_host_wait("device synchronize", me().clock_ns, engines_idle_ns());
+  host_reach(engines_idle_ns());
   for (auto it = g_streams.begin(); it != g_streams.end();) {
     if ((*it)->destroyed) {
       delete *it;
@@ -360,7 +413,7 @@ void host_wait_all() {
 void host_wait_device_time(const char* why) {
   double idle = 0;
   for (stream_obj* s : g_streams) idle = std::max(idle, s->tail_ns);
-  for (double f : g_engine_free_ns) idle = std::max(idle, f);
+  idle = std::max(idle, engines_idle_ns());
   timeline_host_wait(why, me().clock_ns, idle);
   host_reach(idle);
 }
@@ -411,7 +464,7 @@ void stream_wait_event(stream_obj* s, event_obj* e) {
 double clock_end_ns() {
   double t = g_host_max_ns;
   for (stream_obj* s : g_streams) t = std::max(t, s->tail_ns);
-  for (double f : g_engine_free_ns) t = std::max(t, f);
+  t = std::max(t, engines_idle_ns());
   return t;
 }
 

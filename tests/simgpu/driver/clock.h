@@ -7,10 +7,26 @@
 // advances by the model's cost of each call (Note [Issue time]) and jumps forward to the
 // completion time on every synchronising call. Each stream has a tail (when its
 // last operation ends) and each engine (compute: kernels, memsets, device-to-device
-// copies; the H2D and D2H copy engines) is busy until its last operation ends. An
-// operation starts at max(stream tail, engine free, host_ns [+ launch latency for
-// kernels and memsets], legacy-stream dependencies) and ends after its modelled
-// duration. Events carry the time at which their stream reaches them.
+// copies; the H2D and D2H copy engines) is busy while its operations run. An
+// operation is ready at max(stream tail, host_ns [+ launch latency for kernels and
+// memsets], legacy-stream dependencies); on the compute engine it starts once that
+// engine's last operation has ended (kernels run one at a time, in issue order), on a
+// copy engine at the first idle span of its length (Note [Copy engines serve ready
+// copies]). It ends after its modelled duration. Events carry the time at which their
+// stream reaches them.
+//
+// Note [Copy engines serve ready copies]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A copy waiting on its stream (an event from a kernel not yet done, a managed
+// prefetch waiting for room on the device) does not hold its copy engine: a copy
+// issued later on another stream that is ready runs in the idle time before it, as a
+// GPU's host interface serves the channel whose work is ready while another waits on
+// a semaphore (and a managed prefetch runs on the UVM driver's own channels). A copy
+// that does not fit whole into such a gap runs after the work placed there: harsher
+// than a GPU, which would share the link between the two. Kept for the copy engines
+// only: kernels on several streams still run one at a time, in issue order. The GPU
+// kit's gpu_facts measures it (copy_beside_blocked); a model's
+// `copy_engines_serve_ready = 0` (or SIMGPU_COPY_GAPS=0) runs copies in issue order.
 //
 // Note [Issue time]
 // ~~~~~~~~~~~~~~~~~
@@ -192,19 +208,24 @@ std::vector<const host_thread_stats*> host_threads();
 enum class call_cost { api, launch, copy, event_record };
 
 // Orders a new operation on s (legacy rules, host program order, race epoch) and
-// answers its earliest start; `delay_ns` is added to the issue time (launch
-// latency). The host then spends the model's cost for `cost` (see Note [Issue
-// time]), except inside a graph replay (one cuGraphLaunch is one enqueue).
+// answers its earliest start (on a copy engine, before engine_take places it);
+// `delay_ns` is added to the issue time (launch latency). The host then spends the
+// model's cost for `cost` (see Note [Issue time]), except inside a graph replay (one
+// cuGraphLaunch is one enqueue).
 double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost = call_cost::api);
 
 // Host time advances to the moment the device has finished every operation
 // enqueued so far (vmm_waits_for_device). A wait in time only: it orders nothing
 // for the race detector (Note [VMM calls that wait] in vmm.cc).
 void host_wait_device_time(const char* why);
+// A copy engine's start for an operation of ns ready at ready_ns: the first idle span
+// of that length at or after it, now taken (Note [Copy engines serve ready copies]).
+// The compute engine and engine::none answer ready_ns (op_begin ordered compute).
+double engine_take(engine e, double ready_ns, double ns);
 // Records that the operation ends at end_ns.
 void op_end(stream_obj* s, engine e, double end_ns);
-// Work already on engine e runs ns longer: whatever starts on it later starts that much
-// later (Note [Migrations of pages in use] in managed.h).
+// Work already on the compute engine runs ns longer: whatever starts on it later starts
+// that much later (Note [Migrations of pages in use] in managed.h).
 void engine_delay(engine e, double ns);
 
 void host_wait_stream(stream_obj* s);

@@ -173,6 +173,12 @@ config load() {
       config_error("SIMGPU_VMM_UNMAP_SPANS='%s' is not valid: expected 1/0, on/off, yes/no", v);
     c.vmm_unmap_spans = spans ? 1 : 0;
   }
+  if (const char* v = env("SIMGPU_COPY_GAPS")) {
+    bool gaps = true;
+    if (!parse_bool(v, &gaps))
+      config_error("SIMGPU_COPY_GAPS='%s' is not valid: expected 1/0, on/off, yes/no", v);
+    c.copy_gaps = gaps ? 1 : 0;
+  }
   if (const char* v = env("SIMGPU_LAUNCH_LOG")) c.launch_log = v;
   if (const char* v = env("SIMGPU_TIMELINE")) c.timeline = v;
   if (const char* v = env("SIMGPU_CUPTI_RECORDS")) {

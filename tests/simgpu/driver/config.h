@@ -47,6 +47,9 @@ struct config {
   // SIMGPU_VMM_UNMAP_SPANS=0|1: overrides the model's vmm_unmap_spans_mappings (Note
   // [One unmap over several mappings] in tests/simgpu/driver/vmm.cc); -1: unset.
   int vmm_unmap_spans = -1;
+  // SIMGPU_COPY_GAPS=0|1: overrides the model's copy_engines_serve_ready (Note [Copy
+  // engines serve ready copies] in tests/simgpu/driver/clock.h); -1: unset.
+  int copy_gaps = -1;
 };
 
 // Parsed on first call; exits 2 on a malformed value.

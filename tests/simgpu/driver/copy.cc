@@ -235,8 +235,9 @@ CUresult do_copy_2d(stream_obj* s, uintptr_t dst, uint64_t dpitch, uintptr_t src
       copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
     }
   }
-  double start = op_begin(s, e, 0, call_cost::copy);
-  double end = start + m.copy_latency_ns + duration_ns;
+  const double copy_ns = m.copy_latency_ns + duration_ns;
+  double start = engine_take(e, op_begin(s, e, 0, call_cost::copy), copy_ns);
+  double end = start + copy_ns;
   op_end(s, e, end);
   ++d.st.copies;
   timeline_op("copy",
@@ -353,7 +354,12 @@ CUresult do_prefetch(stream_obj* s, uintptr_t p, uint64_t bytes, CUmemLocation l
   if (to_device && moved) start = managed_room_ready(start, moved, free_before);
   // See Note [Managed migration rates] in tests/simgpu/driver/device_model.cc.
   double rate = to_device ? d.model.managed_h2d_bytes_per_s : d.model.managed_d2h_bytes_per_s;
-  double end = start + (moved ? d.model.copy_latency_ns + moved / rate * 1e9 + evict_ns : 0);
+  const double move_ns = moved ? d.model.copy_latency_ns + moved / rate * 1e9 + evict_ns : 0;
+  // Its copy engine is taken from when its room is there (Note [Copy engines serve
+  // ready copies] in tests/simgpu/driver/clock.h); the pages in use were judged at
+  // the earliest start, which only counts more of them.
+  start = engine_take(e, start, move_ns);
+  double end = start + move_ns;
   op_end(s, e, end);
   if (!to_device) managed_note_release(end, moved);
   if (moved) timeline_op("prefetch", to_device ? "prefetch to device" : "prefetch to host", s->id, start, end, moved);

@@ -48,6 +48,11 @@ struct device_model {
   // vmm_unmap_spans_mappings, default 1; SIMGPU_VMM_UNMAP_SPANS overrides): Note [One
   // unmap over several mappings] in tests/simgpu/driver/vmm.cc.
   int vmm_unmap_spans_mappings = 1;
+  // A copy engine runs a ready copy in its idle time before one issued earlier that
+  // waits on its stream (optional key copy_engines_serve_ready, default 1; 0: copies
+  // in issue order; SIMGPU_COPY_GAPS overrides): Note [Copy engines serve ready
+  // copies] in tests/simgpu/driver/clock.h.
+  int copy_engines_serve_ready = 1;
   // A kernel's reads and writes of host memory (pinned, host-located VMM mappings),
   // bytes/s: zero-copy access over the link, below the pinned copy rate.
   double kernel_host_access_bytes_per_s = 0;

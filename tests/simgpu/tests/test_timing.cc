@@ -455,6 +455,39 @@ TEST_F(Timing, TwoCopiesOneDirectionShareTheLink) {
   CUDA_OK(cudaFree(d2));
 }
 
+// See Note [Copy engines serve ready copies] in tests/simgpu/driver/clock.h: a copy whose
+// stream waits for a kernel leaves the copy engine to one issued after it that is ready.
+TEST_F(Timing, ACopyWaitingOnItsStreamLeavesTheEngineToAReadyOne) {
+  const size_t bytes = 64ull << 20;
+  void* host = nullptr;
+  void *d1 = nullptr, *d2 = nullptr;
+  CUDA_OK(cudaMallocHost(&host, 2 * bytes));
+  CUDA_OK(cudaMalloc(&d1, bytes));
+  CUDA_OK(cudaMalloc(&d2, bytes));
+  cudaStream_t s3 = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s3, cudaStreamNonBlocking));
+  const double copy_ms_model = copy_expected_ms(bytes, f_.h2d_pinned);
+  fill(s_);                            // about 50 ms, much longer than a copy
+  CUDA_OK(cudaEventRecord(e0_, s_));   // the kernel's end
+  CUDA_OK(cudaStreamWaitEvent(s2_, e0_, 0));
+  CUDA_OK(cudaMemcpyAsync(d1, host, bytes, cudaMemcpyHostToDevice, s2_));  // waits
+  CUDA_OK(cudaEventRecord(e1_, s3));   // s3 is idle: recorded at host time
+  CUDA_OK(cudaMemcpyAsync(d2, static_cast<char*>(host) + bytes, bytes, cudaMemcpyHostToDevice,
+                          s3));        // ready now
+  CUDA_OK(cudaEventRecord(e2_, s3));
+  EXPECT_WITHIN_1PCT(elapsed_ms(e1_, e2_), copy_ms_model) << " the ready copy waited";
+  EXPECT_GT(elapsed_ms(e2_, e0_), 0.0) << " the ready copy ran after the kernel";
+  cudaEvent_t after = nullptr;
+  CUDA_OK(cudaEventCreate(&after));
+  CUDA_OK(cudaEventRecord(after, s2_));
+  EXPECT_WITHIN_1PCT(elapsed_ms(e0_, after), copy_ms_model) << " the waiting copy was delayed";
+  CUDA_OK(cudaEventDestroy(after));
+  CUDA_OK(cudaStreamDestroy(s3));
+  CUDA_OK(cudaFreeHost(host));
+  CUDA_OK(cudaFree(d1));
+  CUDA_OK(cudaFree(d2));
+}
+
 TEST_F(Timing, FreeWaitsForTheDevice) {
   // cudaFree synchronises the device (CUDA's documented behaviour): work enqueued
   // after it on an idle stream cannot start before earlier kernels have finished.
