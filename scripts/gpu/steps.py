@@ -5,7 +5,8 @@ Each step returns a step_result and never claims more than it ran:
   once, VMM latency, VMM calls' p50/p99 for a page, 16 calls and one 16-page call on
   an idle GPU and beside a 50 ms kernel (and whether they returned before it ended),
   event costs, empty-kernel launch rate, host-located VMM, managed prefetch and fault
-  throughput); a section the program could not measure fails the step;
+  throughput, whether a ready copy runs beside one that waits); a section the program
+  could not measure fails the step;
 - preload: tests/preload/preload_test.py, case by case, against the programs of
   this run (real CUDA runtime on a GPU, simgpu with --sim);
 - simtrain: unlimited, then OVERSUB_MODE=off|track at the job's own peak, then
@@ -212,6 +213,14 @@ def facts(k: kit, progs: programs) -> step_result:
         f"({clock}): time; device memory given back; the prefetch back",
         f"{d['discard_us']:.0f} us; {fmt_bytes(int(d['device_bytes_freed']))}; "
         f"{d['prefetch_back_gbps']:.1f} GB/s"])
+    beside = section("copy_beside_blocked", "copy beside a blocked copy")
+    if beside is not None:
+        res.rows.append([f"H2D copy of {fmt_bytes(beside['bytes'])} issued after one whose stream "
+                         f"waits for a {beside['spin_ms']:.0f} ms kernel, median of "
+                         f"{beside['reps']} ({clock})",
+                         f"{'ran first' if beside['ready_copy_ran_first'] else 'waited'}: "
+                         f"{beside['ready_copy_ms']:.2f} ms, ended "
+                         f"{beside['ended_before_spin_ms']:.1f} ms before the kernel"])
     launch_rate_under_modes(k, progs, res)
     return res
 
