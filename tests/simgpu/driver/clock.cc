@@ -398,8 +398,9 @@ void host_wait_stream(stream_obj* s) {
 
 void host_wait_all() {
   for (stream_obj* s : g_streams) host_wait_stream(s);
-  timeline_host_wait("device synchronize", me().clock_ns, engines_idle_ns());
-  host_reach(engines_idle_ns());
+  const double idle = engines_idle_ns();
+  timeline_host_wait("device synchronize", me().clock_ns, idle);
+  host_reach(idle);
   for (auto it = g_streams.begin(); it != g_streams.end();) {
     if ((*it)->destroyed) {
       delete *it;

@@ -56,7 +56,7 @@ class PageRuns : public ::testing::Test {
 
 // Pages 0-2 evicted (device memory -> host copies, which hold their bytes), pages 4-5
 // fetched (host copies -> pages 0 and 1's device memory): every page reads its own
-// bytes afterwards, and the fetch reads what its host copy held. With
+// bytes afterwards, and the fetch reads what its host copy held.
 // With SIMGPU_FAIL=map:N (the test's other runs), a map fails part way: the eviction's
 // run or the fetch's goes back to its old memory, and still every page reads its bytes.
 // With access:N the fetch's grant (the first: Note [A fetch's copies before the
