@@ -685,15 +685,16 @@ void device_set_lending(int device, bool on) noexcept {
   }
 }
 
-void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
+bool device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
                            double h2d_bytes_per_s, double d2h_bytes_per_s,
                            bool rates_measured) noexcept {
-  if (residency_backend* b = backend_of(device)) {
-    try {
-      b->set_copy_clock(now_ns, h2d_bytes_per_s, d2h_bytes_per_s, rates_measured);
-    } catch (...) {  // a mutex that cannot be locked: the engine asks as before
-    }
+  residency_backend* b = backend_of(device);
+  if (b == nullptr) return false;
+  try {
+    b->set_copy_clock(now_ns, h2d_bytes_per_s, d2h_bytes_per_s, rates_measured);
+  } catch (...) {  // a mutex that cannot be locked: the engine asks as before
   }
+  return true;
 }
 
 std::uint64_t device_layout_generation(int device) noexcept {

@@ -118,8 +118,9 @@ bool device_prefetch_now(int device, std::span<const residency::byte_range> rang
 // off (nothing otherwise).
 void device_set_lending(int device, bool on) noexcept;
 // Swap mode: swap_engine::set_copy_clock, the host clock the engine times its remaps on
-// and the link's rates, measured or assumed (nothing otherwise).
-void device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
+// and the link's rates, measured or assumed (nothing otherwise). False where the
+// device has no engine yet (nothing allocated on it), so nothing was set.
+bool device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
                            double h2d_bytes_per_s, double d2h_bytes_per_s,
                            bool rates_measured) noexcept;
 // See Note [The pool's layout changed] (core/schedule.cc): how many times the

@@ -134,6 +134,7 @@ bool learn(learner& l, int device) {
   for (const auto& v : l.vacancies) {
     if (v.at >= first) l.learned_vacancies.push_back({v.at - first, v.what});
   }
+  l.device = device;  // measure gives this device's engine the link's rates
   measure(l, *s);
   // See Note [Choosing among schedules by measured time] in core/tuning.cc: the same
   // iteration again keeps the variant chosen for it.
@@ -174,7 +175,6 @@ bool learn(learner& l, int device) {
   l.stats.tuned = again ? 1 : 0;
   l.following = true;
   l.iteration_mark_ns = 0;  // Note [Which part differs] in core/schedule_costs.cc
-  l.device = device;
   const std::size_t n = l.learned.size();
   l.cursor = (n - v.rotation % n) % n;  // the next launch is the learned period's first
   l.period_first = l.trace_first + l.trace.size() - l.period.size();
@@ -480,6 +480,24 @@ void stop_following(learner& l) {
 }
 }  // namespace
 
+// Note [A clock for the first moves]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The engine times its remaps from its first moves on, so that the first plan has
+// their costs (Note [Predicting the remaps] in core/schedule_costs.cc), on the clock
+// of Note [A clock without CUPTI] in core/schedule_costs.cc; the link's rates come
+// with the first plan (measure). The clock was handed over once, at the first launch that
+// had one, and a device with nothing allocated yet has no engine to take it: a program
+// that launches before it allocates (oversub-replay times a kernel first; a framework
+// may fill a constant) left the engine without a clock until the first plan, so that
+// plan counted no remaps (remap_source "none"), and kept counting none unless the
+// iteration was learned again. With per-tensor allocations the planned pool's new
+// layout made the learner learn again; under PyTorch's caching allocator, whose
+// segments never move, nothing did: ResNet-50 at 1/8 replayed through the caching
+// allocator (`oversub-replay --allocator caching`), 3x, on the H200's measured model,
+// predicted 40.4 ms and ran 51.7. So the clock goes to each device's engine at the first
+// launch that finds one (l.clock_given); the same point now predicts 55.1 ms and runs
+// 48.9. With per-tensor allocations, 38.7-39.2 -> 38.1-38.2 ms.
+
 // Note [The pool's layout changed]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The pages a launch uses depend on where the pool
@@ -525,15 +543,12 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
 
   learner& l = state();
   std::lock_guard<std::mutex> lock(l.mutex);
-  // See Note [Predicting the remaps] in core/schedule_costs.cc: the engine times its
-  // remaps from its first moves on, so that the first plan has their costs, on the clock
-  // of Note [A clock without CUPTI] in core/schedule_costs.cc; the link's rates come with
-  // the first plan (measure).
-  if (l.clock == nullptr) {
-    l.clock = profiler::cupti::host_clock();
-    if (l.clock != nullptr && current_config().mode == run_mode::swap) {
-      core::device_set_copy_clock(device, l.clock, 0, 0, /*rates_measured=*/false);
-    }
+  // See Note [A clock for the first moves].
+  if (l.clock == nullptr) l.clock = profiler::cupti::host_clock();
+  if (l.clock != nullptr && current_config().mode == run_mode::swap && device >= 0 &&
+      (static_cast<std::size_t>(device) >= l.clock_given.size() ||
+       !l.clock_given[static_cast<std::size_t>(device)])) {
+    give_copy_clock(l, device, 0, 0, /*rates_measured=*/false);
   }
   const std::uint32_t token = intern(l, pages);
   const std::uint64_t number = l.launches++;

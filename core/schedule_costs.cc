@@ -95,6 +95,19 @@ std::uint64_t median(std::vector<std::uint64_t>& v) {
 // prediction's remap time (all the mover's), remaps and runs, and bytes. Taken once
 // per iteration, at the period's first launch.
 
+bool give_copy_clock(learner& l, int device, double h2d_bytes_per_s, double d2h_bytes_per_s,
+                     bool rates_measured) {
+  if (device < 0 ||
+      !core::device_set_copy_clock(device, l.clock, h2d_bytes_per_s, d2h_bytes_per_s,
+                                   rates_measured)) {
+    return false;
+  }
+  const auto d = static_cast<std::size_t>(device);
+  if (d >= l.clock_given.size()) l.clock_given.resize(d + 1, false);
+  l.clock_given[d] = true;
+  return true;
+}
+
 void note_iteration(learner& l) {
   const std::uint64_t now = l.clock != nullptr ? l.clock() : 0;
   if (now == 0) return;
@@ -166,7 +179,7 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
                     : (link.h2d.setup_ns + link.d2h.setup_ns) / static_cast<std::uint64_t>(fitted);
     // See Note [Not asking too early] (residency/swap_engine.h): CUPTI's clock is the clock the
     // rates were measured on.
-    core::device_set_copy_clock(l.device, l.clock, h2d, d2h, /*rates_measured=*/true);
+    give_copy_clock(l, l.device, h2d, d2h, /*rates_measured=*/true);
   } else if (const core::link_rates pinned = current_config().mode == run_mode::swap
                                                 ? core::pinned_copy_rates(l.device)
                                                 : core::link_rates{};
@@ -175,12 +188,10 @@ void measure(learner& l, const profiler::periodic_stretch& s) {
     l.link_probed = true;
     l.costs.h2d_bytes_per_s = pinned.to_device;
     l.costs.d2h_bytes_per_s = pinned.to_host;
-    core::device_set_copy_clock(l.device, l.clock, pinned.to_device, pinned.to_host,
-                                /*rates_measured=*/true);
+    give_copy_clock(l, l.device, pinned.to_device, pinned.to_host, /*rates_measured=*/true);
   } else {
     // See Note [A clock without CUPTI]: the constant sizes the engine's batches only.
-    core::device_set_copy_clock(l.device, l.clock, link_bytes_per_s, link_bytes_per_s,
-                                /*rates_measured=*/false);
+    give_copy_clock(l, l.device, link_bytes_per_s, link_bytes_per_s, /*rates_measured=*/false);
   }
   // See Note [um plans at the driver's rates] in core/device_pool.cc: um moves by
   // migrations, whatever the copies ran at.

@@ -123,6 +123,9 @@ struct learner {
   bool remap_measured = false;
   // See Note [A clock without CUPTI] in core/schedule_costs.cc: null until chosen.
   profiler::cupti::clock_fn clock = nullptr;
+  // Devices whose engine has the clock (Note [A clock for the first moves] in
+  // core/schedule.cc).
+  std::vector<bool> clock_given;
   bool source_logged = false;
   std::uint64_t period_first = 0;            // launch number of the period's first launch
   std::uint64_t measured_launches = 0;       // positions with a measured duration
@@ -156,6 +159,10 @@ learner& state();
 // the period ending the trace, from what CUPTI measured over the stretch s, else the
 // stand-ins; the engine's clock and rates set to match.
 void measure(learner& l, const profiler::periodic_stretch& s);
+// device_set_copy_clock with l.clock, noting in l.clock_given whether the device's
+// engine has it (Note [A clock for the first moves] in core/schedule.cc).
+bool give_copy_clock(learner& l, int device, double h2d_bytes_per_s, double d2h_bytes_per_s,
+                     bool rates_measured);
 // See Note [Which part differs] in core/schedule_costs.cc: at the period's first
 // launch, the iteration just ended measured part by part.
 void note_iteration(learner& l);

@@ -46,12 +46,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include "device_allocator.h"
 #include "gpu_compat.h"
 #include "profiler/profile_format.h"
 #include "replay_kernels.cuh"
@@ -80,6 +82,7 @@ struct options {
   double scale = 1.0;            // every buffer's and copy's bytes times this
   bool footprint_writes = false; // simgpu: declare the buffers written too
   bool quiet = false;
+  bool caching = false;          // --allocator caching
 };
 
 [[noreturn]] void usage(const char* prog, const std::string& message, int status = 2) {
@@ -87,7 +90,8 @@ struct options {
   if (!message.empty()) std::fprintf(out, "%s: %s\n", prog, message.c_str());
   std::fprintf(out,
                "usage: %s PROFILE.oprof [--iters N] [--check|--no-check] "
-               "[--corrupt-after N] [--scale X] [--footprint read|readwrite] [--quiet]\n"
+               "[--corrupt-after N] [--scale X] [--footprint read|readwrite] [--allocator A] "
+               "[--quiet]\n"
                "  --iters N           iterations to replay (default 3)\n"
                "  --scale X           buffer and copy sizes times X (rounded up to whole\n"
                "                      4-byte words), durations kept (default 1)\n"
@@ -97,6 +101,10 @@ struct options {
                "  --footprint M       simgpu: buffers declared read (recorded durations)\n"
                "                      or readwrite (the race detector sees the writes;\n"
                "                      bytes count twice toward durations) (default read)\n"
+               "  --allocator A       direct: a cudaMalloc and cudaFree per buffer (a framework\n"
+               "                      with its cache off); caching: buffers placed in cached\n"
+               "                      segments as PyTorch's default allocator places them\n"
+               "                      (tests/workloads/device_allocator.h) (default direct)\n"
                "  --quiet             no per-iteration lines\n",
                prog);
   std::exit(status);
@@ -123,9 +131,18 @@ options parse_options(int argc, char** argv) {
     if (a == "--check") { opt.check = true; continue; }
     if (a == "--no-check") { opt.check = false; continue; }
     if (a == "--quiet") { opt.quiet = true; continue; }
-    if (a == "--iters" || a == "--corrupt-after" || a == "--scale" || a == "--footprint") {
+    if (a == "--iters" || a == "--corrupt-after" || a == "--scale" || a == "--footprint" ||
+        a == "--allocator") {
       if (i + 1 >= argc) usage(prog, std::string(a) + " needs a value");
       const char* v = argv[++i];
+      if (a == "--allocator") {
+        const std::string_view m = v;
+        if (m != "direct" && m != "caching") {
+          usage(prog, std::string("--allocator: want direct or caching, not '") + v + "'");
+        }
+        opt.caching = m == "caching";
+        continue;
+      }
       if (a == "--footprint") {
         const std::string_view m = v;
         if (m != "read" && m != "readwrite") {
@@ -356,6 +373,8 @@ class replayer {
  public:
   replayer(const options& opt, const prof::profile& p, const plan& pl)
       : opt_(opt), p_(p), plan_(pl), state_(p.allocations.size()) {
+    if (opt.caching) alloc_ = std::make_unique<caching_allocator>();
+    else alloc_ = std::make_unique<direct_allocator>();
     REPLAY_CHECK(cudaEventCreate(&begin_));
     REPLAY_CHECK(cudaEventCreate(&end_));
     flops_per_ns_ = calibrate_flops_per_ns(stream_);
@@ -391,6 +410,7 @@ class replayer {
   ~replayer() {
     REPLAY_CHECK(cudaDeviceSynchronize());
     for (std::uint32_t b : plan_.long_lived) release(b);
+    alloc_->release_all();
     if (staging_h2d_ != nullptr) REPLAY_CHECK(cudaFreeHost(staging_h2d_));
     if (staging_d2h_ != nullptr) REPLAY_CHECK(cudaFreeHost(staging_d2h_));
     REPLAY_CHECK(cudaFreeHost(status_));
@@ -425,7 +445,9 @@ class replayer {
   }
 
   const replay_status& status() const { return *status_; }
-  std::uint64_t peak_bytes() const { return peak_bytes_; }
+  // The most device memory the replay held from CUDA: live buffers (direct) or
+  // cached segments (caching).
+  std::uint64_t peak_bytes() const { return opt_.caching ? alloc_->peak_bytes() : peak_bytes_; }
   std::uint64_t launches() const { return launches_; }
   std::uint64_t kernel_launches() const { return kernel_launches_; }
   std::size_t buffers_verified() const {
@@ -440,16 +462,18 @@ class replayer {
     s.bytes = p_.allocations[b].bytes;
     s.forget();
     void* ptr = nullptr;
-    if (s.bytes > 0) REPLAY_CHECK(cudaMalloc(&ptr, s.bytes));
+    if (s.bytes > 0) ptr = alloc_->allocate(s.bytes, stream_);
     s.ptr = static_cast<unsigned int*>(ptr);
     live_bytes_ += s.bytes;
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
   }
 
-  // cudaFree synchronises the device, so no launch using b is still running.
+  // direct: cudaFree synchronises the device, so no launch using b is still running.
+  // caching: everything runs on one stream, so whatever reuses b's block next is
+  // ordered after every launch that used b.
   void release(std::uint32_t b) {
     buffer_state& s = state_[b];
-    if (s.ptr != nullptr) REPLAY_CHECK(cudaFree(s.ptr));
+    if (s.ptr != nullptr) alloc_->deallocate(s.ptr);
     live_bytes_ -= s.bytes;
     s.ptr = nullptr;
     s.forget();
@@ -572,6 +596,7 @@ class replayer {
   const plan& plan_;
   std::vector<buffer_state> state_;
   cudaStream_t stream_ = nullptr;  // the legacy stream: everything in order
+  std::unique_ptr<device_allocator> alloc_;
   cudaEvent_t begin_ = nullptr, end_ = nullptr;
   double flops_per_ns_ = 0;
   replay_status* status_ = nullptr;      // host view
