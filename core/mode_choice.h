@@ -15,9 +15,9 @@
 //   durations] in core/schedule_costs.cc) and the profile's measured link rates, and the mode
 //   predicted faster is taken (Note [Predicting swap against um] in
 //   policy/mode_choice.h);
-// - without one (a job that never repeats, a first run, a profile refused): swap. It
-//   learns the iteration as the job runs and moves pages on demand until then, which
-//   also serves a job that never repeats.
+// - without one (a job that never repeats, a first run, a profile refused): um where
+//   the device has concurrent managed access, else swap (Note [Without a profile, um]
+//   in core/mode_choice.cc).
 // The choice and its figures are one line with OVERSUB_VERBOSE=1 (else at
 // OVERSUB_LOG=info). Deciding later, once the iteration is learned, would mean moving
 // every allocation between the arena and managed memory mid-run; at start nothing
