@@ -71,6 +71,8 @@ std::unique_ptr<residency_backend> make_backend(int device, const pool_settings&
   c.mover_thread = s.mover_thread;
   // See Note [Do VMM calls wait?]: the learner plans the remaps' waits where they wait.
   c.calls_wait = vmm_calls_wait(device);
+  // See Note [The probe's answer before the timings] in residency/swap_engine.h.
+  c.calls_wait_known = vmm_waits_answer(device) != vmm_wait_answer::unknown;
   // See Note [Pinned rates at start]: before the pages fill the device.
   pinned_copy_rates(device);
   if (c.calls_wait) {
@@ -373,15 +375,17 @@ vmm_wait_answer probe_vmm_waits(int device) {
   return answer;
 }
 
-bool vmm_calls_wait(int device) {
+vmm_wait_answer vmm_waits_answer(int device) {
   static std::mutex mutex;
-  static std::map<int, bool> known;
+  static std::map<int, vmm_wait_answer> known;
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = known.find(device); it != known.end()) return it->second;
-  const bool waits = probe_vmm_waits(device) == vmm_wait_answer::waits;
-  known.emplace(device, waits);
-  return waits;
+  const vmm_wait_answer answer = probe_vmm_waits(device);
+  known.emplace(device, answer);
+  return answer;
 }
+
+bool vmm_calls_wait(int device) { return vmm_waits_answer(device) == vmm_wait_answer::waits; }
 
 // Note [Pinned rates at start]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~

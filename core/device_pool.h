@@ -62,8 +62,9 @@ struct link_rates {
 // waited for the work already enqueued, measured once on a page of its own.
 enum class vmm_wait_answer { no_wait, waits, unknown };
 vmm_wait_answer probe_vmm_waits(int device);
-// The probe's answer for the device, asked once (the first call probes): true only
-// where the calls were found to wait.
+// The probe's answer for the device, asked once (the first call probes).
+vmm_wait_answer vmm_waits_answer(int device);
+// True only where the calls were found to wait.
 bool vmm_calls_wait(int device);
 // See Note [Pinned rates at start] (core/device_pool.cc): the rates of pinned copies to
 // and from device memory, timed once a device on memory of its own (the first call

@@ -414,6 +414,9 @@ struct swap_config {
   // The device's mapping calls wait for its queued work (Note [Do VMM calls wait?] in
   // core/device_pool.cc): reported with the remap costs, for the learner's plan.
   bool calls_wait = false;
+  // calls_wait is the start probe's answer, not a default for want of one (Note [The
+  // probe's answer before the timings]).
+  bool calls_wait_known = false;
 };
 
 struct swap_stats {
@@ -769,6 +772,31 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   std::uint64_t (*clock_)() noexcept = nullptr;
   // See Note [Remapping runs]: what the runs' own calls cost, as timed by clock_.
   run_cost_fit run_fit_;
+  // Note [The probe's answer before the timings]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Where the mapping calls wait for the device's queued work, the launching thread
+  // enqueues an eviction's copies out itself (Note [Copies out on the mover] in
+  // residency/swap_copies_out.cc) and a fetch's copies wait for the evictions' grants
+  // (Note [A fetch's copies before the evictions' grants] in residency/page_runs.cc).
+  // Whether they wait is the start probe's answer (Note [Do VMM calls wait?] in
+  // core/device_pool.cc), and, where it had none, the remaps' timings
+  // (run_cost_fit::calls_wait: all told more than 1.5 times their lower quartiles).
+  // The timings also took the calls for waiting where the probe had found they do not:
+  // a run that pays each call family's first call costs three to four times one whose
+  // calls repeat the family before it (the H200's busy figures: cuMemSetAccess 124 us
+  // against 34, Note [Calls grouped by family] in residency/page_runs.cc), and under
+  // PyTorch's caching allocator the scheduled batches group many runs, so the timed
+  // runs spread that far. ResNet-50 b32 at 1/8 replayed through a caching allocator
+  // (`oversub-replay --allocator caching`), 3x, on the H200's measured model, calls
+  // that do not wait: from the first scheduled iterations on, the launching thread
+  // enqueued 556 copies out an iteration (1.5 ms of host time added, 4.1% of T_unl),
+  // and the fetches' copies waited. So where the probe found that the calls do not
+  // wait, the timings are not asked; where it found that they wait, or had no answer,
+  // they decide as before.
+  bool timings_say_calls_wait_locked() const {
+    const bool probed_no_wait = cfg_.calls_wait_known && !cfg_.calls_wait;
+    return !probed_no_wait && run_fit_.n >= 8 && run_fit_.calls_wait();
+  }
   // Adds remaps timed into `fit` to run_fit_ and to the stats of the thread that made
   // them (the mover, or the launching thread).
   void count_remaps_locked(const run_cost_fit& fit, bool by_mover);

@@ -306,10 +306,9 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
   fetch_plan f;
   const bool paired = runs_may_group() && plan_fetch_locked(f, from);
   // See Note [A fetch's copies before the evictions' grants] in residency/page_runs.cc:
-  // not where the calls wait for the device's work (measured at start, or in the
-  // remaps' timings), the copies then among it.
-  const bool copy_early =
-      paired && !cfg_.calls_wait && !(run_fit_.n >= 8 && run_fit_.calls_wait());
+  // not where the calls wait for the device's work (Note [The probe's answer before
+  // the timings] in residency/swap_engine.h), the copies then among it.
+  const bool copy_early = paired && !cfg_.calls_wait && !timings_say_calls_wait_locked();
   std::uint64_t (*const clock)() noexcept = clock_;
   lock.unlock();
 

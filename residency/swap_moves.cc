@@ -127,8 +127,9 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
   }
   const std::size_t n = ps.size();
   if (n == 0) return first_error;
-  // See Note [Copies out on the mover] in residency/swap_copies_out.cc.
-  const bool defer = mover_on_ && !(run_fit_.n >= 8 && run_fit_.calls_wait());
+  // See Note [Copies out on the mover] in residency/swap_copies_out.cc and Note [The
+  // probe's answer before the timings] in residency/swap_engine.h.
+  const bool defer = mover_on_ && !timings_say_calls_wait_locked();
   out_job job;
   const auto drop_job = [&] {
     order_events_.insert(order_events_.end(), job.after_streams.begin(),

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -461,6 +462,45 @@ TEST_F(Residency, TheMoverEnqueuesTheCopiesOut) {
   EXPECT_GT(s.bytes_to_host, 0u);
   // Pages read only and evicted again are clean (no copy); each copy out is one page.
   EXPECT_EQ(s.mover_copies_out * kPage, s.bytes_to_host);
+}
+
+// A clock whose every fifth read jumps 2 ms (the others 10 us): remaps timed on it
+// spread as calls that wait for the device do. Read by the mover's thread too.
+std::atomic<std::uint64_t> g_lumpy_reads{0};
+std::atomic<std::uint64_t> g_lumpy_now{1000};
+std::uint64_t lumpy_clock() noexcept {
+  const std::uint64_t k = g_lumpy_reads.fetch_add(1, std::memory_order_relaxed);
+  return g_lumpy_now.fetch_add(k % 5 == 4 ? 2'000'000 : 10'000, std::memory_order_relaxed);
+}
+
+// See Note [The probe's answer before the timings] (residency/swap_engine.h): remap
+// timings that look like waits put the copies out back on the launching thread only
+// where the start probe gave no answer; where it found the calls do not wait, the
+// mover enqueues every copy out. Every byte is kept either way.
+TEST_F(Residency, TimingsThatLookLikeWaitsDoNotOverruleTheProbe) {
+  for (const bool probed : {false, true}) {
+    swap_config c = config(4, 16);
+    c.mover_thread = true;
+    c.calls_wait = false;
+    c.calls_wait_known = probed;
+    swap_engine e(c);
+    e.set_copy_clock(&lumpy_clock, 1e9, 1e9, /*rates_measured=*/false);
+    eight_filled_pages(e, 0x20);
+    for (int round = 0; round < 6; ++round) {
+      for (std::size_t i = 0; i < 8; ++i) {
+        ASSERT_TRUE(use(e, i, true));
+        expect_bytes(i, static_cast<unsigned char>(0x20 + i));
+      }
+    }
+    const swap_stats s = e.stats();
+    ASSERT_GE(s.remap_runs, 8u);
+    ASSERT_GT(s.bytes_to_host, 0u);
+    if (probed) {
+      EXPECT_EQ(s.mover_copies_out * kPage, s.bytes_to_host);
+    } else {
+      EXPECT_LT(s.mover_copies_out * kPage, s.bytes_to_host);
+    }
+  }
 }
 
 // The prefetch tests' device: four pages of room, five pages filled with fill + i;
