@@ -91,7 +91,7 @@ struct config {
   swap_policy policy = swap_policy::cost;
   std::uint64_t prefetch_launches = 0;  // 0: as far ahead as capacity allows
   bool tune = true;  // Note [Choosing among schedules by measured time] in core/tuning.cc
-  bool mover_thread = true;  // Note [The mover] in residency/swap_engine.h
+  bool mover_thread = true;  // Note [The mover] in residency/swap_mover.cc
   log::level log_level = log::level::warn;
   std::string log_file;    // empty: stderr. "%p" is replaced by the pid.
   bool verbose = false;

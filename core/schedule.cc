@@ -270,7 +270,7 @@ void carry_out(learner& l, std::size_t i, std::uint64_t now) {
   // on-demand step still waits when a launch's own pages are not there in time.
   // See Note [Deferred fetches fall due]: only those whose use is still ahead.
   // The engine's mover holds the deferred pages until the next request replaces them
-  // (Note [The mover] in residency/swap_engine.h): a request is made, empty if need be,
+  // (Note [The mover] in residency/swap_mover.cc): a request is made, empty if need be,
   // whenever some were deferred.
   const bool had_later = !l.later.empty();
   std::size_t due = 0;
@@ -545,9 +545,8 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
   std::lock_guard<std::mutex> lock(l.mutex);
   // See Note [A clock for the first moves].
   if (l.clock == nullptr) l.clock = profiler::cupti::host_clock();
-  if (l.clock != nullptr && current_config().mode == run_mode::swap && device >= 0 &&
-      (static_cast<std::size_t>(device) >= l.clock_given.size() ||
-       !l.clock_given[static_cast<std::size_t>(device)])) {
+  if (l.clock != nullptr && current_config().mode == run_mode::swap &&
+      !clock_given_to(l, device)) {
     give_copy_clock(l, device, 0, 0, /*rates_measured=*/false);
   }
   const std::uint32_t token = intern(l, pages);

@@ -163,6 +163,11 @@ void measure(learner& l, const profiler::periodic_stretch& s);
 // engine has it (Note [A clock for the first moves] in core/schedule.cc).
 bool give_copy_clock(learner& l, int device, double h2d_bytes_per_s, double d2h_bytes_per_s,
                      bool rates_measured);
+// Whether give_copy_clock reached the device's engine.
+inline bool clock_given_to(const learner& l, int device) {
+  return device >= 0 && static_cast<std::size_t>(device) < l.clock_given.size() &&
+         l.clock_given[static_cast<std::size_t>(device)];
+}
 // See Note [Which part differs] in core/schedule_costs.cc: at the period's first
 // launch, the iteration just ended measured part by part.
 void note_iteration(learner& l);

@@ -14,7 +14,7 @@ namespace oversub::policy {
 
 // The most pages the engine's mover fetches as one run (its kMaxRunPages), and how
 // many of the schedule's next fetches it looks among for a run's pages: See Note
-// [The mover] in residency/swap_engine.h.
+// [The mover] in residency/swap_mover.cc.
 inline constexpr std::size_t max_run_pages = 32;
 inline constexpr std::size_t run_window_moves = 4 * max_run_pages;
 
@@ -40,7 +40,7 @@ inline std::size_t run_batch_pages(double run_ns, double page_copy_ns, double pa
   return pages <= 1 ? 1 : static_cast<std::size_t>(std::min(pages, most));
 }
 
-// The mover's host calls (Note [The mover] in residency/swap_engine.h), ns: a per-call
+// The mover's host calls (Note [The mover] in residency/swap_mover.cc), ns: a per-call
 // part and a part per 2 MiB page, from the device model's keys (vmm_unmap_ns,
 // vmm_unmap_per_2mib_ns, ...). Each page swap mode moves is remapped by one host
 // thread: an eviction unmaps the device memory, maps the host copy and grants access;

@@ -8,7 +8,7 @@
 // - swap: the learner's cost schedule over the arena's 2 MiB pages (Note [Page model]
 //   in policy/page_model.h), in the long-lived layout swap mode takes from the same
 //   profile (choose_long_lived_layout), that layout's schedule replayed with the
-//   mover (Note [The mover] in residency/swap_engine.h): each page the schedule
+//   mover (Note [The mover] in residency/swap_mover.cc): each page the schedule
 //   fetches or evicts is remapped by one host thread (cuMemUnmap, cuMemMap,
 //   cuMemSetAccess), remap_ns each, less the run's shared part (run_ns) for a page
 //   that joins a run and less run_ns - run_repeat_ns for a run remapped in the same

@@ -21,7 +21,7 @@
 //   the launch it follows ends and any fetch of the buffer still in flight ends; where
 //   the cost model discards, cost_model::discard_page_ns, when its discard ends, which
 //   takes its turn on the stream to the host as a copy out does).
-// - The mover (Note [The mover] in residency/swap_engine.h), where the cost model has
+// - The mover (Note [The mover] in residency/swap_mover.cc), where the cost model has
 //   VMM costs (cost_model::remap_ns; `oversub simulate --granularity page` takes
 //   them from the device model, buffer granularity and the models without the keys
 //   have none, and then nothing below applies): one host thread, its own timeline,

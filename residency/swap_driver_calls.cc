@@ -58,14 +58,14 @@ CUresult swap_engine::map_locked(std::uintptr_t va, CUmemGenericAllocationHandle
 CUresult swap_engine::take_device_locked(CUmemGenericAllocationHandle& h) {
   if (!spare_.empty()) {
     // After the hand-off of the batch that gave it (Note [The mover] in
-    // residency/swap_engine.h).
+    // residency/swap_mover.cc).
     std::uint64_t batch = 0;
     h = take_spare_locked(batch);
     observe_locked(batch);
     return CUDA_SUCCESS;
   }
   // New memory may take room a mover batch made (Note [The mover] in
-  // residency/swap_engine.h).
+  // residency/swap_mover.cc).
   observe_locked(batches_);
   ++stats_.mapping_calls;
   const CUmemAllocationProp prop = pool::vmm_prop(CU_MEM_LOCATION_TYPE_DEVICE, cfg_.device);

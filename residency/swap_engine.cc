@@ -20,7 +20,7 @@ swap_engine::swap_engine(swap_config cfg)
     : backend_with_stats(cfg.capacity_bytes), cfg_(cfg) {}
 
 swap_engine::~swap_engine() {
-  stop_mover();  // Note [The mover] in residency/swap_engine.h
+  stop_mover();  // Note [The mover] in residency/swap_mover.cc
   if (!ready_) return;
   const pool::driver_table& d = pool::driver();
   // Unmapping memory queued work still uses would be a use after free: wait for
@@ -68,7 +68,7 @@ bool swap_engine::ensure_ready_locked() {
     return false;
   }
   ready_ = true;
-  start_mover_locked();  // Note [The mover] in residency/swap_engine.h
+  start_mover_locked();  // Note [The mover] in residency/swap_mover.cc
   return true;
 }
 
@@ -118,7 +118,7 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
     result.capturing = true;
     return result;
   }
-  // See Note [The mover] in residency/swap_engine.h: its driver error, heard once here.
+  // See Note [The mover] in residency/swap_mover.cc: its driver error, heard once here.
   if (mover_error_ != CUDA_SUCCESS) {
     result.driver = mover_error_;
     result.code = residency_errc::driver_error;
@@ -172,7 +172,7 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
     for (std::uintptr_t a = r.addr & mask; a < r.addr + r.bytes; a += cfg_.page_bytes) {
       auto it = pages_.find(a);
       if (it == pages_.end()) continue;
-      await_page_locked(a);  // Note [The mover] in residency/swap_engine.h
+      await_page_locked(a);  // Note [The mover] in residency/swap_mover.cc
       page& p = it->second;
       CUresult rc = CUDA_SUCCESS;
       if (p.lent_to != 0) {
@@ -239,7 +239,7 @@ void swap_engine::extend_with_queued_locked(std::vector<std::uintptr_t>& missing
 
 void swap_engine::touch_all(CUstream stream) {
   std::lock_guard<std::mutex> lock(mutex_);
-  // See Note [The mover] in residency/swap_engine.h: work that may use any page is
+  // See Note [The mover] in residency/swap_mover.cc: work that may use any page is
   // enqueued only once the mover remaps none.
   if (finishing_ != 0 || fetching_ != 0) {
     ++stats_.mover_waits;
@@ -295,7 +295,7 @@ bool swap_engine::prefetch_pages(std::span<const byte_range> ranges,
     if (p.where != state::resident) missing.push_back(va);
   }
   if (missing.empty()) {
-    // See Note [The mover] in residency/swap_engine.h.
+    // See Note [The mover] in residency/swap_mover.cc.
     if (mover_on_ && later != nullptr) mover_fetch_.clear();
     return true;
   }
@@ -325,7 +325,7 @@ bool swap_engine::prefetch_pages(std::span<const byte_range> ranges,
                    rank);
   for (std::uintptr_t va : deferred) later->push_back(byte_range{va, cfg_.page_bytes});
   if (mover_on_ && later != nullptr) {
-    // See Note [The mover] in residency/swap_engine.h: the latest request's pages, in
+    // See Note [The mover] in residency/swap_mover.cc: the latest request's pages, in
     // its order, replace the ones it has not begun.
     mover_fetch_ = std::move(deferred);
     if (!mover_fetch_.empty()) moved_.notify_all();

@@ -296,82 +296,6 @@
 // once it has measured the link), the engine keeps, per copy, that earliest end (at
 // 9/10 of the bytes' time, for the rate's noise), and does not ask before it.
 //
-// Note [The mover]
-// ~~~~~~~~~~~~~~~~
-// Finishing an eviction (unmapping the page's device memory, mapping its host handle
-// at its address, granting access) costs three VMM calls per page, about 64 us of host
-// time on the H100 model, against 42 us of link for the page's copy: on the launching
-// thread those calls, not the link, bound swap mode. With swap_config::mover_thread
-// (OVERSUB_MOVER=thread) a thread of the engine's own finishes evictions, so the
-// launching thread only begins them (event records; a thread of the mover's own
-// enqueues their copies, see Note [Copies out on the mover] in
-// residency/swap_copies_out.cc) and goes on.
-// The mover waits for the oldest eviction's copy out (cuEventSynchronize: it never
-// asks about work that is not done), takes every evicting page whose copy is known
-// done by that wait (state finishing), and does the remaps without the engine's lock,
-// so that the launching thread's prepare() never waits for its driver calls. It then
-// records a hand-off event on a stream of its own, commits the pages as on the host
-// and their device memory as spares tagged with that event, under the lock. It
-// finishes only as many evictions as room is wanted for (make_room found it short),
-// oldest first, a batch at a time (one page, or a run, Note [Remapping runs]): an
-// eviction nobody needs the room of stays
-// evicting, so that a page wanted again before then is kept with no copy back, as
-// when the launching thread finishes evictions itself. Finishing every eviction at
-// once moved 362 MiB in per iteration against 282 for ResNet-50 at 1/8 and 3x; finishing
-// the schedule's own evictions at once was slower as well (59 ms against 55 per
-// iteration).
-// Rules that keep this correct and its time honest:
-//   - Eviction begins on the launching thread, as before, so it is ordered after all
-//     work enqueued when it began (Note [Moves after all work]); the mover's remap
-//     comes after the copy out, which came after that work.
-//   - A page in finishing is the mover's: work that wants it (prepare(), a fetch, a
-//     reach, destroy_page) waits for the mover's commit, then fetches it as any page
-//     on the host. Pinned pages (being prepared or fetched) are never taken.
-//   - Whatever the launching thread uses of the mover's work (a spare's device
-//     memory, a page the mover put on the host, room it made) is used only after that
-//     thread has asked about the hand-off event of the batch that made it
-//     (cuEventQuery), so a simulated GPU with a clock per host thread (Note [A clock
-//     per host thread] in tests/simgpu/driver/clock.h) moves the launching thread's
-//     time to the mover's at that hand-off and no earlier: waits the hand-off shows,
-//     none that a condition variable would hide.
-//   - Only the mover's own wait orders its remap after the copy (Note [Host threads
-//     share one race timeline] in tests/simgpu/driver/race_detector.h).
-//   - A driver error in the mover is kept and returned by the next prepare() (the
-//     application sees a CUDA error at its next call); the page goes back to
-//     evicting, still mapping its device memory, never losing bytes.
-//   - Work that may use any page (touch_all) is enqueued only once the mover remaps
-//     no page, so it never runs on an address while its mapping changes.
-//   - The thread is stopped by an exit handler, and a forked child (where it does
-//     not exist) never waits for it.
-// The mover also makes the schedule's fetches, and a launch's own (Note [A launch
-// hands its fetch to the mover] in residency/swap_mover.cc). A scheduled prefetch
-// (prefetch_now)
-// begins on the launching thread the evictions its pages need, as before, and hands
-// the pages, in the schedule's order, to the mover (mover_fetch_, replaced by each
-// request: the pages it has not begun go back to the schedule as `later`, which asks
-// for them again only while their use is ahead, Note [Deferred fetches fall due] in
-// core/schedule.cc). The mover takes the first page that is on the host and that only
-// the engine used there (a page with unannounced users needs the host to wait for
-// them: the launching thread fetches it at its use), with the pages among the next
-// 4 * kMaxRunPages of the queue, in any order, that extend its run of addresses either
-// way (the schedule asks for a run's pages over several launches, and backward passes
-// ask for them from the top down), as far as the room goes around the first page
-// (otherwise it asks for room and finishes an eviction first), marks them fetching,
-// and without the lock remaps them from their host handles to spares (Note
-// [Remapping runs]) and copies them in on its own stream, behind one copy event that
-// the pages hold from the commit on, like any fetch's. The launching thread's prepare() waits for a page in
-// fetching (its commit), asks about the hand-off, and orders its work after the
-// copy's event (use_after_copy_locked), as for any fetched page. An application thread
-// waiting for room comes first: the mover begins no fetch of its own meanwhile.
-// A launch's own missing pages go to the mover too, first in its queue (Note [A launch
-// hands its fetch to the mover] in residency/swap_mover.cc).
-// The library runs the mover by default (OVERSUB_MOVER=thread; inline keeps every
-// remap on the launching thread). On simgpu's H100 model, the traces at 1/8 of their
-// bytes at 1.5x and 3x, the launching thread's host time per iteration fell 5 to 11
-// times, and the iteration was shorter at every point but VGG-16 at 1.5x (5% longer:
-// its launches need their pages sooner than the mover fetches them, so most of its
-// fetches are still made on demand); docs/results.md, "Swap: the mover".
-//
 // Threads: one mutex. A launch on another thread between prepare() and the real launch
 // call could have its page evicted in between; training loops launch from one thread
 // per device. Holding the gate across the launch would close that window.
@@ -408,8 +332,9 @@ struct swap_config {
   // interposer turns it on only when it sees every launch and copy (Note [What
   // counts as a write]).
   bool clean_evictions = true;
-  // See Note [The mover]: remaps made by a thread of the engine's own (the library's
-  // default, OVERSUB_MOVER; off here, for the engine's own tests).
+  // See Note [The mover] in residency/swap_mover.cc: remaps made by a thread of the
+  // engine's own (the library's default, OVERSUB_MOVER; off here, for the engine's own
+  // tests).
   bool mover_thread = false;
   // The device's mapping calls wait for its queued work (Note [Do VMM calls wait?] in
   // core/device_pool.cc): reported with the remap costs, for the learner's plan.
@@ -445,8 +370,9 @@ struct swap_stats {
   // See Note [Pages born on the host] in residency/swap_page_table.cc: new pages
   // that started on the host (no room).
   std::uint64_t born_on_host = 0;
-  // See Note [The mover]: its batches and the pages they finished, and the times the
-  // launching thread waited for one (wanting a page it was finishing, or room).
+  // See Note [The mover] in residency/swap_mover.cc: its batches and the pages they
+  // finished, and the times the launching thread waited for one (wanting a page it was
+  // finishing, or room).
   std::uint64_t mover_batches = 0;
   std::uint64_t mover_pages = 0;
   std::uint64_t mover_waits = 0;
@@ -554,7 +480,7 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
 
  private:
   // finishing: the mover's, between evicting and on_host; fetching: the mover's,
-  // between on_host and resident (Note [The mover]).
+  // between on_host and resident (Note [The mover] in residency/swap_mover.cc).
   enum class state : std::uint8_t { resident, evicting, finishing, on_host, fetching };
   struct page {
     state where = state::resident;
@@ -579,7 +505,8 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
     std::uintptr_t lent_to = 0;
     std::uintptr_t lender = 0;
     bool planned = false;
-    std::uint64_t handoff = 0;  // the mover batch that put it on the host (Note [The mover])
+    // The mover batch that put it on the host (Note [The mover] in residency/swap_mover.cc).
+    std::uint64_t handoff = 0;
   };
   // See Note [Dead pages], at write epoch `epoch`.
   // The fresh-block half needs every write seen (Note [What counts as a write]).
@@ -691,14 +618,14 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   CUresult wait_copy_locked(page& p);
   int nth_copy_locked(std::vector<int> copies, std::size_t nth) const;
 
-  // See Note [The mover].
+  // See Note [The mover] in residency/swap_mover.cc.
   void start_mover_locked();
   void mover_main();
   void stop_mover();
   friend void stop_movers_at_exit();
-  // See Note [The mover]: a page the mover may fetch (on the host, nothing but the
-  // engine used it there, not wanted by an application thread right now, no lending
-  // either way).
+  // See Note [The mover] in residency/swap_mover.cc: a page the mover may fetch (on the
+  // host, nothing but the engine used it there, not wanted by an application thread
+  // right now, no lending either way).
   bool mover_may_fetch(const page& p) const {
     return p.where == state::on_host && p.users.empty() && touch_all_users_.empty() &&
            p.lender == 0 && p.lent_to == 0 && (p.pinned != epoch_ || handoff_epoch_ == epoch_) &&

@@ -1,6 +1,85 @@
 // The swap engine's mover: the thread that finishes evictions off the launching
 // thread, and the hand-offs through which the launching thread uses what it did (Note
-// [The mover] in residency/swap_engine.h).
+// [The mover]).
+//
+// Note [The mover]
+// ~~~~~~~~~~~~~~~~
+// Finishing an eviction (unmapping the page's device memory, mapping its host handle
+// at its address, granting access) costs three VMM calls per page, about 64 us of host
+// time on the H100 model, against 42 us of link for the page's copy: on the launching
+// thread those calls, not the link, bound swap mode. With swap_config::mover_thread
+// (OVERSUB_MOVER=thread) a thread of the engine's own finishes evictions, so the
+// launching thread only begins them (event records; a thread of the mover's own
+// enqueues their copies, see Note [Copies out on the mover] in
+// residency/swap_copies_out.cc) and goes on.
+// The mover waits for the oldest eviction's copy out (cuEventSynchronize: it never
+// asks about work that is not done), takes every evicting page whose copy is known
+// done by that wait (state finishing), and does the remaps without the engine's lock,
+// so that the launching thread's prepare() never waits for its driver calls. It then
+// records a hand-off event on a stream of its own, commits the pages as on the host
+// and their device memory as spares tagged with that event, under the lock. It
+// finishes only as many evictions as room is wanted for (make_room found it short),
+// oldest first, a batch at a time (one page, or a run, Note [Remapping runs] in
+// residency/swap_engine.h): an
+// eviction nobody needs the room of stays
+// evicting, so that a page wanted again before then is kept with no copy back, as
+// when the launching thread finishes evictions itself. Finishing every eviction at
+// once moved 362 MiB in per iteration against 282 for ResNet-50 at 1/8 and 3x; finishing
+// the schedule's own evictions at once was slower as well (59 ms against 55 per
+// iteration).
+// Rules that keep this correct and its time honest:
+//   - Eviction begins on the launching thread, as before, so it is ordered after all
+//     work enqueued when it began (Note [Moves after all work] in
+//     residency/swap_engine.h); the mover's remap
+//     comes after the copy out, which came after that work.
+//   - A page in finishing is the mover's: work that wants it (prepare(), a fetch, a
+//     reach, destroy_page) waits for the mover's commit, then fetches it as any page
+//     on the host. Pinned pages (being prepared or fetched) are never taken.
+//   - Whatever the launching thread uses of the mover's work (a spare's device
+//     memory, a page the mover put on the host, room it made) is used only after that
+//     thread has asked about the hand-off event of the batch that made it
+//     (cuEventQuery), so a simulated GPU with a clock per host thread (Note [A clock
+//     per host thread] in tests/simgpu/driver/clock.h) moves the launching thread's
+//     time to the mover's at that hand-off and no earlier: waits the hand-off shows,
+//     none that a condition variable would hide.
+//   - Only the mover's own wait orders its remap after the copy (Note [Host threads
+//     share one race timeline] in tests/simgpu/driver/race_detector.h).
+//   - A driver error in the mover is kept and returned by the next prepare() (the
+//     application sees a CUDA error at its next call); the page goes back to
+//     evicting, still mapping its device memory, never losing bytes.
+//   - Work that may use any page (touch_all) is enqueued only once the mover remaps
+//     no page, so it never runs on an address while its mapping changes.
+//   - The thread is stopped by an exit handler, and a forked child (where it does
+//     not exist) never waits for it.
+// The mover also makes the schedule's fetches, and a launch's own (Note [A launch
+// hands its fetch to the mover] in residency/swap_mover.cc). A scheduled prefetch
+// (prefetch_now)
+// begins on the launching thread the evictions its pages need, as before, and hands
+// the pages, in the schedule's order, to the mover (mover_fetch_, replaced by each
+// request: the pages it has not begun go back to the schedule as `later`, which asks
+// for them again only while their use is ahead, Note [Deferred fetches fall due] in
+// core/schedule.cc). The mover takes the first page that is on the host and that only
+// the engine used there (a page with unannounced users needs the host to wait for
+// them: the launching thread fetches it at its use), with the pages among the next
+// 4 * kMaxRunPages of the queue, in any order, that extend its run of addresses either
+// way (the schedule asks for a run's pages over several launches, and backward passes
+// ask for them from the top down), as far as the room goes around the first page
+// (otherwise it asks for room and finishes an eviction first), marks them fetching,
+// and without the lock remaps them from their host handles to spares (Note
+// [Remapping runs] in residency/swap_engine.h) and copies them in on its own stream,
+// behind one copy event that the pages hold from the commit on, like any fetch's. The
+// launching thread's prepare() waits for a page in fetching (its commit), asks about
+// the hand-off, and orders its work after the copy's event (use_after_copy_locked), as
+// for any fetched page. An application thread waiting for room comes first: the mover
+// begins no fetch of its own meanwhile.
+// A launch's own missing pages go to the mover too, first in its queue (Note [A launch
+// hands its fetch to the mover] in residency/swap_mover.cc).
+// The library runs the mover by default (OVERSUB_MOVER=thread; inline keeps every
+// remap on the launching thread). On simgpu's H100 model, the traces at 1/8 of their
+// bytes at 1.5x and 3x, the launching thread's host time per iteration fell 5 to 11
+// times, and the iteration was shorter at every point but VGG-16 at 1.5x (5% longer:
+// its launches need their pages sooner than the mover fetches them, so most of its
+// fetches are still made on demand); docs/results.md, "Swap: the mover".
 //
 // Note [A launch's fetch takes the queue's neighbours]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -24,7 +103,7 @@
 // the mover's queue (the mover may fetch them though they are pinned: handoff_epoch_)
 // and waits on the condition variable until they are resident, then uses them after
 // their batches' hand-offs, as any work of the mover's (Note [The mover] in
-// residency/swap_engine.h). So the
+// residency/swap_mover.cc). So the
 // launching thread makes no mapping call in the steady state: it waits only where its
 // launch needs pages that are not there, the wait a launch queue that is full would
 // make too. The launching thread remapped them itself before, beside the mover: two
@@ -84,7 +163,7 @@ struct swap_engine::fetch_plan {
   CUevent copy_event = nullptr;
 };
 
-// See Note [The mover] in residency/swap_engine.h: the thread never outlives the exit
+// See Note [The mover] in residency/swap_mover.cc: the thread never outlives the exit
 // handlers.
 void stop_movers_at_exit() {
   std::vector<swap_engine*> all;
@@ -180,7 +259,7 @@ void swap_engine::stop_mover() {
 }
 
 // The launching thread uses what batch `batch` did: it asks about that batch's hand-off
-// event first (Note [The mover] in residency/swap_engine.h). One question per batch at
+// event first (Note [The mover] in residency/swap_mover.cc). One question per batch at
 // most; a later batch's answer covers the earlier ones (one thread records them, in
 // order, on one stream).
 void swap_engine::observe_locked(std::uint64_t batch) {
@@ -206,7 +285,7 @@ void swap_engine::await_page_locked(std::uintptr_t va) {
 
 
 // One batch of evictions finished, if room is wanted and a copy out can be waited for
-// (Note [The mover] in residency/swap_engine.h).
+// (Note [The mover] in residency/swap_mover.cc).
 swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>& lock) {
   const pool::driver_table& d = pool::driver();
   // The oldest copy out that an eviction the mover may take waits for.
@@ -387,7 +466,7 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
 }
 
 // The first of the schedule's latest fetches that the mover may make, once a spare and
-// the room are there (Note [The mover] in residency/swap_engine.h): the run, its pages
+// the room are there (Note [The mover] in residency/swap_mover.cc): the run, its pages
 // marked fetching. With `lendable` (an eviction's device memory, about to be unmapped in
 // the same call) its room counts, and a page with no spare takes one of them; the run
 // is then not taken unless that room is enough, and no room is asked for.

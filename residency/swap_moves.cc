@@ -218,7 +218,7 @@ CUresult swap_engine::evict_begin_locked(std::span<const std::uintptr_t> vas) {
     out_jobs_.push_back(std::move(job));
     copies_begun_.notify_all();
   }
-  if (mover_on_) moved_.notify_all();  // Note [The mover] in residency/swap_engine.h
+  if (mover_on_) moved_.notify_all();  // Note [The mover] in residency/swap_mover.cc
   return first_error;
 }
 
@@ -277,7 +277,7 @@ CUresult swap_engine::evict_finish_locked(std::span<const std::uintptr_t> vas) {
 
 // Finishes every eviction whose copy is known complete (each event asked once).
 CUresult swap_engine::finish_completed_locked() {
-  // See Note [The mover] in residency/swap_engine.h: the evictions it may take are its
+  // See Note [The mover] in residency/swap_mover.cc: the evictions it may take are its
   // own to finish.
   const auto mine = [&](const page& p) { return !(mover_on_ && claimable(p)); };
   std::vector<std::uintptr_t> done;
@@ -365,7 +365,7 @@ CUresult swap_engine::make_room_locked(std::uint64_t bytes, bool wait,
   trim_spares_locked();
   if (stats_.resident_bytes + bytes <= capacity_bytes()) return CUDA_SUCCESS;
   if (mover_on_) {
-    // See Note [The mover] in residency/swap_engine.h: the room asked for, beyond what
+    // See Note [The mover] in residency/swap_mover.cc: the room asked for, beyond what
     // it is finishing already.
     const std::size_t short_pages = static_cast<std::size_t>(
         (stats_.resident_bytes + bytes - capacity_bytes() + cfg_.page_bytes - 1) / cfg_.page_bytes);
@@ -415,7 +415,7 @@ CUresult swap_engine::make_room_locked(std::uint64_t bytes, bool wait,
 // Waits for the nth oldest eviction under way (or the newest, with fewer), then
 // finishes every one that is done. CUDA_ERROR_OUT_OF_MEMORY when none is under way.
 CUresult swap_engine::wait_eviction_locked(std::size_t nth) {
-  // See Note [The mover] in residency/swap_engine.h: while it has evictions to finish,
+  // See Note [The mover] in residency/swap_mover.cc: while it has evictions to finish,
   // wait for its next batch, and use the room after its hand-off.
   if (mover_on_) {
     const bool coming = fetching_ != 0 || std::any_of(pages_.begin(), pages_.end(), [&](const auto& e) {
@@ -469,7 +469,7 @@ CUresult swap_engine::wait_eviction_locked(std::size_t nth) {
 CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                                         std::vector<std::uintptr_t>* deferred,
                                         const victim_rank& rank) {
-  // See Note [The mover] in residency/swap_engine.h: a page it is finishing is fetched
+  // See Note [The mover] in residency/swap_mover.cc: a page it is finishing is fetched
   // once it is on the host, and a page it put there after its hand-off.
   for (std::uintptr_t va : vas) await_page_locked(va);
   std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where == state::resident; });
@@ -492,7 +492,7 @@ CUresult swap_engine::fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
     if (CUresult r = hand_to_mover_locked(vas, rank); r != CUDA_SUCCESS) return r;
   }
   if (mover_on_ && !wait && !vas.empty()) {
-    // See Note [The mover] in residency/swap_engine.h: evictions for all of them begin
+    // See Note [The mover] in residency/swap_mover.cc: evictions for all of them begin
     // now; the mover fetches them as room comes.
     if (CUresult r = make_room_locked(vas.size() * cfg_.page_bytes, false, rank);
         r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
@@ -577,7 +577,7 @@ CUresult swap_engine::hand_to_mover_locked(std::vector<std::uintptr_t>& vas,
   while (mover_on_ && !mover_idle_ && coming()) moved_.wait(mutex_);
   handoff_epoch_ = 0;
   // The mover's batches are used after their hand-offs (Note [The mover] in
-  // residency/swap_engine.h).
+  // residency/swap_mover.cc).
   for (std::uintptr_t va : vas) await_page_locked(va);
   std::erase_if(vas, [&](std::uintptr_t va) { return pages_[va].where == state::resident; });
   if (!vas.empty()) {

@@ -68,7 +68,7 @@ bool swap_engine::create_on_host_locked(std::uintptr_t va) {
 
 void swap_engine::destroy_page(std::uintptr_t va) {
   std::lock_guard<std::mutex> lock(mutex_);
-  await_page_locked(va);  // Note [The mover] in residency/swap_engine.h
+  await_page_locked(va);  // Note [The mover] in residency/swap_mover.cc
   page* p = find_locked(va);
   if (p == nullptr) return;
   const pool::driver_table& d = pool::driver();

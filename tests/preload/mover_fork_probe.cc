@@ -1,5 +1,5 @@
 // A child forked while swap mode's mover thread works (Note [The mover] in
-// residency/swap_engine.h), on simgpu. The parent fills `buffers` buffers of 2 MiB,
+// residency/swap_mover.cc), on simgpu. The parent fills `buffers` buffers of 2 MiB,
 // buffer i with byte i, more than the device holds (the test sets SIMGPU_MEMORY), so
 // pages are evicting when it forks without waiting for the device. The child calls
 // cudaMalloc and cudaFree, prints both return codes and leaves with exit(0), running

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Swap mode's mover thread at exit and across fork() (Note [The mover] in
-residency/swap_engine.h), on simgpu.
+residency/swap_mover.cc), on simgpu.
 
 mover_fork_probe fills more 2 MiB buffers than a small device (SIMGPU_MEMORY) holds
 under LD_PRELOAD=liboversub.so OVERSUB_MODE=swap OVERSUB_MOVER=thread, forks while

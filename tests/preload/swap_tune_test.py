@@ -69,7 +69,7 @@ def main() -> int:
                         # The runs' choices are compared: every remap on the launching
                         # thread, since the mover thread's timings vary with how the
                         # two threads interleave (Note [The mover] in
-                        # residency/swap_engine.h).
+                        # residency/swap_mover.cc).
                         "OVERSUB_MOVER": "inline",
                         # tuned: the default
                         **({"OVERSUB_TUNE": tune} if tune == "0" else {}),

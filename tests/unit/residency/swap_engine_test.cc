@@ -18,9 +18,11 @@
 #include <vector>
 
 #include "pool/driver_api.h"
-#include "residency/swap_engine.h"
 #include "pool/vmm_arena.h"
+#include "residency/swap_engine.h"
 #include "simgpu/kernel.h"
+
+#include "residency_fixture.h"
 
 // Kernels for Note [Moves after all work] in residency/swap_engine.h; a long one, and one
 // that reads an int through a pointer it loads from device memory (its footprint names
@@ -46,65 +48,7 @@ namespace {
 
 using namespace oversub::pool;
 
-constexpr std::size_t kPage = std::size_t{2} << 20;
-
-class Residency : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { ASSERT_EQ(cudaFree(nullptr), cudaSuccess); }
-  void SetUp() override {
-    ASSERT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess);
-    CUdeviceptr base = 0;
-    ASSERT_EQ(driver().cuMemAddressReserve(&base, kPages * kPage, kPage, 0, 0), CUDA_SUCCESS);
-    base_ = base;
-  }
-  void TearDown() override {
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    cudaStreamDestroy(s_);
-  }
-  std::uintptr_t va(std::size_t i) const { return base_ + i * kPage; }
-  void* ptr(std::size_t i) const { return reinterpret_cast<void*>(va(i)); }
-  CUstream cu() const { return reinterpret_cast<CUstream>(s_); }
-  prepare_result use(swap_engine& e, std::size_t i, bool writes = true) {
-    const byte_range r{va(i), kPage};
-    return e.prepare({&r, 1}, cu(), writes);
-  }
-  // Every byte of page i read back equals value.
-  void expect_bytes(std::size_t i, unsigned char value) {
-    std::vector<unsigned char> host(kPage);
-    ASSERT_EQ(cudaMemcpyAsync(host.data(), ptr(i), kPage, cudaMemcpyDeviceToHost, s_), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
-    for (std::size_t k = 0; k < kPage; k += 4099) {
-      ASSERT_EQ(host[k], value) << "page " << i << " byte " << k;
-    }
-    ASSERT_EQ(host[kPage - 1], value);
-  }
-  void five_pages(swap_engine& e, int fill);
-  // Pages 0-7 created and used in turn, page i filled with fill + i (on a device of
-  // four, so the first four are evicted).
-  void eight_filled_pages(swap_engine& e, int fill) {
-    for (std::size_t i = 0; i < 8; ++i) {
-      ASSERT_TRUE(e.create_page(va(i)));
-      ASSERT_TRUE(use(e, i));
-      ASSERT_EQ(cudaMemsetAsync(ptr(i), fill + static_cast<int>(i), kPage, s_), cudaSuccess);
-    }
-    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
-  }
-  void remapped_as_runs(swap_engine& e);
-  void evict_page_1_at_1gbps(swap_engine& e, bool rates_measured);
-  void expect_both_pages_back(swap_engine& e);
-  void expect_only_page_3_left(swap_engine& e, int fill);
-  static constexpr std::size_t kPages = 16;
-  cudaStream_t s_ = nullptr;
-  std::uintptr_t base_ = 0;
-};
-
-swap_config config(std::size_t capacity_pages, std::size_t host_pages) {
-  swap_config c;
-  c.page_bytes = kPage;
-  c.capacity_bytes = capacity_pages * kPage;
-  c.host_budget_bytes = host_pages * kPage;
-  return c;
-}
+// Residency and config(): residency_fixture.h.
 
 TEST_F(Residency, PagesSwappedOutAndBackKeepTheirBytes) {
   swap_engine e(config(4, 16));
@@ -382,125 +326,6 @@ TEST_F(Residency, TheMoverRemapsARunOfPagesWithOneUnmapAndOneAccessGrant) {
   c.mover_thread = true;
   swap_engine e(c);
   remapped_as_runs(e);
-}
-
-// See Note [Remapping runs] (residency/swap_engine.h): the schedule asks for a run's
-// pages over several launches and not in address order. The mover fetches the pages
-// among the queue's next ones that extend its first page's run either way, as one run:
-// four pages asked for as 1, 0, 3, 2 come in with one unmap, four maps and one access
-// grant (6 mapping calls; taking only the queue's consecutive pages, four runs and 12).
-// Every byte is kept.
-TEST_F(Residency, TheMoverFetchesARunAskedForOutOfOrderAsOneRun) {
-  swap_config c = config(4, 16);
-  c.mover_thread = true;
-  swap_engine e(c);
-  eight_filled_pages(e, 0x60);
-  for (std::size_t i = 4; i < 8; ++i) e.destroy_page(va(i));  // four pages of room
-  const swap_stats before = e.stats();
-  const byte_range asked[] = {{va(1), kPage}, {va(0), kPage}, {va(3), kPage}, {va(2), kPage}};
-  std::vector<byte_range> later;
-  ASSERT_TRUE(e.prefetch_now(asked, later));
-  // The mover's, before any use could fetch a page on the launching thread.
-  for (int k = 0; k < 2000 && e.stats().mover_fetches < before.mover_fetches + 4; ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  const swap_stats after = e.stats();
-  ASSERT_EQ(after.mover_fetches, before.mover_fetches + 4);
-  // Four cuMemCreate (the destroyed pages' memory went back), then the run's six.
-  EXPECT_EQ(after.mapping_calls - before.mapping_calls, 4u + 6u);
-  for (std::size_t i = 0; i < 4; ++i) {
-    ASSERT_TRUE(use(e, i, false));
-    expect_bytes(i, static_cast<unsigned char>(0x60 + i));
-  }
-}
-
-// See Note [A launch hands its fetch to the mover] (residency/swap_mover.cc): with the
-// mover on, a launch's missing pages are fetched by the mover, not by the launching
-// thread (every fetch is the mover's, none taken back), and every byte is kept, pages
-// used one by one and two at a time on a device of four.
-TEST_F(Residency, ALaunchHandsItsMissingPagesToTheMover) {
-  swap_config c = config(4, 16);
-  c.mover_thread = true;
-  swap_engine e(c);
-  eight_filled_pages(e, 0x70);
-  const swap_stats before = e.stats();
-  for (int round = 0; round < 2; ++round) {
-    for (std::size_t i = 0; i < 8; ++i) {
-      ASSERT_TRUE(use(e, i, false));
-      expect_bytes(i, static_cast<unsigned char>(0x70 + i));
-    }
-    for (std::size_t i = 0; i < 8; i += 2) {
-      const byte_range two{va(i), 2 * kPage};
-      ASSERT_TRUE(e.prepare({&two, 1}, cu(), false));
-      expect_bytes(i, static_cast<unsigned char>(0x70 + i));
-      expect_bytes(i + 1, static_cast<unsigned char>(0x71 + i));
-    }
-  }
-  const swap_stats after = e.stats();
-  EXPECT_GE(after.fetches - before.fetches, 16u);
-  EXPECT_EQ(after.fetches - before.fetches, after.mover_fetches - before.mover_fetches);
-  EXPECT_EQ(after.mover_handbacks, 0u);
-  EXPECT_GE(after.mover_waits - before.mover_waits, 16u);
-}
-
-// See Note [Copies out on the mover] (residency/swap_copies_out.cc): with the mover on, the
-// launching thread begins each eviction and the mover enqueues its copy; every byte is
-// kept (and, under SIMGPU_RACE=abort, every copy is ordered after the page's users).
-TEST_F(Residency, TheMoverEnqueuesTheCopiesOut) {
-  swap_config c = config(4, 16);
-  c.mover_thread = true;
-  swap_engine e(c);
-  eight_filled_pages(e, 0x50);
-  for (int round = 0; round < 2; ++round) {
-    for (std::size_t i = 0; i < 8; ++i) {
-      ASSERT_TRUE(use(e, i, false));
-      expect_bytes(i, static_cast<unsigned char>(0x50 + i));
-    }
-  }
-  const swap_stats s = e.stats();
-  EXPECT_GE(s.evictions, 12u);
-  EXPECT_GT(s.bytes_to_host, 0u);
-  // Pages read only and evicted again are clean (no copy); each copy out is one page.
-  EXPECT_EQ(s.mover_copies_out * kPage, s.bytes_to_host);
-}
-
-// A clock whose every fifth read jumps 2 ms (the others 10 us): remaps timed on it
-// spread as calls that wait for the device do. Read by the mover's thread too.
-std::atomic<std::uint64_t> g_lumpy_reads{0};
-std::atomic<std::uint64_t> g_lumpy_now{1000};
-std::uint64_t lumpy_clock() noexcept {
-  const std::uint64_t k = g_lumpy_reads.fetch_add(1, std::memory_order_relaxed);
-  return g_lumpy_now.fetch_add(k % 5 == 4 ? 2'000'000 : 10'000, std::memory_order_relaxed);
-}
-
-// See Note [The probe's answer before the timings] (residency/swap_engine.h): remap
-// timings that look like waits put the copies out back on the launching thread only
-// where the start probe gave no answer; where it found the calls do not wait, the
-// mover enqueues every copy out. Every byte is kept either way.
-TEST_F(Residency, TimingsThatLookLikeWaitsDoNotOverruleTheProbe) {
-  for (const bool probed : {false, true}) {
-    swap_config c = config(4, 16);
-    c.mover_thread = true;
-    c.calls_wait = false;
-    c.calls_wait_known = probed;
-    swap_engine e(c);
-    e.set_copy_clock(&lumpy_clock, 1e9, 1e9, /*rates_measured=*/false);
-    eight_filled_pages(e, 0x20);
-    for (int round = 0; round < 6; ++round) {
-      for (std::size_t i = 0; i < 8; ++i) {
-        ASSERT_TRUE(use(e, i, true));
-        expect_bytes(i, static_cast<unsigned char>(0x20 + i));
-      }
-    }
-    const swap_stats s = e.stats();
-    ASSERT_GE(s.remap_runs, 8u);
-    ASSERT_GT(s.bytes_to_host, 0u);
-    if (probed) {
-      EXPECT_EQ(s.mover_copies_out * kPage, s.bytes_to_host);
-    } else {
-      EXPECT_LT(s.mover_copies_out * kPage, s.bytes_to_host);
-    }
-  }
 }
 
 // The prefetch tests' device: four pages of room, five pages filled with fill + i;
