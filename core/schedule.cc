@@ -365,10 +365,14 @@ bool report_section(stats::section& out) {
       .count("period_first_launch", l.period_first)
       .nanoseconds("predicted_ns", st.predicted_ns)
       .nanoseconds("predicted_unlimited_ns", st.predicted_unlimited_ns)
-      .word("remap_source", st.learned == 0 || !l.remap_measured ? "none" : "measured")
+      .word("remap_source", st.learned == 0 || !l.remap_measured ? "none"
+                            : l.remap_batches                    ? "batches"
+                                                                 : "measured")
       .word("mapping_calls", l.costs.mover.calls_wait ? "wait" : "return")
       .nanoseconds("remap_run_ns", l.costs.mover.vmm_unmap_ns)
       .nanoseconds("remap_page_ns", l.costs.mover.vmm_unmap_per_page_ns)
+      .nanoseconds("remap_grouped_run_ns", l.costs.mover.grouped_run_ns())
+      .nanoseconds("planned_ns", st.planned_ns)
       .nanoseconds("predicted_remap_ns", st.predicted_remap_ns)
       .count("predicted_remaps", st.predicted_remaps)
       .count("predicted_runs", st.predicted_runs)
@@ -457,14 +461,10 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   l.plan = std::move(r.value);
   l.current = v;
   if (current_config().mode == run_mode::swap) core::device_set_lending(device, v.lend);
-  const policy::simulation predicted = policy::simulate(model, l.plan, l.costs);
-  l.stats.predicted_ns = predicted.iteration_ns;
-  l.stats.predicted_remap_ns = predicted.host_remap_ns;
-  l.stats.predicted_remaps = predicted.remaps;
-  l.stats.predicted_runs = predicted.runs;
-  l.stats.predicted_h2d_bytes = predicted.h2d_bytes;
-  l.stats.predicted_d2h_bytes = predicted.d2h_bytes;
-  l.stats.predicted_unlimited_ns = policy::unlimited_iteration_ns(model, l.costs);
+  l.model = std::move(model);
+  predict(l);
+  l.stats.predicted_unlimited_ns = policy::unlimited_iteration_ns(l.model, l.costs);
+  l.stats.planned_ns = l.stats.predicted_ns;
   return true;
 }
 

@@ -51,6 +51,10 @@ struct swap_schedule_stats {
   // Its remaps (pages) and the runs they form.
   std::uint64_t predicted_remaps = 0;
   std::uint64_t predicted_runs = 0;
+  // See Note [The mover's costs as followed] in core/schedule_costs.cc: the current
+  // schedule's prediction when it was planned (predicted_ns then holds it again with
+  // the costs of the batches timed since, once they are known).
+  std::uint64_t planned_ns = 0;
   // See Note [Which part differs] in core/schedule_costs.cc: the last whole iteration the
   // schedule was followed for, as measured (0 before one): its time between the
   // launches that begin it on CUPTI's clock, the host time of the remaps the mover and

@@ -121,6 +121,11 @@ struct learner {
   // The engine's remaps' host costs were measured and are in costs.mover (Note
   // [Predicting the remaps] in core/schedule_costs.cc).
   bool remap_measured = false;
+  // The mover's costs are its batches' (Note [The mover's costs as followed] in
+  // core/schedule_costs.cc).
+  bool remap_batches = false;
+  // The current schedule's model (plan_variant's), to predict it again with those.
+  policy::iteration_model model;
   // See Note [A clock without CUPTI] in core/schedule_costs.cc: null until chosen.
   profiler::cupti::clock_fn clock = nullptr;
   // Devices whose engine has the clock (Note [A clock for the first moves] in
@@ -171,6 +176,11 @@ inline bool clock_given_to(const learner& l, int device) {
 // See Note [Which part differs] in core/schedule_costs.cc: at the period's first
 // launch, the iteration just ended measured part by part.
 void note_iteration(learner& l);
+// The mover's costs in l.costs from the engine's timings (Note [The mover's costs as
+// followed] in core/schedule_costs.cc).
+void set_mover_costs(learner& l, const residency::residency_backend::remap_costs& remaps);
+// The followed schedule (l.model, l.plan) predicted with l.costs, into l.stats.
+void predict(learner& l);
 
 // The learned period rotated by v.rotation as a model over its pages, planned at the
 // engine's capacity less v.free_pages pages; on success it becomes what is followed

@@ -112,6 +112,14 @@ struct mover_costs {
     vmm_unmap_per_page_ns = page_part_ns;
     page_bytes = bytes_per_page;
   }
+  // See Note [What a batch costs] in residency/page_runs.cc: a batch's calls known as a
+  // part per batch, per run and per page. A lone run pays the batch's part and its own;
+  // a run grouped with the one before it, its own.
+  void set_batch_parts(std::uint64_t batch_part_ns, std::uint64_t run_part_ns,
+                       std::uint64_t page_part_ns, std::size_t bytes_per_page) {
+    set_run_and_page(batch_part_ns + run_part_ns, page_part_ns, bytes_per_page);
+    vmm_unmap_repeat_ns = static_cast<std::int64_t>(run_part_ns);
+  }
   // Finishing an eviction of `bytes`: the wait on its copy's event (its host part),
   // the remap, the hand-off event. 0 without VMM costs.
   std::uint64_t evict_ns(std::size_t bytes, bool joins_run = false, bool grouped = false) const {

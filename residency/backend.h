@@ -153,6 +153,10 @@ class residency_backend {
     std::uint64_t run_ns = 0, page_ns = 0;
     std::size_t page_bytes = 0;
     bool calls_wait = false;  // the mapping calls wait for the device's queued work
+    // See Note [What a batch costs] in residency/page_runs.cc: a part per batch, per
+    // run and per page of the batches timed whole, where batch_known.
+    std::uint64_t batch_ns = 0, batch_run_ns = 0, batch_page_ns = 0;
+    bool batch_known = false;
   };
   virtual remap_costs measured_remap_costs() { return {}; }
   // See Note [Which part differs] in core/schedule_costs.cc: the totals so far of what the

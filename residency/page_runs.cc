@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 
 #include "common/log.h"
 #include "pool/driver_api.h"
@@ -158,6 +159,66 @@ void run_cost_fit::add_maps(double pages, double ns) {
   if (pages > 0) keep(map_page_ns_, ns / pages, 2 * kKept);
 }
 
+// Note [What a batch costs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A run's part (per_run_ns) comes from runs timed one by one, and before the first plan
+// the mover moves a page at a time, so each run is a batch of its own and pays each
+// family's first call: on the H200's measured model 188 us a run and 11 a page (the
+// map's first call). Once a plan is followed, the mover's batches group their runs'
+// calls by family (Note [Calls grouped by family]), and a batch of r runs and p pages
+// costs about 142 + 54 r + 3.4 p us: the first calls once a batch, the repeats per run
+// and per page. A plan predicted with the lone runs' figures counts every run at 188 us
+// and every page at 11: ResNet-50 at 1/8 of its bytes through the caching allocator
+// (`oversub-replay --allocator caching`), 3x, predicted 39.0 ms of remaps an iteration
+// where the mover took 28.9, and the iteration 55.1 ms where it ran 47.4. So each batch
+// is also timed whole, and a line through the last 256 batches by least squares gives
+// a part per batch, per run and per page (batch()); it is known once there are batches
+// of more than one run and the three parts can be told apart, which is after the
+// first plan's batches. The learner takes it as the mover's costs for the lone runs
+// and for the grouped ones (Note [The mover's costs as followed] in
+// core/schedule_costs.cc).
+void run_cost_fit::add_batch(double runs, double pages, double ns) {
+  if (runs <= 0 || pages <= 0) return;
+  if (batches_.size() >= kBatchesKept) batches_.erase(batches_.begin());
+  batches_.push_back({runs, pages, ns});
+}
+
+run_cost_fit::batch_parts run_cost_fit::batch() const {
+  batch_parts out;
+  // The normal equations of ns = a + b runs + c pages.
+  double m[3][3] = {}, v[3] = {};
+  std::size_t grouped = 0;
+  for (const timed_batch& t : batches_) {
+    const double x[3] = {1, t.runs, t.pages};
+    for (int i = 0; i < 3; ++i) {
+      v[i] += x[i] * t.ns;
+      for (int j = 0; j < 3; ++j) m[i][j] += x[i] * x[j];
+    }
+    if (t.runs > 1) ++grouped;
+  }
+  if (grouped < kKept / 2) return out;
+  // Cramer's rule; a determinant near 0 (every batch of one length, or the runs and
+  // pages in step) cannot tell the parts apart.
+  const auto det = [](const double a[3][3]) {
+    return a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) -
+           a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0]) +
+           a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]);
+  };
+  const double d = det(m);
+  if (!(std::abs(d) > 1e-9 * m[0][0] * m[1][1] * m[2][2])) return out;
+  double parts[3];
+  for (int k = 0; k < 3; ++k) {
+    double mk[3][3];
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 3; ++j) mk[i][j] = j == k ? v[i] : m[i][j];
+    }
+    parts[k] = det(mk) / d;
+  }
+  if (parts[1] <= 0 || parts[0] < 0 || parts[2] < 0) return out;
+  out = {parts[0], parts[1], parts[2], true};
+  return out;
+}
+
 void run_cost_fit::merge(const run_cost_fit& o) {
   fitted_ = false;
   n += o.n;
@@ -172,6 +233,7 @@ void run_cost_fit::merge(const run_cost_fit& o) {
     for (double ns : o.by_length_[k]) keep(by_length_[k], ns, kKept);
   }
   for (double ns : o.map_page_ns_) keep(map_page_ns_, ns, 2 * kKept);
+  for (const timed_batch& t : o.batches_) add_batch(t.runs, t.pages, t.ns);
 }
 
 void run_cost_fit::fit() const {
@@ -270,8 +332,10 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
         break;
       }
     }
+    std::uint64_t map_ns = 0;
     if (timed && moved == end) {
-      fit->add_maps(static_cast<double>(count), static_cast<double>(clock() - unmapped));
+      map_ns = clock() - unmapped;
+      fit->add_maps(static_cast<double>(count), static_cast<double>(map_ns));
     }
     // The pages not moved: their memory back, so their bytes stay reachable.
     for (std::size_t k = moved; k < end; ++k) {
@@ -282,7 +346,11 @@ CUresult remap_runs(std::span<const std::uintptr_t> vas,
     t0 = timed ? clock() : 0;
     const CUresult granted = d.cuMemSetAccess(vas[first], count * page_bytes, &access, 1);
     if (timed && granted == CUDA_SUCCESS) {
-      fit->add(static_cast<double>(count), static_cast<double>(spent + (clock() - t0)));
+      const auto ns = static_cast<double>(spent + (clock() - t0));
+      fit->add(static_cast<double>(count), ns);
+      if (moved == end) {
+        fit->add_batch(1, static_cast<double>(count), ns + static_cast<double>(map_ns));
+      }
     }
     if (CUresult r = granted; r != CUDA_SUCCESS) {
       // Every page back on its old memory, with access page by page.
@@ -488,6 +556,17 @@ CUresult remap_grouped(std::span<const std::uintptr_t> evas,
     for (const auto& g : granted_runs) ns += static_cast<double>(g.second);
     ns /= static_cast<double>(granted_runs.size());
     for (const auto& g : granted_runs) fit->add(static_cast<double>(g.first), ns);
+    // See Note [What a batch costs]: a batch whose every run moved whole.
+    if (granted_runs.size() == runs.size() &&
+        std::all_of(runs.begin(), runs.end(), [](const run& r) { return r.moved == r.count; })) {
+      double pages = 0, all_ns = 0;
+      for (const run& r : runs) {
+        pages += static_cast<double>(r.count);
+        all_ns += static_cast<double>(r.map_ns);
+      }
+      for (const auto& g : granted_runs) all_ns += static_cast<double>(g.second);
+      fit->add_batch(static_cast<double>(runs.size()), pages, all_ns);
+    }
   }
   return eerror;
 }

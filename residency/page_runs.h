@@ -47,6 +47,19 @@ struct run_cost_fit {
   // quartiles give: they waited for the device's queued work (Note [Timing calls that
   // may wait] in residency/page_runs.cc).
   bool calls_wait() const;
+  // See Note [What a batch costs] in residency/page_runs.cc. One batch's calls: `runs`
+  // runs of `pages` pages in all, remapped together (remap_grouped; remap_runs's runs
+  // are a batch each), timed at `ns` in all.
+  void add_batch(double runs, double pages, double ns);
+  // A batch's cost as a part per batch (what its calls' first of each family cost
+  // over their repeats), a part per run and a part per page, fitted over the recent
+  // batches; known once they hold batches of more than one run and lengths enough to
+  // tell the three apart.
+  struct batch_parts {
+    double batch_ns = 0, run_ns = 0, page_ns = 0;
+    bool known = false;
+  };
+  batch_parts batch() const;
 
  private:
   double sx_ = 0, sxx_ = 0, sxy_ = 0;  // least squares over every run
@@ -55,6 +68,12 @@ struct run_cost_fit {
   static constexpr std::size_t kLengths = 16, kKept = 32;
   std::vector<std::vector<double>> by_length_;
   std::vector<double> map_page_ns_;
+  // The recent batches (runs, pages, ns); the oldest go first.
+  static constexpr std::size_t kBatchesKept = 256;
+  struct timed_batch {
+    double runs, pages, ns;
+  };
+  std::vector<timed_batch> batches_;
   // The fit, made when asked after a change (the engine asks for every batch).
   mutable bool fitted_ = false;
   mutable double per_run_ = 0, per_page_ = 0;

@@ -354,8 +354,15 @@ std::size_t swap_engine::batch_pages() {
 residency_backend::remap_costs swap_engine::measured_remap_costs() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (clock_ == nullptr || run_fit_.n < 8) return {};
+  const run_cost_fit::batch_parts b = run_fit_.batch();
   return {static_cast<std::uint64_t>(run_fit_.per_run_ns()),
-          static_cast<std::uint64_t>(run_fit_.per_page_ns()), cfg_.page_bytes, cfg_.calls_wait};
+          static_cast<std::uint64_t>(run_fit_.per_page_ns()),
+          cfg_.page_bytes,
+          cfg_.calls_wait,
+          static_cast<std::uint64_t>(b.batch_ns),
+          static_cast<std::uint64_t>(b.run_ns),
+          static_cast<std::uint64_t>(b.page_ns),
+          b.known};
 }
 
 void swap_engine::count_remaps_locked(const run_cost_fit& fit, bool by_mover) {

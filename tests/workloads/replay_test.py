@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 import tempfile
@@ -302,9 +303,11 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
         fail(f"without oversub the replay should run out of memory on {device} bytes", alone)
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
+        model = {"SIMGPU_DEVICE": args.device, "OVERSUB_TUNE": "0"} if args.device else {}
         proc = run(ref["cmd"], {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": races,
                                 "SIMGPU_REPORT": "1", "OVERSUB_MODE": mode,
-                                "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file)},
+                                "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file),
+                                **model},
                    args.lib)
         # SIMGPU_RACE=report: simgpu exits 3 after a run in which it reported races.
         raced = RACE_RE.findall(proc.stderr)
@@ -332,8 +335,9 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
             s = stats["schedule"]
             # See Note [A clock for the first moves] in core/schedule.cc: the engine
             # timed the moves before the plan, so the plan counts the mover's remaps.
-            if s["remap_source"] != "measured" or s["predicted_remap_ns"] == 0:
+            if s["remap_source"] not in ("measured", "batches") or s["predicted_remap_ns"] == 0:
                 fail(f"the plan counted no remaps: {s}", proc)
+            moved += check_batch_costs(s, args.expect_batch_costs, proc)
             moved += (f"; link {s['h2d_gbps']:.2f} / {s['d2h_gbps']:.2f} GB/s each way, setup "
                       f"{s['copy_setup_ns']} ns, the device model's")
     else:
@@ -344,6 +348,24 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
           f"verified over {got['launches']} launches, checksums equal to the unlimited run; "
           f"iteration times {got['times_ms']} ms; {moved}")
     return stats
+
+
+def check_batch_costs(s: dict, expected: bool, proc) -> str:
+    """See Note [The mover's costs as followed] in core/schedule_costs.cc: once the
+    schedule's batches are timed, the followed schedule is predicted again with their
+    costs; with --expect-batch-costs that must have happened, and the prediction must be
+    within 10% of the last iteration measured."""
+    said = (f"; remaps costed from {s['remap_source']} (run {s['remap_run_ns']} ns, grouped "
+            f"{s['remap_grouped_run_ns']}, page {s['remap_page_ns']}), predicted "
+            f"{s['predicted_ns'] / 1e6:.2f} ms (planned {s['planned_ns'] / 1e6:.2f}), measured "
+            f"{s['measured_ns'] / 1e6:.2f}")
+    if not expected:
+        return said
+    if s["remap_source"] != "batches":
+        fail(f"the mover's batches were not taken as its costs: {s}", proc)
+    if s["measured_ns"] == 0 or abs(s["predicted_ns"] / s["measured_ns"] - 1) > 0.10:
+        fail(f"predicted {s['predicted_ns']} ns, measured {s['measured_ns']}: {s}", proc)
+    return said
 
 
 def largest_launch_bytes(profile, scale: str | None) -> int:
@@ -437,9 +459,19 @@ def main() -> int:
     ap.add_argument("--expect-scheduled", action="store_true",
                     help="swap: the learned schedule must be followed, its plan counting "
                          "the measured remaps")
+    ap.add_argument("--device",
+                    help="oversubscribed runs: SIMGPU_DEVICE (a model in SIMGPU_DEVICE_DIR), "
+                         "with OVERSUB_TUNE=0 so that one schedule is followed")
+    ap.add_argument("--expect-batch-costs", action="store_true",
+                    help="swap, with --expect-scheduled: the followed schedule predicted "
+                         "again from the mover's batches, within 10%% of the measured "
+                         "iteration")
     ap.add_argument("--allocator", choices=["direct", "caching"],
                     help="the replay's --allocator (caching: PyTorch's default allocator)")
     args = ap.parse_args()
+    if args.device:
+        # The checks read the model's figures (swap_checks.device_figure).
+        os.environ["SIMGPU_DEVICE"] = args.device
     with tempfile.TemporaryDirectory() as tmp:
         if args.case == "edges":
             case_edges(args, Path(tmp))

@@ -85,5 +85,37 @@ TEST(RunCostFit, AFewLengthsThatAllWaitedDoNotTiltTheFit) {
   EXPECT_NEAR(f.per_page_ns(), 1'250, 500);
 }
 
+// See Note [What a batch costs] in residency/page_runs.cc: batches timed whole give a
+// part per batch (the first calls of each family), per run and per page, the H200's
+// measured model's figures here; unknown while every batch is a lone run (the moves
+// before the first plan) or the batches cannot tell the parts apart.
+TEST(RunCostFit, ABatchsFirstCallsApartFromItsRuns) {
+  const auto cost = [](double runs, double pages) {
+    return 142'000 + 54'000 * runs + 3'400 * pages;
+  };
+  run_cost_fit f;
+  for (int i = 0; i < 300; ++i) f.add_batch(1, 1, cost(1, 1));
+  EXPECT_FALSE(f.batch().known);  // lone one-page runs only
+  run_cost_fit in_step;           // the runs and the pages in step: still one line
+  for (int i = 0; i < 64; ++i) {
+    const double runs = 1 + i % 4;
+    in_step.add_batch(runs, 2 * runs, cost(runs, 2 * runs));
+  }
+  EXPECT_FALSE(in_step.batch().known);
+  run_cost_fit grouped;
+  for (int i = 0; i < 64; ++i) {
+    const double runs = 1 + i % 4, pages = runs + i % 7;
+    grouped.add_batch(runs, pages, cost(runs, pages));
+  }
+  f.merge(grouped);  // the engine merges each remap's timings
+  const run_cost_fit::batch_parts b = f.batch();
+  ASSERT_TRUE(b.known);
+  EXPECT_NEAR(b.batch_ns, 142'000, 1);
+  EXPECT_NEAR(b.run_ns, 54'000, 1);
+  EXPECT_NEAR(b.page_ns, 3'400, 1);
+  // The lone runs' fit stays what it was.
+  EXPECT_EQ(f.per_run_ns(), 0);
+}
+
 }  // namespace
 }  // namespace oversub::residency
