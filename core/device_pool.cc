@@ -73,8 +73,12 @@ std::unique_ptr<residency_backend> make_backend(int device, const pool_settings&
   c.calls_wait = vmm_calls_wait(device);
   // See Note [The probe's answer before the timings] in residency/swap_engine.h.
   c.calls_wait_known = vmm_waits_answer(device) != vmm_wait_answer::unknown;
-  // See Note [Pinned rates at start]: before the pages fill the device.
-  pinned_copy_rates(device);
+  // See Note [Pinned rates at start]: before the pages fill the device; the engine's
+  // batches take them from its first moves (Note [Batches before the plan] in
+  // residency/swap_engine.h).
+  const link_rates pinned = pinned_copy_rates(device);
+  c.h2d_bytes_per_s = pinned.to_device;
+  c.d2h_bytes_per_s = pinned.to_host;
   if (c.calls_wait) {
     const std::string line = fmt::format(
         "swap: device {}'s mapping calls wait for its queued work (measured at start), so "
@@ -400,7 +404,8 @@ bool vmm_calls_wait(int device) { return vmm_waits_answer(device) == vmm_wait_an
 // free, whole 2 MiB pages) from pinned host memory and back, half of it then all of it
 // each way, on its own stream between events that time the copies (cuEventElapsedTime,
 // no CUPTI), and keeps each way's rate over the half more (the copy's setup drops out).
-// The learner takes them where CUPTI gave none (the stats' link_source "probe").
+// The learner takes them where CUPTI gave none (the stats' link_source "probe"), and the
+// engine from its first moves (Note [Batches before the plan] in residency/swap_engine.h).
 
 namespace {
 

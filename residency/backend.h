@@ -138,7 +138,9 @@ class residency_backend {
   virtual bool prefetch_now(std::span<const byte_range> ranges, std::vector<byte_range>& later,
                             const victim_rank& rank = {}) = 0;
   // See Notes [Lending an evicting page's memory], [Not asking too early] in
-  // residency/swap_engine.h (nothing to a backend without them).
+  // residency/swap_engine.h (nothing to a backend without them). A clock given with
+  // no rates (0) keeps the ones the engine has (Note [Batches before the plan] in
+  // residency/swap_engine.h).
   virtual void set_lending(bool on) = 0;
   virtual void set_copy_clock(std::uint64_t (*now_ns)() noexcept, double h2d_bytes_per_s,
                               double d2h_bytes_per_s, bool rates_measured) = 0;

@@ -195,7 +195,8 @@
 // "Swap: a batch of room for two runs"). 16 pages was faster at GPT-2 3x and
 // ResNet-50 1.5x and slower at ResNet-50 3x and VGG-16 (the batch is also room the
 // plan leaves out: policy::planning_capacity). Until both the calls and the
-// link are measured, and where a call costs about the same for one page as for many
+// link are measured (Note [Batches before the plan]), and where a call costs about the
+// same for one page as for many
 // (simgpu's H100-PCIe model charges the A100's figures per page), the batch is one
 // page and a fetch's first pages still come in while the later evictions go out.
 // ResNet-50 at 1/8 of its bytes, 3x, on the H200's measured model: swap cost 3.01x
@@ -217,6 +218,25 @@
 // ResNet-50 at 3x (459 pages of room) went from 126.38 to 110.04 ms an iteration (the
 // window bound 77.3); at 1/8 the points moved within 1% (ResNet-50 1.5x 37.59 ->
 // 37.95, GPT-2 3x 256.24 -> 254.73; docs/results.md).
+//
+// Note [Batches before the plan]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The link's rate that sizes the batches (Note [Remapping runs]) came with the first
+// plan: until then every move was a page of its own, each remap paying its families'
+// first calls (about 400 us of calls for a page out and a page in on the H200's
+// measured model), and a launch that wanted a 20 MiB segment waited for ten such
+// batches in turn. Those are the iterations before a schedule forms, and all of them
+// where none does (PyTorch's first iterations on an H200 ran on demand, one page a
+// batch: docs/gpu-results.md). The engine now takes the pinned copies' rates timed at
+// start (swap_config; Note [Pinned rates at start] in core/device_pool.cc) when it is
+// made, and a clock handed over without rates (the learner's, at the first launch)
+// keeps them, so its batches follow the calls' cost from its eighth timed run. The
+// rates are timed when the engine is made, never at a launch: timed at the first
+// launch, their copies ran inside the application's first kernel as oversub-replay
+// timed it, and its calibration made every kernel 6.6% longer. ResNet-50 at 1/8
+// through the caching allocator, 3x, on the H200's measured model: the iterations
+// before the schedule 322, 276 and 271 -> 192, 114 and 113 ms (T_unl 37.0), the
+// schedule's as before (docs/results.md, "Swap: batches before the plan").
 //
 // Note [Spare device memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -342,6 +362,11 @@ struct swap_config {
   // calls_wait is the start probe's answer, not a default for want of one (Note [The
   // probe's answer before the timings]).
   bool calls_wait_known = false;
+  // The pinned copies' rates timed at start, bytes/s (Note [Pinned rates at start] in
+  // core/device_pool.cc; 0: not timed): the engine sizes its batches by them from its
+  // first moves, before any plan (Note [Batches before the plan]).
+  double h2d_bytes_per_s = 0;
+  double d2h_bytes_per_s = 0;
 };
 
 struct swap_stats {

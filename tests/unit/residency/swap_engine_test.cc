@@ -450,6 +450,37 @@ TEST_F(Residency, WorkWaitsForAFetchOnceWithoutAsking) {
   expect_bytes(0, 0x30);
 }
 
+// See Note [Batches before the plan] (residency/swap_engine.h): the rates timed at start
+// (swap_config) size the batches once the engine has timed its runs, though its clock
+// came without rates, as the learner hands it over at the first launch before any
+// plan; without them each fetch is remapped as the room comes, a page at a time.
+// Two groups of four adjacent pages take turns in four pages of room.
+TEST_F(Residency, RatesTimedAtStartSizeTheBatchesBeforeAnyPlan) {
+  for (const bool timed : {false, true}) {
+    swap_config c = config(4, 16);
+    if (timed) c.h2d_bytes_per_s = c.d2h_bytes_per_s = 1e12;
+    swap_engine e(c);
+    e.set_copy_clock(&ticking_clock, 0, 0, /*rates_measured=*/false);
+    for (std::size_t first : {0, 4}) {
+      for (std::size_t i = first; i < first + 4; ++i) ASSERT_TRUE(e.create_page(va(i)));
+      const byte_range r{va(first), 4 * kPage};
+      ASSERT_TRUE(e.prepare({&r, 1}, cu(), true));
+      ASSERT_EQ(cudaMemsetAsync(ptr(first), 0x60 + static_cast<int>(first), r.bytes, s_),
+                cudaSuccess);
+    }
+    for (std::size_t round = 0; round < 8; ++round) {
+      const std::size_t first = round % 2 == 0 ? 0 : 4;
+      ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+      const byte_range r{va(first), 4 * kPage};
+      ASSERT_TRUE(e.prepare({&r, 1}, cu(), false));
+    }
+    EXPECT_EQ(e.batch_pages(), timed ? 2u : 1u) << (timed ? "timed" : "not timed");
+    for (std::size_t i = 0; i < 8; ++i) {
+      expect_bytes(i, static_cast<unsigned char>(i < 4 ? 0x60 : 0x64));
+    }
+  }
+}
+
 std::uint64_t g_fake_now = 1000;
 std::uint64_t fake_clock() noexcept { return g_fake_now; }
 
