@@ -694,15 +694,6 @@ void device_set_lending(int device, bool on) noexcept {
   }
 }
 
-void device_set_following(int device, bool following) noexcept {
-  if (residency_backend* b = backend_of(device)) {
-    try {
-      b->set_following(following);
-    } catch (...) {  // a mutex that cannot be locked: the engine keeps its own idea
-    }
-  }
-}
-
 bool device_set_copy_clock(int device, std::uint64_t (*now_ns)() noexcept,
                            double h2d_bytes_per_s, double d2h_bytes_per_s,
                            bool rates_measured) noexcept {

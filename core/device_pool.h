@@ -118,9 +118,6 @@ bool device_prefetch_now(int device, std::span<const residency::byte_range> rang
 // Swap mode: Note [Lending an evicting page's memory] in residency/swap_engine.h on or
 // off (nothing otherwise).
 void device_set_lending(int device, bool on) noexcept;
-// Swap mode: whether the learned schedule moves the device's memory ahead of its use
-// (Note [Room ahead on demand] in residency/swap_engine.h).
-void device_set_following(int device, bool following) noexcept;
 // Swap mode: swap_engine::set_copy_clock, the host clock the engine times its remaps on
 // and the link's rates, measured or assumed (nothing otherwise). False where the
 // device has no engine yet (nothing allocated on it), so nothing was set.

@@ -174,8 +174,6 @@ bool learn(learner& l, int device) {
   l.settle = 1;  // the first scheduled iterations still carry the on-demand ones' state
   l.stats.tuned = again ? 1 : 0;
   l.following = true;
-  // See Note [Room ahead on demand] in residency/swap_engine.h.
-  if (cfg.mode == run_mode::swap) core::device_set_following(device, true);
   l.iteration_mark_ns = 0;  // Note [Which part differs] in core/schedule_costs.cc
   const std::size_t n = l.learned.size();
   l.cursor = (n - v.rotation % n) % n;  // the next launch is the learned period's first
@@ -475,8 +473,6 @@ namespace {
 // fetches dropped.
 void stop_following(learner& l) {
   l.following = false;
-  // See Note [Room ahead on demand] in residency/swap_engine.h.
-  if (current_config().mode == run_mode::swap) core::device_set_following(l.device, false);
   l.iteration_mark_ns = 0;  // Note [Which part differs] in core/schedule_costs.cc
   l.tuning = false;
   l.later.clear();

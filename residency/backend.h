@@ -144,10 +144,6 @@ class residency_backend {
   virtual void set_lending(bool on) = 0;
   virtual void set_copy_clock(std::uint64_t (*now_ns)() noexcept, double h2d_bytes_per_s,
                               double d2h_bytes_per_s, bool rates_measured) = 0;
-  // Whether a learned schedule moves this device's memory ahead of its use (true) or
-  // every move is made on demand (false, the default): See Note [Room ahead on demand]
-  // in residency/swap_engine.h.
-  virtual void set_following(bool) {}
   // See Note [Remapping runs] in residency/swap_engine.h: the pages of room a fetch
   // waits to gather (1: room is used as it comes).
   virtual std::size_t batch_pages() { return 1; }

@@ -147,18 +147,11 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
   if (!missing.empty()) {
     std::sort(missing.begin(), missing.end());
     if (mover_on_) extend_with_queued_locked(missing);
-    const std::size_t missed = missing.size();
     if (CUresult r = fetch_locked(std::move(missing), true, nullptr, rank); r != CUDA_SUCCESS) {
       ++stats_.failures;
       result.driver = r;
       result.code = r == CUDA_ERROR_OUT_OF_MEMORY ? residency_errc::no_room
                                                   : residency_errc::driver_error;
-      return result;
-    }
-    // See Note [Room ahead on demand] in residency/swap_engine.h.
-    if (CUresult r = keep_room_ahead_locked(missed, rank); r != CUDA_SUCCESS) {
-      result.driver = r;
-      result.code = residency_errc::driver_error;
       return result;
     }
   }

@@ -135,26 +135,6 @@
 // A launch whose own pages exceed the capacity cannot run: prepare() says so and
 // nothing is moved.
 //
-// Note [Room ahead on demand]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// On demand (no schedule followed: before one is learned, after a deviation, always
-// under OVERSUB_POLICY=lru) a launch that misses pages waited for their room: the
-// evictions that make it began only then, and the fetch waited for their copies out
-// and then their remaps, while the device ran dry. So a launch that fetched pages on
-// demand also begins the evictions of the least recently used pages (dead ones
-// first: See Note [Making room]) until the room free or on its way out holds twice what
-// it fetched, or twice a batch of room (Note [Remapping runs]) where that is more, and
-// at most a quarter of the capacity: the next miss finds its room copied out already,
-// and where the mover runs, its fetch and those evictions are remapped in the same
-// calls (Note [Calls grouped by family] in residency/page_runs.cc). While the learner
-// follows a schedule (set_following) its plan makes the room and nothing leaves ahead.
-// Twice rather than once: the iterations before the schedule at ResNet-50 1/8, 3x,
-// through the caching allocator on the H200's measured model, 192, 114 and 113 ms with
-// no room ahead, 161, 70 and 73 with once, 151, 60 and 63 with twice or four times (a
-// quarter of the room); at nine points (docs/results.md, "Swap: batches before the
-// plan; room ahead on demand") the iterations on demand 1.05x-1.9x faster than with the
-// batches alone, the schedule's as before.
-//
 // Note [Batched moves]
 // ~~~~~~~~~~~~~~~~~~~~
 // Every page moved costs host time in driver calls, and the
@@ -256,8 +236,7 @@
 // timed it, and its calibration made every kernel 6.6% longer. ResNet-50 at 1/8
 // through the caching allocator, 3x, on the H200's measured model: the iterations
 // before the schedule 322, 276 and 271 -> 192, 114 and 113 ms (T_unl 37.0), the
-// schedule's as before (docs/results.md, "Swap: batches before the plan; room ahead
-// on demand").
+// schedule's as before (docs/results.md, "Swap: batches before the plan").
 //
 // Note [Spare device memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -511,11 +490,9 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // link's rates per direction (bytes/s), which size its batches. Rates measured on that
   // clock (rates_measured) also keep the engine from asking the driver about a copy
   // before it could have finished (Note [Not asking too early]); assumed ones do not.
-  // A null clock times nothing and batches nothing; a rate of 0 keeps the rates timed
-  // at start (Note [Batches before the plan]).
+  // A null clock times nothing and batches nothing; a rate of 0 batches nothing.
   void set_copy_clock(std::uint64_t (*now_ns)() noexcept, double h2d_bytes_per_s,
                       double d2h_bytes_per_s, bool rates_measured) override;
-  void set_following(bool following) override;
   std::size_t batch_pages() override;
   remap_costs measured_remap_costs() override;
   remap_totals moved_totals() override;
@@ -591,9 +568,6 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   std::vector<std::uintptr_t> victims_locked(std::size_t n,
                                              const victim_rank& rank = {});
   CUresult evict_begin_locked(std::span<const std::uintptr_t> vas);
-  // See Note [Room ahead on demand]: after a launch fetched `missed` pages on demand.
-  CUresult keep_room_ahead_locked(std::size_t missed, const victim_rank& rank);
-  std::size_t leaving_pages_locked() const;
   CUresult evict_finish_locked(std::span<const std::uintptr_t> vas);
   CUresult fetch_locked(std::vector<std::uintptr_t> vas, bool wait,
                         std::vector<std::uintptr_t>* deferred,
@@ -745,7 +719,6 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   std::uint64_t copy_seq_ = 0;
   std::size_t lent_pages_ = 0;  // pages with lent_to set
   bool lending_ = false;        // set_lending
-  bool following_ = false;      // set_following (Note [Room ahead on demand])
   // See Note [Not asking too early]: set_copy_clock's figures, and the earliest each copy
   // stream can be done with what was queued on it so far.
   std::uint64_t (*clock_)() noexcept = nullptr;

@@ -13,11 +13,6 @@ void swap_engine::set_lending(bool on) {
   lending_ = on;
 }
 
-void swap_engine::set_following(bool following) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  following_ = following;
-}
-
 // Up to n evicting pages whose copies out are under way and whose memory is not lent
 // yet, the oldest copy first (Note [Lending an evicting page's memory] in
 // residency/swap_engine.h).

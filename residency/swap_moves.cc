@@ -380,7 +380,15 @@ CUresult swap_engine::make_room_locked(std::uint64_t bytes, bool wait,
     const std::uint64_t have = stats_.resident_bytes - leaving;
     return have + bytes <= cap ? 0 : (have + bytes - cap + cfg_.page_bytes - 1) / cfg_.page_bytes;
   };
-  const auto leaving_bytes = [&] { return leaving_pages_locked() * cfg_.page_bytes; };
+  const auto leaving_bytes = [&] {
+    std::uint64_t leaving = 0;
+    for (auto& [va, p] : pages_) {
+      if ((p.where == state::evicting && p.lent_to == 0) || p.where == state::finishing) {
+        leaving += cfg_.page_bytes;
+      }
+    }
+    return leaving;
+  };
   if (!wait) {
     if (const std::size_t n = pages_short(leaving_bytes()); n != 0) {
       const std::vector<std::uintptr_t> victims = victims_locked(n, rank);
@@ -402,31 +410,6 @@ CUresult swap_engine::make_room_locked(std::uint64_t bytes, bool wait,
     if (CUresult r = wait_eviction_locked(nth); r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
-}
-
-// Pages whose device memory is on its way back: evictions under way (not lent) and
-// those the mover is finishing.
-std::size_t swap_engine::leaving_pages_locked() const {
-  std::size_t leaving = 0;
-  for (const auto& [va, p] : pages_) {
-    if ((p.where == state::evicting && p.lent_to == 0) || p.where == state::finishing) {
-      ++leaving;
-    }
-  }
-  return leaving;
-}
-
-// See Note [Room ahead on demand] in residency/swap_engine.h.
-CUresult swap_engine::keep_room_ahead_locked(std::size_t missed, const victim_rank& rank) {
-  if (following_ || missed == 0) return CUDA_SUCCESS;
-  const std::uint64_t cap = capacity_bytes();
-  const std::size_t want = std::min(2 * std::max(missed, batch_pages_locked()),
-                                    static_cast<std::size_t>(cap / cfg_.page_bytes / 4));
-  const std::size_t free_pages =
-      (stats_.resident_bytes >= cap ? 0 : (cap - stats_.resident_bytes) / cfg_.page_bytes) +
-      leaving_pages_locked();
-  if (free_pages >= want) return CUDA_SUCCESS;
-  return evict_begin_locked(victims_locked(want - free_pages, rank));
 }
 
 // Waits for the nth oldest eviction under way (or the newest, with fewer), then

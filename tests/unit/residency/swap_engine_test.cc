@@ -481,32 +481,6 @@ TEST_F(Residency, RatesTimedAtStartSizeTheBatchesBeforeAnyPlan) {
   }
 }
 
-// See Note [Room ahead on demand] (residency/swap_engine.h): on demand, a launch that
-// fetched a page begins the evictions of the least recently used ones until twice its
-// room is free or on its way out (here two pages, a quarter of the room); while a
-// schedule is followed, only the room its fetch needs leaves. Twelve pages take turns in
-// eight pages of room; every byte is kept.
-TEST_F(Residency, OnDemandAFetchBeginsTheNextOnesRoom) {
-  for (const bool following : {false, true}) {
-    swap_engine e(config(8, 16));
-    e.set_following(following);
-    for (std::size_t i = 0; i < 12; ++i) {
-      ASSERT_TRUE(e.create_page(va(i)));
-      ASSERT_TRUE(use(e, i));
-      ASSERT_EQ(cudaMemsetAsync(ptr(i), 0x70 + static_cast<int>(i), kPage, s_), cudaSuccess);
-    }
-    ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
-    const std::uint64_t evictions = e.stats().evictions;
-    ASSERT_TRUE(use(e, 0, false));  // on the host: fetched on demand
-    EXPECT_EQ(e.stats().evictions - evictions, following ? 1u : 3u)
-        << (following ? "following" : "on demand");
-    for (std::size_t i = 0; i < 12; ++i) {
-      ASSERT_TRUE(use(e, i, false));
-      expect_bytes(i, static_cast<unsigned char>(0x70 + i));
-    }
-  }
-}
-
 std::uint64_t g_fake_now = 1000;
 std::uint64_t fake_clock() noexcept { return g_fake_now; }
 
