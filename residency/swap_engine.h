@@ -490,7 +490,8 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // link's rates per direction (bytes/s), which size its batches. Rates measured on that
   // clock (rates_measured) also keep the engine from asking the driver about a copy
   // before it could have finished (Note [Not asking too early]); assumed ones do not.
-  // A null clock times nothing and batches nothing; a rate of 0 batches nothing.
+  // A null clock times nothing and batches nothing; a rate of 0 keeps the rates timed
+  // at start (Note [Batches before the plan]), and without those batches nothing.
   void set_copy_clock(std::uint64_t (*now_ns)() noexcept, double h2d_bytes_per_s,
                       double d2h_bytes_per_s, bool rates_measured) override;
   std::size_t batch_pages() override;
