@@ -62,6 +62,9 @@ class Residency : public ::testing::Test {
     }
     ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
   }
+  // Pages 0-3 and 4-7 created and written as two groups, each filled with fill plus
+  // its first page's index.
+  void two_groups_of_four(swap_engine& e, int fill);
   void remapped_as_runs(swap_engine& e);
   void evict_page_1_at_1gbps(swap_engine& e, bool rates_measured);
   void expect_both_pages_back(swap_engine& e);

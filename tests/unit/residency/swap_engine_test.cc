@@ -279,6 +279,16 @@ TEST_F(Residency, ScheduledEvictAndPrefetchMoveAhead) {
   EXPECT_LE(e.stats().peak_resident_bytes, 4 * kPage);
 }
 
+void Residency::two_groups_of_four(swap_engine& e, int fill) {
+  for (std::size_t first : {0, 4}) {
+    for (std::size_t i = first; i < first + 4; ++i) ASSERT_TRUE(e.create_page(va(i)));
+    const byte_range r{va(first), 4 * kPage};
+    ASSERT_TRUE(e.prepare({&r, 1}, cu(), true));
+    ASSERT_EQ(cudaMemsetAsync(ptr(first), fill + static_cast<int>(first), r.bytes, s_),
+              cudaSuccess);
+  }
+}
+
 // A clock on which every reading is 100 us after the last: each run's own calls (an
 // unmap and an access grant) take 200 us by it, whatever the run's length.
 std::uint64_t g_tick_ns = 0;
@@ -293,13 +303,7 @@ std::uint64_t ticking_clock() noexcept { return g_tick_ns += 100'000; }
 void Residency::remapped_as_runs(swap_engine& e) {
   e.set_copy_clock(&ticking_clock, 1e12, 1e12, true);
   const auto range = [&](std::size_t first) { return byte_range{va(first), 4 * kPage}; };
-  for (std::size_t first : {0, 4}) {
-    for (std::size_t i = first; i < first + 4; ++i) ASSERT_TRUE(e.create_page(va(i)));
-    const byte_range r = range(first);
-    ASSERT_TRUE(e.prepare({&r, 1}, cu(), true));
-    ASSERT_EQ(cudaMemsetAsync(ptr(first), 0x40 + static_cast<int>(first), r.bytes, s_),
-              cudaSuccess);
-  }
+  ASSERT_NO_FATAL_FAILURE(two_groups_of_four(e, 0x40));
   for (std::size_t round = 0; round < 8; ++round) {
     const std::size_t first = round % 2 == 0 ? 0 : 4;
     ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
@@ -461,13 +465,7 @@ TEST_F(Residency, RatesTimedAtStartSizeTheBatchesBeforeAnyPlan) {
     if (timed) c.h2d_bytes_per_s = c.d2h_bytes_per_s = 1e12;
     swap_engine e(c);
     e.set_copy_clock(&ticking_clock, 0, 0, /*rates_measured=*/false);
-    for (std::size_t first : {0, 4}) {
-      for (std::size_t i = first; i < first + 4; ++i) ASSERT_TRUE(e.create_page(va(i)));
-      const byte_range r{va(first), 4 * kPage};
-      ASSERT_TRUE(e.prepare({&r, 1}, cu(), true));
-      ASSERT_EQ(cudaMemsetAsync(ptr(first), 0x60 + static_cast<int>(first), r.bytes, s_),
-                cudaSuccess);
-    }
+    ASSERT_NO_FATAL_FAILURE(two_groups_of_four(e, 0x60));
     for (std::size_t round = 0; round < 8; ++round) {
       const std::size_t first = round % 2 == 0 ? 0 : 4;
       ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
