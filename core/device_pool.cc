@@ -73,12 +73,8 @@ std::unique_ptr<residency_backend> make_backend(int device, const pool_settings&
   c.calls_wait = vmm_calls_wait(device);
   // See Note [The probe's answer before the timings] in residency/swap_engine.h.
   c.calls_wait_known = vmm_waits_answer(device) != vmm_wait_answer::unknown;
-  // See Note [Pinned rates at start]: before the pages fill the device; the engine's
-  // batches take them from its first moves (Note [Batches before the plan] in
-  // residency/swap_engine.h).
+  // See Note [Pinned rates at start]: before the pages fill the device.
   const link_rates pinned = pinned_copy_rates(device);
-  c.h2d_bytes_per_s = pinned.to_device;
-  c.d2h_bytes_per_s = pinned.to_host;
   if (c.calls_wait) {
     const std::string line = fmt::format(
         "swap: device {}'s mapping calls wait for its queued work (measured at start), so "
@@ -88,7 +84,13 @@ std::unique_ptr<residency_backend> make_backend(int device, const pool_settings&
         device);
     say(line);
   }
-  return std::make_unique<swap_engine>(c);
+  auto engine = std::make_unique<swap_engine>(c);
+  // See Note [Batches before the plan] in residency/swap_engine.h: its batches take them
+  // from its first moves; the clock comes with the first launch.
+  if (pinned.to_device > 0 && pinned.to_host > 0) {
+    engine->set_copy_clock(nullptr, pinned.to_device, pinned.to_host, /*rates_measured=*/true);
+  }
+  return engine;
 }
 
 // See Note [One range in swap mode] in pool/vmm_arena.cc: the pages may spill to the host

@@ -17,14 +17,7 @@
 namespace oversub::residency {
 
 swap_engine::swap_engine(swap_config cfg)
-    : backend_with_stats(cfg.capacity_bytes), cfg_(cfg) {
-  // See Note [Batches before the plan] in residency/swap_engine.h.
-  if (cfg_.h2d_bytes_per_s > 0 && cfg_.d2h_bytes_per_s > 0) {
-    h2d_rate_ = cfg_.h2d_bytes_per_s;
-    d2h_rate_ = cfg_.d2h_bytes_per_s;
-    rates_measured_ = true;
-  }
-}
+    : backend_with_stats(cfg.capacity_bytes), cfg_(cfg) {}
 
 swap_engine::~swap_engine() {
   stop_mover();  // Note [The mover] in residency/swap_mover.cc
@@ -348,7 +341,7 @@ void swap_engine::set_copy_clock(std::uint64_t (*now_ns)() noexcept,
   std::lock_guard<std::mutex> lock(mutex_);
   clock_ = now_ns;
   // See Note [Batches before the plan] in residency/swap_engine.h: no rates, the ones
-  // timed at start kept.
+  // it has (timed at start) kept.
   if (h2d_bytes_per_s <= 0 || d2h_bytes_per_s <= 0) return;
   h2d_rate_ = h2d_bytes_per_s;
   d2h_rate_ = d2h_bytes_per_s;

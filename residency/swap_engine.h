@@ -194,11 +194,11 @@
 // the 1.5x points within 1.5% (docs/results.md,
 // "Swap: a batch of room for two runs"). 16 pages was faster at GPT-2 3x and
 // ResNet-50 1.5x and slower at ResNet-50 3x and VGG-16 (the batch is also room the
-// plan leaves out: policy::planning_capacity). Until both the calls and the
-// link are measured (Note [Batches before the plan]), and where a call costs about the
-// same for one page as for many
-// (simgpu's H100-PCIe model charges the A100's figures per page), the batch is one
-// page and a fetch's first pages still come in while the later evictions go out.
+// plan leaves out: policy::planning_capacity). Until both the calls and the link are
+// measured (Note [Batches before the plan]), and where a call costs about the same for
+// one page as for many (simgpu's H100-PCIe model charges the A100's figures per page),
+// the batch is one page and a fetch's first pages still come in while the later
+// evictions go out.
 // ResNet-50 at 1/8 of its bytes, 3x, on the H200's measured model: swap cost 3.01x
 // T_unl with every page remapped alone, 1.79x with runs and batches of room (226
 // unmaps and access grants per iteration for 532 maps); the H100-PCIe model's points
@@ -228,9 +228,9 @@
 // batches in turn. Those are the iterations before a schedule forms, and all of them
 // where none does (PyTorch's first iterations on an H200 ran on demand, one page a
 // batch: docs/gpu-results.md). The engine now takes the pinned copies' rates timed at
-// start (swap_config; Note [Pinned rates at start] in core/device_pool.cc) when it is
-// made, and a clock handed over without rates (the learner's, at the first launch)
-// keeps them, so its batches follow the calls' cost from its eighth timed run. The
+// start (Note [Pinned rates at start] in core/device_pool.cc) when it is made
+// (set_copy_clock with no clock yet), and a clock handed over without rates (the
+// learner's, at the first launch) keeps them, so its batches follow the calls' cost from its eighth timed run. The
 // rates are timed when the engine is made, never at a launch: timed at the first
 // launch, their copies ran inside the application's first kernel as oversub-replay
 // timed it, and its calibration made every kernel 6.6% longer. ResNet-50 at 1/8
@@ -362,11 +362,6 @@ struct swap_config {
   // calls_wait is the start probe's answer, not a default for want of one (Note [The
   // probe's answer before the timings]).
   bool calls_wait_known = false;
-  // The pinned copies' rates timed at start, bytes/s (Note [Pinned rates at start] in
-  // core/device_pool.cc; 0: not timed): the engine sizes its batches by them from its
-  // first moves, before any plan (Note [Batches before the plan]).
-  double h2d_bytes_per_s = 0;
-  double d2h_bytes_per_s = 0;
 };
 
 struct swap_stats {

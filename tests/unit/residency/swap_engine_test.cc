@@ -455,15 +455,15 @@ TEST_F(Residency, WorkWaitsForAFetchOnceWithoutAsking) {
 }
 
 // See Note [Batches before the plan] (residency/swap_engine.h): the rates timed at start
-// (swap_config) size the batches once the engine has timed its runs, though its clock
-// came without rates, as the learner hands it over at the first launch before any
-// plan; without them each fetch is remapped as the room comes, a page at a time.
+// (given with no clock, as the engine is made) size the batches once the engine has
+// timed its runs, though its clock came without rates, as the learner hands it over
+// at the first launch before any plan; without them each fetch is remapped as the
+// room comes, a page at a time.
 // Two groups of four adjacent pages take turns in four pages of room.
 TEST_F(Residency, RatesTimedAtStartSizeTheBatchesBeforeAnyPlan) {
   for (const bool timed : {false, true}) {
-    swap_config c = config(4, 16);
-    if (timed) c.h2d_bytes_per_s = c.d2h_bytes_per_s = 1e12;
-    swap_engine e(c);
+    swap_engine e(config(4, 16));
+    if (timed) e.set_copy_clock(nullptr, 1e12, 1e12, /*rates_measured=*/true);
     e.set_copy_clock(&ticking_clock, 0, 0, /*rates_measured=*/false);
     ASSERT_NO_FATAL_FAILURE(two_groups_of_four(e, 0x60));
     for (std::size_t round = 0; round < 8; ++round) {
