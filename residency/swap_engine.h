@@ -230,13 +230,14 @@
 // batch: docs/gpu-results.md). The engine now takes the pinned copies' rates timed at
 // start (Note [Pinned rates at start] in core/device_pool.cc) when it is made
 // (set_copy_clock with no clock yet), and a clock handed over without rates (the
-// learner's, at the first launch) keeps them, so its batches follow the calls' cost from its eighth timed run. The
-// rates are timed when the engine is made, never at a launch: timed at the first
-// launch, their copies ran inside the application's first kernel as oversub-replay
-// timed it, and its calibration made every kernel 6.6% longer. ResNet-50 at 1/8
-// through the caching allocator, 3x, on the H200's measured model: the iterations
-// before the schedule 322, 276 and 271 -> 192, 114 and 113 ms (T_unl 37.0), the
-// schedule's as before (docs/results.md, "Swap: batches before the plan").
+// learner's, at the first launch) keeps them, so its batches follow the calls' cost
+// from its eighth timed run. The rates are timed when the engine is made, never at a
+// launch: timed at the first launch, their copies ran inside the application's first
+// kernel as oversub-replay timed it, and its calibration made every kernel 6.6%
+// longer. ResNet-50 at 1/8 through the caching allocator, 3x, on the H200's measured
+// model: the iterations before the schedule 322, 276 and 271 -> 192, 114 and 113 ms
+// (T_unl 37.0), the schedule's as before (docs/results.md, "Swap: batches before the
+// plan").
 //
 // Note [Spare device memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
