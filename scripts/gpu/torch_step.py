@@ -4,7 +4,10 @@ For each model (cnn, gpt): a run without the library (the reference losses,
 samples/s and peak; run twice, unless --quick, to tell the model's own
 nondeterminism from oversub's), then under LD_PRELOAD with PyTorch's default
 caching allocator first (what users run; oversub sees its segments), then with
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 (oversub sees every tensor; skipped with --quick).
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (a cudaMallocAsync and cudaFreeAsync
+per tensor: oversub sees every tensor and its free; its own reference run without the
+library, since the backend may change cuDNN's workspace and so its algorithms; swap
+only with --quick), then with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (skipped with --quick).
 For each allocator: OVERSUB_MODE=track unlimited (the peak oversub saw, and the
 library's cost when nothing moves), then swap, um and auto with
 OVERSUB_DEVICE_LIMIT at 1/2 of that peak, then at 1/3 (skipped with --quick), each
@@ -405,9 +408,15 @@ def pytorch(k: kit) -> step_result:
     res.data["torch"] = probe.stdout.strip()
     limit_modes = [m for m in ("swap", "um", "auto") if mode_built(k, m)[0]] or ["track"]
     iters = "12" if k.quick else "20"
-    allocators = [("caching", {})]
+    # (name, environment, the modes it runs under a limit, whether it needs a reference
+    # run of its own without the library)
+    async_env = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
+    allocators = [("caching", {}, limit_modes, False),
+                  ("cudaMallocAsync", async_env,
+                   [m for m in limit_modes if m == "swap" or not k.quick] or limit_modes, True)]
     if not k.quick:
-        allocators.append(("no caching", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}))
+        allocators.append(("no caching", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, limit_modes,
+                           False))
     fractions = [(2, "1/2")] if k.quick else [(2, "1/2"), (3, "1/3")]
     for model in ("cnn", "gpt"):
         cmd = [sys.executable, str(SCRIPT), "--model", model, "--iters", iters]
@@ -438,10 +447,30 @@ def pytorch(k: kit) -> step_result:
             elif not repeatable:
                 res.notes.append(f"{model}: two runs without the library differ; differences under the "
                                  "library are reported, not failed")
-        for allocator, alloc_env in allocators:
+        for allocator, alloc_env, modes, own_reference in allocators:
             peak = 0
+            alloc_ref = ref
+            if own_reference:
+                if k.out_of_time():
+                    res.notes.append(f"{model} {allocator}: skipped: time budget spent")
+                    continue
+                own = parse(k.run(cmd, {**BASE_ENV, **alloc_env}, timeout_s=300,
+                                  label=f"torch {model} {allocator} without the library").stdout)
+                if own is None:
+                    res.rows.append([model, f"no library, {allocator}", "-", "FAIL", "", "", "",
+                                     "", ""])
+                    res.fail(f"{model}: {allocator} fails without the library")
+                    continue
+                res.rows.append([model, f"no library, {allocator}", "-", "ran",
+                                 "bit-identical" if own["bits"] == ref["bits"]
+                                 else f"differ ({max_rel_diff(own, ref)}): its own reference",
+                                 f"{own['samples_per_s']:.1f}",
+                                 f"{own['samples_per_s'] / ref['samples_per_s']:.2f}"
+                                 if ref["samples_per_s"] else "",
+                                 fmt_bytes(own["max_memory_allocated"]), ""])
+                alloc_ref = own
             plan = [("track", None, "none")] + [(mode, f, shown) for f, shown in fractions
-                                                for mode in limit_modes]
+                                                for mode in modes]
             for mode, fraction, shown in plan:
                 name = f"{mode}, {allocator}"
                 if skipped(k, res, model, name, shown, fraction is not None and peak == 0):
@@ -450,9 +479,10 @@ def pytorch(k: kit) -> step_result:
                     k, res, model, name, shown, cmd, alloc_env, mode, fraction, peak,
                     120 if k.quick else 300, f"torch {model} {mode} {allocator} limit {shown}")
                 if proc.returncode == 0 and got is not None:
-                    same = got["bits"] == ref["bits"]
+                    same = got["bits"] == alloc_ref["bits"]
                     res.rows.append([model, name, limit_cell, "ran",
-                                     "bit-identical" if same else f"DIFFER ({max_rel_diff(got, ref)})",
+                                     "bit-identical" if same
+                                     else f"DIFFER ({max_rel_diff(got, alloc_ref)})",
                                      f"{got['samples_per_s']:.1f}",
                                      f"{got['samples_per_s'] / ref['samples_per_s']:.2f}" if ref["samples_per_s"] else "",
                                      fmt_bytes(got["max_memory_allocated"]), fmt_bytes(seen) if seen else ""])

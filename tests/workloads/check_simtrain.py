@@ -8,7 +8,8 @@ test: LD_LIBRARY_PATH at simgpu) and compares what it prints:
   repeat  two identical runs give bit-identical losses, another seed other ones;
           the uncached peak equals the footprint estimate simtrain prints (even and
           odd depth)
-  modes   --caching, --streams 2 and both give the same loss bits as the default
+  modes   --caching, --streams 2, both, and --caching async --streams 2 give the same
+          loss bits as the default
   launch  --launch runtime and --launch ex give the same loss bits as nvcc, and so
           do --api driver and --api dlsym (device memory, copies, memsets and
           launches through libcuda's functions)
@@ -160,10 +161,11 @@ def case_modes(c: checker) -> None:
     base = c.run([])
     if not c.completed(base):
         return
-    for extra in (["--caching"], ["--streams", "2"], ["--caching", "--streams", "2"]):
+    for extra in (["--caching"], ["--streams", "2"], ["--caching", "--streams", "2"],
+                  ["--caching", "async", "--streams", "2"]):
         r = c.run(extra)
         c.same_losses(base, r, " ".join(extra))
-        if "--caching" in extra and r.peak is not None:
+        if extra[0] == "--caching" and extra[1:2] != ["async"] and r.peak is not None:
             c.expect(r.peak % SEGMENT_BYTES == 0,
                      f"cached peak {r.peak} is not whole 2 MiB segments", r)
 

@@ -22,8 +22,22 @@
 //   - segments are never returned to CUDA until release_all() at exit.
 //   - as a CUDA graph's private pool (begin_capture/end_capture, --graphs): see
 //     See Note [Allocating during capture].
+// async_allocator: every tensor is a cudaMallocAsync on the stream it is made on and
+// a cudaFreeAsync when it dies, as PyTorch's CUDAMallocAsyncAllocator drives CUDA
+// (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync):
+//   - at the first allocation, the device's default pool is told to keep what is
+//     freed (cudaMemPoolAttrReleaseThreshold UINT64_MAX) and to reuse by event
+//     dependencies, opportunistically and with internal dependencies;
+//   - a tensor used only on its own stream is freed on that stream;
+//   - one also used on other streams (record_stream) is freed on a stream of the
+//     allocator's own, made to wait (an event each) for its own stream and each of the
+//     others first, so the reuse CUDA makes of it is ordered after every use;
+//   - empty_cache() trims the pool to nothing (cudaMemPoolTrimTo), as
+//     torch.cuda.empty_cache() does with that backend.
+//   Not for a graph capture (PyTorch defers some frees across one; simtrain's graphs
+//   use their own caching_allocator).
 // peak_bytes() counts what the workload holds from cudaMalloc: live tensor bytes
-// (direct) or segment bytes (caching).
+// (direct, async) or segment bytes (caching).
 //
 // alloc_trace (--trace-allocs) writes every cudaMalloc and cudaFree either
 // allocator makes, i.e. what an interposer such as oversub sees, in the trace
@@ -134,6 +148,94 @@ class direct_allocator final : public device_allocator {
 
  private:
   std::unordered_map<void*, std::size_t> sizes_;
+};
+
+class async_allocator final : public device_allocator {
+ public:
+  async_allocator() = default;
+  async_allocator(const async_allocator&) = delete;
+  async_allocator& operator=(const async_allocator&) = delete;
+  ~async_allocator() override {
+    if (unifier_ != nullptr) CUDA_CHECK(cudaStreamDestroy(unifier_));
+  }
+
+  void* allocate(std::size_t bytes, cudaStream_t stream) override {
+    init();
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocAsync(&p, bytes, stream));
+    live_[p] = tensor{bytes, stream, {}};
+    add_held(p, bytes);
+    return p;
+  }
+
+  void record_stream(void* p, cudaStream_t stream) override {
+    tensor& t = live_.at(p);
+    if (stream != t.stream &&
+        std::find(t.other_streams.begin(), t.other_streams.end(), stream) ==
+            t.other_streams.end()) {
+      t.other_streams.push_back(stream);
+    }
+  }
+
+  void deallocate(void* p) override {
+    auto it = live_.find(p);
+    const tensor& t = it->second;
+    remove_held(p, t.bytes);
+    if (t.other_streams.empty()) {
+      CUDA_CHECK(cudaFreeAsync(p, t.stream));
+    } else {
+      wait_for(t.stream);
+      for (cudaStream_t s : t.other_streams) wait_for(s);
+      CUDA_CHECK(cudaFreeAsync(p, unifier_));
+    }
+    live_.erase(it);
+  }
+
+  void release_all() override {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    while (!live_.empty()) deallocate(live_.begin()->first);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  void empty_cache() override {
+    if (pool_ == nullptr) return;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
+  }
+
+ private:
+  struct tensor {
+    std::size_t bytes = 0;
+    cudaStream_t stream = nullptr;               // made on, first used on
+    std::vector<cudaStream_t> other_streams;     // record_stream
+  };
+
+  void init() {
+    if (pool_ != nullptr) return;
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool_, device));
+    std::uint64_t keep_all = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    int on = 1;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolReuseFollowEventDependencies, &on));
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolReuseAllowOpportunistic, &on));
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolReuseAllowInternalDependencies, &on));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&unifier_, cudaStreamNonBlocking));
+  }
+
+  // The allocator's stream waits for the work enqueued so far on s.
+  void wait_for(cudaStream_t s) {
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(e, s));
+    CUDA_CHECK(cudaStreamWaitEvent(unifier_, e, 0));
+    CUDA_CHECK(cudaEventDestroy(e));
+  }
+
+  cudaMemPool_t pool_ = nullptr;
+  cudaStream_t unifier_ = nullptr;
+  std::unordered_map<void*, tensor> live_;
 };
 
 class caching_allocator final : public device_allocator {

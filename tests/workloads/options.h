@@ -25,6 +25,7 @@ struct options {
   float lr = 1e-3f;  // Adam learning rate
   bool caching = false;     // a caching allocator (segments or expandable)
   bool expandable = false;  // --caching expandable: segments the program maps itself
+  bool async_pool = false;  // --caching async: cudaMallocAsync/cudaFreeAsync per tensor
   bool graphs = false;      // the step captured once and replayed as a CUDA graph
   int graph_layers = 0;     // --graphs: a new graph every N layers of each pass (0: one graph)
   bool pointer_arrays = false;  // Adam: one kernel chasing a device array of pointers
@@ -61,10 +62,11 @@ inline constexpr spec kSpecs[] = {
     {"iters", "N", "training iterations", kind::integer, &options::iters, 1, 1000000},
     {"seed", "N", "seed of the weights and of the synthetic data", kind::unsigned64},
     {"lr", "X", "Adam learning rate", kind::real},
-    {"caching", "[segments|expandable]",
+    {"caching", "[segments|expandable|async]",
      "sub-allocate from cached segments (like PyTorch's allocator); expandable: from "
      "segments the program reserves and maps itself (cuMemAddressReserve/cuMemCreate/"
-     "cuMemMap, PyTorch's expandable_segments:True)",
+     "cuMemMap, PyTorch's expandable_segments:True); async: a cudaMallocAsync and "
+     "cudaFreeAsync per tensor, CUDA's pool caching (PyTorch's backend:cudaMallocAsync)",
      kind::caching},
     {"graphs", nullptr,
      "capture the step once on a non-default stream (allocating from a private pool) "
@@ -170,11 +172,12 @@ inline void apply(const char* prog, const spec& s, const char* text, options& ou
       break;
     case kind::caching: {
       std::string_view v = text;
-      if (v != "" && v != "segments" && v != "expandable") {
-        usage_error(prog, bad + " (segments or expandable)");
+      if (v != "" && v != "segments" && v != "expandable" && v != "async") {
+        usage_error(prog, bad + " (segments, expandable or async)");
       }
       out.caching = true;
       out.expandable = v == "expandable";
+      out.async_pool = v == "async";
       break;
     }
     case kind::streams: {
@@ -243,7 +246,9 @@ inline options parse_options(int argc, char** argv) {
       std::string value;
       if (eq != std::string_view::npos) {
         value = std::string(body.substr(eq + 1));
-        if (value.empty()) usage_error(prog, "--caching= needs a value (segments or expandable)");
+        if (value.empty()) {
+          usage_error(prog, "--caching= needs a value (segments, expandable or async)");
+        }
       } else if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) {
         value = argv[++i];
       }

@@ -82,7 +82,7 @@ struct options {
   double scale = 1.0;            // every buffer's and copy's bytes times this
   bool footprint_writes = false; // simgpu: declare the buffers written too
   bool quiet = false;
-  bool caching = false;          // --allocator caching
+  std::string allocator = "direct";  // --allocator: direct, caching or async
 };
 
 [[noreturn]] void usage(const char* prog, const std::string& message, int status = 2) {
@@ -103,7 +103,9 @@ struct options {
                "                      bytes count twice toward durations) (default read)\n"
                "  --allocator A       direct: a cudaMalloc and cudaFree per buffer (a framework\n"
                "                      with its cache off); caching: buffers placed in cached\n"
-               "                      segments as PyTorch's default allocator places them\n"
+               "                      segments as PyTorch's default allocator places them;\n"
+               "                      async: a cudaMallocAsync and cudaFreeAsync per buffer\n"
+               "                      on the stream, as PyTorch's backend:cudaMallocAsync\n"
                "                      (tests/workloads/device_allocator.h) (default direct)\n"
                "  --quiet             no per-iteration lines\n",
                prog);
@@ -137,10 +139,11 @@ options parse_options(int argc, char** argv) {
       const char* v = argv[++i];
       if (a == "--allocator") {
         const std::string_view m = v;
-        if (m != "direct" && m != "caching") {
-          usage(prog, std::string("--allocator: want direct or caching, not '") + v + "'");
+        if (m != "direct" && m != "caching" && m != "async") {
+          usage(prog, std::string("--allocator: want direct, caching or async, not '") + v +
+                          "'");
         }
-        opt.caching = m == "caching";
+        opt.allocator = m;
         continue;
       }
       if (a == "--footprint") {
@@ -373,7 +376,8 @@ class replayer {
  public:
   replayer(const options& opt, const prof::profile& p, const plan& pl)
       : opt_(opt), p_(p), plan_(pl), state_(p.allocations.size()) {
-    if (opt.caching) alloc_ = std::make_unique<caching_allocator>();
+    if (opt.allocator == "caching") alloc_ = std::make_unique<caching_allocator>();
+    else if (opt.allocator == "async") alloc_ = std::make_unique<async_allocator>();
     else alloc_ = std::make_unique<direct_allocator>();
     REPLAY_CHECK(cudaEventCreate(&begin_));
     REPLAY_CHECK(cudaEventCreate(&end_));
@@ -445,9 +449,11 @@ class replayer {
   }
 
   const replay_status& status() const { return *status_; }
-  // The most device memory the replay held from CUDA: live buffers (direct) or
-  // cached segments (caching).
-  std::uint64_t peak_bytes() const { return opt_.caching ? alloc_->peak_bytes() : peak_bytes_; }
+  // The most device memory the replay held from CUDA: live buffers (direct, async;
+  // async's pool may keep more, as PyTorch's backend does) or cached segments (caching).
+  std::uint64_t peak_bytes() const {
+    return opt_.allocator == "caching" ? alloc_->peak_bytes() : peak_bytes_;
+  }
   std::uint64_t launches() const { return launches_; }
   std::uint64_t kernel_launches() const { return kernel_launches_; }
   std::size_t buffers_verified() const {
@@ -469,8 +475,8 @@ class replayer {
   }
 
   // direct: cudaFree synchronises the device, so no launch using b is still running.
-  // caching: everything runs on one stream, so whatever reuses b's block next is
-  // ordered after every launch that used b.
+  // caching and async: everything runs on one stream, so whatever reuses b's memory
+  // next is ordered after every launch that used b.
   void release(std::uint32_t b) {
     buffer_state& s = state_[b];
     if (s.ptr != nullptr) alloc_->deallocate(s.ptr);

@@ -466,8 +466,9 @@ def main() -> int:
                     help="swap, with --expect-scheduled: the followed schedule predicted "
                          "again from the mover's batches, within 10%% of the measured "
                          "iteration")
-    ap.add_argument("--allocator", choices=["direct", "caching"],
-                    help="the replay's --allocator (caching: PyTorch's default allocator)")
+    ap.add_argument("--allocator", choices=["direct", "caching", "async"],
+                    help="the replay's --allocator (caching: PyTorch's default allocator; "
+                    "async: its backend:cudaMallocAsync)")
     args = ap.parse_args()
     if args.device:
         # The checks read the model's figures (swap_checks.device_figure).

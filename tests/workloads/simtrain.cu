@@ -29,7 +29,9 @@
 //   --foreach         Adam is one launch per step over a tensor list passed by value
 //                     in a parameter block over 4 KiB;
 //   --caching expandable  segments the program reserves and maps itself
-//                     (expandable_allocator.h).
+//                     (expandable_allocator.h);
+//   --caching async   a cudaMallocAsync and cudaFreeAsync per tensor, CUDA's pool
+//                     caching (device_allocator.h's async_allocator).
 // None changes the arithmetic of any element, so every loss bit is the plain run's.
 #include <algorithm>
 #include <cinttypes>
@@ -618,7 +620,11 @@ int main(int argc, char** argv) {
               " lr %.6e caching %s streams %d launch %s%s%s%s%s%s\n",
               opt.depth, opt.width, opt.batch, std::min(kOutFeatures, opt.width),
               opt.iters, opt.seed, static_cast<double>(opt.lr),
-              opt.expandable ? "expandable" : opt.caching ? "on" : "off", opt.streams,
+              opt.expandable   ? "expandable"
+              : opt.async_pool ? "async"
+              : opt.caching    ? "on"
+                               : "off",
+              opt.streams,
               gpu::launch_path_name(opt.launch),
               opt.api == gpu::api_path::runtime ? "" : " api ",
               opt.api == gpu::api_path::runtime ? "" : gpu::api_path_name(opt.api),
@@ -640,6 +646,8 @@ int main(int argc, char** argv) {
   if (opt.graphs) graph_pool = std::make_unique<caching_allocator>();
   if (opt.expandable) {
     alloc = std::make_unique<expandable_allocator>();
+  } else if (opt.async_pool) {
+    alloc = std::make_unique<async_allocator>();
   } else if (opt.caching) {
     alloc = std::make_unique<caching_allocator>();
   } else {

@@ -144,6 +144,20 @@ SIMGPU_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minByt
   return api.finish(SIMGPU_CU(api.drv(), cuMemPoolTrimTo, memPool, minBytesToKeep));
 }
 
+SIMGPU_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, cudaMemPoolAttr attr,
+                                                  void* value) {
+  SIMGPU_RT_CALL(ctx, cudaMemPoolSetAttribute_v11020, memPool, attr, value);
+  return api.finish(SIMGPU_CU(api.drv(), cuMemPoolSetAttribute, memPool,
+                              static_cast<CUmemPool_attribute>(attr), value));
+}
+
+SIMGPU_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, cudaMemPoolAttr attr,
+                                                  void* value) {
+  SIMGPU_RT_CALL(ctx, cudaMemPoolGetAttribute_v11020, memPool, attr, value);
+  return api.finish(SIMGPU_CU(api.drv(), cuMemPoolGetAttribute, memPool,
+                              static_cast<CUmemPool_attribute>(attr), value));
+}
+
 // ---- Host memory ---------------------------------------------------------------------
 
 SIMGPU_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
