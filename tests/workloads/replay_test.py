@@ -27,6 +27,10 @@ OVERSUB_MODE=track, OVERSUB_PROFILE_OUT), read back with scripts/lib/oprof.py.
   large      weights each more than a quarter of the swap capacity, every launch within
              it (--ratio 2): under swap, as above, and no kernel reads a page from the
              host (Note [Windows into large allocations] in residency/swap_engine.h)
+  over       one launch over more pages than swap holds, the others within it (--ratio
+             1.5): under swap the learned schedule is followed all the same, that launch
+             reaching the rest of its memory on the host (Note [Launches over the room]
+             in core/schedule.cc)
   corrupt    --corrupt-after N overwrites a word the checker must then catch: exit 1
              with "data check failed" naming the overwritten buffer, with plenty of
              memory and under OVERSUB_MODE=swap
@@ -118,23 +122,37 @@ def make_edge_trace(tmp: Path) -> Path:
     return out
 
 
-def make_large_trace(tmp: Path) -> Path:
-    """Eight weights of 6 MiB, each launch over two of them in a ring: at --ratio 2 each
-    is more than a quarter of the swap capacity, and each launch still fits in it."""
-    MiB = 1 << 20
-    p = Profile(source="api", cupti=True, iterations_seen=3, total_launches=24, first_launch=8,
-                marker="", program="replay_test.py", capacity_bytes=0, h2d_bytes_per_s=0,
-                d2h_bytes_per_s=0, iteration_kernel_ns=0)
+def weights_ring(tmp: Path, name: str, weight_bytes: int, duration_ns: int,
+                 wide_after: int | None = None) -> Path:
+    """Eight long-lived weights of weight_bytes, each launch over two of them in a ring;
+    with wide_after = k, one more launch after the k-th, over the first six."""
+    launches = [sorted({k, (k + 1) % 8}) for k in range(8)]
+    if wide_after is not None:
+        launches.insert(wide_after + 1, list(range(6)))
+    p = Profile(source="api", cupti=True, iterations_seen=3, total_launches=3 * len(launches),
+                first_launch=len(launches), marker="", program="replay_test.py",
+                capacity_bytes=0, h2d_bytes_per_s=0, d2h_bytes_per_s=0, iteration_kernel_ns=0)
     p.strings = ["gemm"]
     for i in range(8):
-        p.allocations.append(Allocation(None, 6 * MiB + 12, 0x700000000 + 0x1000000 * i, 0,
+        p.allocations.append(Allocation(None, weight_bytes, 0x700000000 + 0x1000000 * i, 0,
                                         None, True, None))
-    for k in range(8):
-        p.launches.append(Launch(0, 20000, k + 1, sorted({k, (k + 1) % 8})))
+    for k, buffers in enumerate(launches):
+        p.launches.append(Launch(0, duration_ns, k + 1, buffers))
     p.iteration_kernel_ns = sum(l.duration_ns for l in p.launches)
-    out = tmp / "large.oprof"
+    out = tmp / f"{name}.oprof"
     write_profile(out, p)
     return out
+
+
+def make_large_trace(tmp: Path) -> Path:
+    """At --ratio 2 each weight is more than a quarter of the swap capacity, and each
+    launch still fits in it."""
+    return weights_ring(tmp, "large", 6 * (1 << 20) + 12, 20000)
+
+
+def make_over_trace(tmp: Path) -> Path:
+    """At --ratio 1.5 the launch over six weights spans more pages than swap holds."""
+    return weights_ring(tmp, "over", 4 << 20, 200000, wide_after=3)
 
 
 def plan_counts(profile) -> dict:
@@ -441,7 +459,7 @@ def case_corrupt(args: argparse.Namespace, trace: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", choices=["unlimited", "swap", "um", "corrupt", "edges", "trace",
-                                       "cli", "large"],
+                                       "cli", "large", "over"],
                     required=True)
     ap.add_argument("--replay", type=Path, required=True)
     ap.add_argument("--simtrain", type=Path, required=True)
@@ -494,6 +512,20 @@ def main() -> int:
                 fail("um's learner planned buffers larger than a quarter of the capacity: "
                      f"{stats and stats['schedule']}")
             print("um: the learner planned none of the buffers left to demand paging")
+            return 0
+        if args.case == "over":
+            trace = make_over_trace(Path(tmp))
+            ref = reference(args, trace)
+            if largest_launch_bytes(ref["profile"], None) <= ref["peak"] / args.ratio:
+                fail(f"--ratio {args.ratio}: the largest launch fits the device")
+            stats = case_oversubscribed(args, trace, "swap", ref)
+            s = stats["schedule"] if stats else {}
+            oversized = stats["counters"]["swap_oversized"]["total"] if stats else 0
+            if s.get("plan_failures") or not s.get("followed") or not oversized:
+                fail(f"one launch over the room left no schedule, or none over it: {s}, "
+                     f"swap_oversized {oversized}")
+            print(f"swap: the schedule followed for {s['followed']} launches, "
+                  f"{oversized} over the room")
             return 0
         if args.case == "trace":
             if args.trace is None:
