@@ -68,6 +68,7 @@ PLAN_FULL_RE = re.compile(r"^plan: peak (\d+) bytes \(long-lived (\d+)\), at mos
 RACE_RE = re.compile(r"^simgpu: race on .*$", re.M)
 KERNELS_RE = re.compile(r"^launches: (\d+) replayed as (\d+) kernels$", re.M)
 CORRUPT_RE = re.compile(r"^corrupt: after launch \d+ overwrote word \d+ of buffer (\d+) ", re.M)
+NO_FREES_HINT = "no allocation has been freed since start"
 FAILED_RE = re.compile(r"oversub-replay: data check failed: iteration \d+, trace launch \d+ "
                        r"\(.*\): buffer (\d+) ")
 WRITING_COPIES = ("h2d", "memset")
@@ -322,11 +323,16 @@ def case_oversubscribed(args: argparse.Namespace, trace: Path, mode: str,
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "stats.json"
         model = {"SIMGPU_DEVICE": args.device, "OVERSUB_TUNE": "0"} if args.device else {}
+        # See Note [No frees seen] in core/schedule.cc: said where nothing was freed.
+        hint = {"OVERSUB_LOG": "info"} if args.allocator in ("caching", "async") else {}
         proc = run(ref["cmd"], {"SIMGPU_MEMORY": str(device), "SIMGPU_RACE": races,
                                 "SIMGPU_REPORT": "1", "OVERSUB_MODE": mode,
                                 "OVERSUB_STATS": "json", "OVERSUB_STATS_FILE": str(stats_file),
-                                **model},
+                                **model, **hint},
                    args.lib)
+        if hint and (NO_FREES_HINT in proc.stderr) != (args.allocator == "caching"):
+            fail(f"--allocator {args.allocator}: the hint that nothing was freed "
+                 f"{'is missing' if args.allocator == 'caching' else 'was given'}", proc)
         # SIMGPU_RACE=report: simgpu exits 3 after a run in which it reported races.
         raced = RACE_RE.findall(proc.stderr)
         got = parse(proc, f"under OVERSUB_MODE={mode} at {args.ratio}x",
