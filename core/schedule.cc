@@ -491,12 +491,13 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
     }
     model.launches.push_back(std::move(launch));
   }
+  // Of every use, the trimmed ones too: they still read the pages where they are.
+  model.dead_windows = schedule_internal::dead_windows(l, v, id_of_page, uses_of_id);
   // See Note [Launches over the room]. um's driver has no such room.
   if (current_config().mode == run_mode::swap) {
     trim_launches_over_room(model, uses_of_id,
                             core::device_residency_capacity(device) / page_bytes);
   }
-  model.dead_windows = schedule_internal::dead_windows(l, v, id_of_page, uses_of_id);
   const config& cfg = current_config();
   // See Note [Headroom] in policy/schedule.h.
   const std::uint64_t capacity = policy::planning_capacity(
