@@ -493,12 +493,12 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   }
   // Of every use, the trimmed ones too: they still read the pages where they are.
   model.dead_windows = schedule_internal::dead_windows(l, v, id_of_page, uses_of_id);
+  const config& cfg = current_config();
   // See Note [Launches over the room]. um's driver has no such room.
-  if (current_config().mode == run_mode::swap) {
+  if (cfg.mode == run_mode::swap) {
     trim_launches_over_room(model, uses_of_id,
                             core::device_residency_capacity(device) / page_bytes);
   }
-  const config& cfg = current_config();
   // See Note [Headroom] in policy/schedule.h.
   const std::uint64_t capacity = policy::planning_capacity(
       core::device_residency_capacity(device), page_bytes, core::device_batch_pages(device),

@@ -112,6 +112,13 @@ class device_allocator {
   void set_trace(alloc_trace* trace) { trace_ = trace; }
 
  protected:
+  // record_stream's bookkeeping: stream joins others unless it is own or already there.
+  static void add_other_stream(std::vector<cudaStream_t>& others, cudaStream_t own,
+                               cudaStream_t stream) {
+    if (stream != own && std::find(others.begin(), others.end(), stream) == others.end()) {
+      others.push_back(stream);
+    }
+  }
   // Called after each cudaMalloc and before each cudaFree of the allocator.
   void add_held(void* p, std::size_t bytes) {
     held_bytes_ += bytes;
@@ -170,11 +177,7 @@ class async_allocator final : public device_allocator {
 
   void record_stream(void* p, cudaStream_t stream) override {
     tensor& t = live_.at(p);
-    if (stream != t.stream &&
-        std::find(t.other_streams.begin(), t.other_streams.end(), stream) ==
-            t.other_streams.end()) {
-      t.other_streams.push_back(stream);
-    }
+    add_other_stream(t.other_streams, t.stream, stream);
   }
 
   void deallocate(void* p) override {
@@ -298,11 +301,7 @@ class caching_allocator final : public device_allocator {
 
   void record_stream(void* ptr, cudaStream_t stream) override {
     block* b = allocated_.at(ptr);
-    if (stream != b->stream &&
-        std::find(b->other_streams.begin(), b->other_streams.end(), stream) ==
-            b->other_streams.end()) {
-      b->other_streams.push_back(stream);
-    }
+    add_other_stream(b->other_streams, b->stream, stream);
   }
 
   void deallocate(void* ptr) override {

@@ -87,11 +87,7 @@ class expandable_allocator final : public device_allocator {
 
   void record_stream(void* ptr, cudaStream_t stream) override {
     block* b = allocated_.at(ptr);
-    if (stream != b->seg->stream &&
-        std::find(b->other_streams.begin(), b->other_streams.end(), stream) ==
-            b->other_streams.end()) {
-      b->other_streams.push_back(stream);
-    }
+    add_other_stream(b->other_streams, b->seg->stream, stream);
   }
 
   void deallocate(void* ptr) override {
