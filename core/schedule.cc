@@ -417,46 +417,6 @@ bool report_section(stats::section& out) {
   return true;
 }
 
-
-// Note [Launches over the room]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A launch whose pages are more than swap holds runs with part of its memory reached
-// where it is, in host memory over the link (Note [Larger than the capacity] in
-// core/launch_residency.cc), while a plan needs every launch's pages resident at once:
-// one such launch left the whole iteration on demand. ResNet-50 b128 at 1/8 with a
-// cudaMallocAsync per tensor, at a tenth of what PyTorch's caching allocator holds:
-// one kernel spans 79 pages where swap holds 78, and every iteration ran on demand,
-// 266 ms against 106.7 unlimited. So the plan gives such a launch no more of its pages
-// than the room holds, those the iteration uses most (the room then has no headroom
-// at that launch, as for any launch that fills it: Note [Headroom] in
-// policy/schedule.h); it may evict the others before the launch, which reaches them
-// on the host as it would on demand. The plan's prediction does not count those
-// reads. A launch that fits is planned as before.
-void trim_launches_over_room(policy::iteration_model& model,
-                             std::vector<std::vector<std::uint32_t>>& uses_of_id,
-                             std::size_t room_pages) {
-  if (room_pages == 0) return;
-  std::vector<policy::buffer_id> kept;
-  for (std::size_t i = 0; i < model.launches.size(); ++i) {
-    std::vector<policy::buffer_id>& uses = model.launches[i].uses;
-    if (uses.size() <= room_pages) continue;
-    kept = uses;
-    std::stable_sort(kept.begin(), kept.end(), [&](policy::buffer_id a, policy::buffer_id b) {
-      return uses_of_id[a].size() > uses_of_id[b].size();
-    });
-    kept.resize(room_pages);
-    std::sort(kept.begin(), kept.end());
-    for (policy::buffer_id b : uses) {
-      if (!std::binary_search(kept.begin(), kept.end(), b)) {
-        std::erase(uses_of_id[b], static_cast<std::uint32_t>(i));
-      }
-    }
-    std::erase_if(uses, [&](policy::buffer_id b) {
-      return !std::binary_search(kept.begin(), kept.end(), b);
-    });
-  }
-}
-
 }  // namespace
 
 // Declared in swap_learner.h.
@@ -494,10 +454,16 @@ bool schedule_internal::plan_variant(learner& l, int device, variant v) {
   // Of every use, the trimmed ones too: they still read the pages where they are.
   model.dead_windows = schedule_internal::dead_windows(l, v, id_of_page, uses_of_id);
   const config& cfg = current_config();
-  // See Note [Launches over the room]. um's driver has no such room.
-  if (cfg.mode == run_mode::swap) {
-    trim_launches_over_room(model, uses_of_id,
-                            core::device_residency_capacity(device) / page_bytes);
+  // See Note [Launches over the room] in policy/iteration_model.h. The learner's costs
+  // count no host access: the durations it measured hold it.
+  if (cfg.mode == run_mode::swap &&
+      policy::trim_launches_over_room(model, core::device_residency_capacity(device)).uses != 0) {
+    for (std::vector<std::uint32_t>& uses : uses_of_id) uses.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      for (policy::buffer_id b : model.launches[i].uses) {
+        uses_of_id[b].push_back(static_cast<std::uint32_t>(i));
+      }
+    }
   }
   // See Note [Headroom] in policy/schedule.h.
   const std::uint64_t capacity = policy::planning_capacity(

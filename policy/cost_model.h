@@ -162,6 +162,15 @@ struct cost_model {
   // (Maxwell, Kepler): a launch migrates all of a managed buffer at once, for one
   // fault cost plus the transfer.
   bool demand_paging = true;
+  // A kernel's reads and writes of host memory over the link (zero-copy), bytes/s: what
+  // a launch over the room pays for its host_bytes (Note [Launches over the room] in
+  // policy/iteration_model.h) on top of its duration; 0: not counted (the library's
+  // learner, whose measured durations already hold them).
+  double host_access_bytes_per_s = 0;
+  std::uint64_t host_access_ns(std::size_t bytes) const {
+    if (bytes == 0 || host_access_bytes_per_s <= 0) return 0;
+    return static_cast<std::uint64_t>(static_cast<double>(bytes) / host_access_bytes_per_s * 1e9);
+  }
 
   // The mover's host costs; none (the default): no mover is modelled.
   mover_costs mover;

@@ -143,4 +143,43 @@ largest_launch largest_launch_footprint(const iteration_model& model) {
   return best;
 }
 
+trimmed_launches trim_launches_over_room(iteration_model& model, std::size_t room_bytes) {
+  trimmed_launches out;
+  if (room_bytes == 0) return out;
+  std::vector<std::uint32_t> use_count(model.buffers.size(), 0);
+  for (const model_launch& l : model.launches) {
+    for (buffer_id b : l.uses) ++use_count[b];
+  }
+  std::vector<buffer_id> ids;
+  std::vector<bool> kept(model.buffers.size(), false);
+  for (model_launch& l : model.launches) {
+    ids = l.uses;
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::size_t bytes = 0;
+    for (buffer_id b : ids) bytes += model.buffers[b].bytes;
+    if (bytes <= room_bytes) continue;
+    std::stable_sort(ids.begin(), ids.end(), [&](buffer_id a, buffer_id b) {
+      return use_count[a] > use_count[b];
+    });
+    std::size_t held = 0;
+    for (buffer_id b : ids) {
+      kept[b] = held + model.buffers[b].bytes <= room_bytes;
+      if (kept[b]) {
+        held += model.buffers[b].bytes;
+      } else {
+        l.host_bytes += model.buffers[b].bytes;
+        out.host_bytes += model.buffers[b].bytes;
+      }
+    }
+    const std::size_t before = l.uses.size();
+    std::erase_if(l.uses, [&](buffer_id b) { return !kept[b]; });
+    std::erase_if(l.writes, [&](buffer_id b) { return !kept[b]; });
+    out.uses += before - l.uses.size();
+    ++out.launches;
+    for (buffer_id b : ids) kept[b] = false;
+  }
+  return out;
+}
+
 }  // namespace oversub::policy

@@ -66,6 +66,10 @@ struct model_launch {
   // (otherwise every used buffer counts as written, which is always safe).
   std::vector<buffer_id> writes;
   bool writes_known = false;
+  // Bytes it reaches in host memory over the link (0 but for a launch over the room,
+  // see Note [Launches over the room] below), paid by the simulator at
+  // cost_model::host_access_bytes_per_s on top of duration_ns.
+  std::size_t host_bytes = 0;
 };
 
 // One learned iteration.
@@ -136,6 +140,37 @@ struct largest_launch {
   std::size_t buffer_count = 0;
 };
 largest_launch largest_launch_footprint(const iteration_model& model);
+
+// Note [Launches over the room]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A launch whose buffers are more than swap holds runs with part of its memory reached
+// where it is, in host memory over the link (Note [Larger than the capacity] in
+// core/launch_residency.cc), while a plan needs every launch's buffers resident at
+// once: one such launch left the whole iteration without a plan (plan_schedule's
+// "alone needs" error), on demand in the library and "no schedule" in the simulator
+// and in auto's prediction. ResNet-50 b128 at 1/8 with a cudaMallocAsync per tensor,
+// at a tenth of what PyTorch's caching allocator holds: one kernel spans 79 pages where
+// swap holds 78, and every iteration ran on demand, 266 ms against 106.7 unlimited.
+// So a plan for swap gives such a launch no more of its buffers than the room holds,
+// those the iteration uses most (the room then has no headroom at that launch, as for
+// any launch that fills it: Note [Headroom] in policy/schedule.h); it may evict the
+// others before the launch, which reaches them on the host as on demand. Their bytes
+// become the launch's host_bytes. A launch that fits is planned as before. Dead windows
+// are taken from every use before the trimming: the trimmed launch still reads those
+// buffers where they are. um's driver has no such room, and its plans are not trimmed.
+
+// What trim_launches_over_room took away.
+struct trimmed_launches {
+  std::size_t launches = 0;    // launches over the room
+  std::size_t uses = 0;        // uses taken from them
+  std::size_t host_bytes = 0;  // their bytes, over all of them
+};
+
+// Trims each launch whose distinct buffers exceed room_bytes to the buffers the
+// iteration uses most that fit in it (ties: the lower id), and adds the rest to its
+// host_bytes (its writes of them go too). Nothing when room_bytes is 0. See Note
+// [Launches over the room].
+trimmed_launches trim_launches_over_room(iteration_model& model, std::size_t room_bytes);
 
 }  // namespace oversub::policy
 

@@ -31,6 +31,9 @@ device_model device_of(const profiler::profile& p, const mode_costs& c) {
   }
   device.costs.h2d_bytes_per_s = h2d > 0 ? h2d : d2h > 0 ? d2h : c.link_bytes_per_s;
   device.costs.d2h_bytes_per_s = d2h > 0 ? d2h : h2d > 0 ? h2d : c.link_bytes_per_s;
+  // See Note [Launches over the room] in policy/iteration_model.h: a kernel reads host
+  // memory no faster than a pinned copy, so the copy rate gives the least time.
+  device.costs.host_access_bytes_per_s = device.costs.h2d_bytes_per_s;
   device.costs.copy_setup_ns = c.copy_setup_ns;
   device.costs.managed_fault_ns = c.managed_fault_ns;
   device.costs.managed_page_bytes = c.managed_page_bytes;
@@ -47,8 +50,10 @@ std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
                          const mode_costs& c, std::uint64_t& remaps) {
   const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
   if (!buffers.error.empty()) return 0;
-  const page_model m = pages_of_profile(p, buffers.model, page_bytes, 256, order);
+  page_model m = pages_of_profile(p, buffers.model, page_bytes, 256, order);
   if (!m.error.empty()) return 0;
+  // See Note [Launches over the room] in policy/iteration_model.h.
+  trim_launches_over_room(m.model, capacity_bytes);
   cost_model costs = device.costs;
   // The three calls' sum per page, of which run_ns shared by a run's pages.
   const std::uint64_t run_ns = std::min(c.run_ns, c.remap_ns);

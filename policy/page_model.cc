@@ -217,6 +217,9 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
   const double d2h = profile_link_rate(p.device.d2h_bytes_per_s);
   device.costs.h2d_bytes_per_s = h2d > 0 ? h2d : d2h > 0 ? d2h : link_bytes_per_s;
   device.costs.d2h_bytes_per_s = d2h > 0 ? d2h : h2d > 0 ? h2d : link_bytes_per_s;
+  // See Note [Launches over the room] in policy/iteration_model.h: a kernel reads host
+  // memory no faster than a pinned copy.
+  device.costs.host_access_bytes_per_s = device.costs.h2d_bytes_per_s;
   device.costs.copy_setup_ns = copy_setup_ns;
   const profile_model buffers = model_from_profile(p, device, duration_source::automatic);
   if (!buffers.error.empty()) {
@@ -226,11 +229,12 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
   constexpr std::size_t page = std::size_t{2} << 20;
   const std::size_t capacity = planning_capacity(capacity_bytes, page);
   for (int k = 0; k < 3; ++k) {
-    const page_model m = pages_of_profile(p, buffers.model, page, 256, orders[k]);
+    page_model m = pages_of_profile(p, buffers.model, page, 256, orders[k]);
     if (!m.error.empty()) {
       c.error = m.error;
       return c;
     }
+    trim_launches_over_room(m.model, capacity_bytes);
     schedule_result r =
         plan_schedule(m.model, capacity, device.costs, policy_kind::cost, 0);
     if (!r.ok()) {

@@ -217,7 +217,7 @@ class replay {
       const model_launch& launch = model_.launches[i];
       std::uint64_t start = compute_free_ + paging_ns;
       for (buffer_id b : launch.uses) start = std::max(start, ready_[b]);
-      compute_free_ = start + launch.duration_ns;
+      compute_free_ = start + launch.duration_ns + costs_.host_access_ns(launch.host_bytes);
       if (first) result_.launch_end_ns.push_back(compute_free_);
       for (const evict_action& e : plan_.launches[i].evict_after) {
         compute_free_ += evict(e, compute_free_);

@@ -31,6 +31,7 @@ GiB = 1 << 30
 PAGE = 2 << 20  # the arena's page
 TARGETS = (1.1, 1.5, 2.0)
 GRID_POINTS = 8
+MIN_PAGES = 4  # the least capacity searched (Note [Plan search])
 REFINE_ROUNDS = 2
 SIZE_FORMS = "a size such as 512GiB, 64GB, 1.5TiB or a byte count"
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -39,10 +40,12 @@ UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 # Note [Plan search]
 # ~~~~~~~~~~~~~~~~~~
 # The smallest device memory within a slowdown X of unlimited is searched for, not
-# solved: the simulator is run on GRID_POINTS capacities evenly spaced from the largest
-# launch (no smaller capacity runs) to the profile's paged bytes plus the schedule's
-# headroom (1/32, Note [Headroom] in policy/schedule.h), where nothing need move. The
-# smallest grid capacity within X and the grid capacity below it bracket the answer;
+# solved: the simulator is run on GRID_POINTS capacities evenly spaced from MIN_PAGES
+# pages (swap runs a launch over the capacity with part of its memory in host memory,
+# see Note [Launches over the room] in policy/iteration_model.h) to the profile's paged
+# bytes plus the schedule's headroom (1/32, Note [Headroom] in policy/schedule.h),
+# where nothing need move. The smallest grid capacity within X and the grid capacity
+# below it bracket the answer;
 # REFINE_ROUNDS rounds of three capacities inside each bracket (all targets' probes in
 # one simulator run per round) narrow it to 1/16 of a grid step, in whole 2 MiB pages.
 # The answer is the smallest capacity seen within X. The simulated time is not exactly
@@ -173,6 +176,10 @@ def plan_one(tool: Path, profile: Path, opts: list[str], memory: int | None,
                                                                  " pages, more than"),
         "iteration_ns": None, "slowdown": None, "h2d_bytes": None, "d2h_bytes": None,
         "moved_bytes": None, "host_bytes_needed": None, "host_bytes_up_to": None,
+        # Launches over what swap holds, and the bytes they read in host memory (Note
+        # [Launches over the room] in policy/iteration_model.h).
+        "over_room_launches": point.get("over_room_launches", 0),
+        "host_access_bytes": point.get("host_access_bytes", 0),
     }
     if point["ok"]:
         moved = point["h2d_bytes"] + point["d2h_bytes"]
@@ -188,7 +195,7 @@ def plan_one(tool: Path, profile: Path, opts: list[str], memory: int | None,
             row.update(runs=False, why_not=f"needs at least {fmt_bytes(needed)} on the host, more "
                                            f"than the host memory of {fmt_bytes(host_memory)}")
     hi = math.ceil(paged * 33 / 32) + 2 * page
-    caps = planner.smallest_within(row["largest_launch_bytes"], hi, page)
+    caps = planner.smallest_within(MIN_PAGES * page, hi, page)
     row["smallest_capacity_within"] = caps
     row["smallest_memory_within"] = {k: memory_for_capacity(c) if c else None
                                      for k, c in caps.items()}
@@ -247,6 +254,11 @@ def table(plan: dict) -> str:
             out.append(f"{r['profile']}: the host copies may take up to "
                        f"{fmt_bytes(r['host_bytes_up_to'])}, more than OVERSUB_HOST_LIMIT's "
                        f"default (half the host memory); set OVERSUB_HOST_LIMIT higher")
+        if r["runs"] and r["over_room_launches"]:
+            out.append(f"{r['profile']}: {r['over_room_launches']} launches need more than swap "
+                       f"holds (the largest {fmt_bytes(r['largest_launch_bytes'])}): they read "
+                       f"{fmt_bytes(r['host_access_bytes'])} in host memory over the link per "
+                       "iteration, which is slow; more memory or a smaller batch avoids it")
         if r["unreadable_launches"]:
             out.append(f"{r['profile']}: {r['unreadable_launches']} launches unreadable "
                        "(parameter layout not read): each taken to use every buffer live at it")

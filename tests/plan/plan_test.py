@@ -5,14 +5,14 @@ oprof.scale_profile into a temporary folder, so that each case takes seconds.
 Cases (--case):
   swaps    a trace in a device smaller than its peak: the JSON's fields are
            consistent (fits iff peak <= memory, slowdown >= 1, 1.1x memory >= 1.5x
-           >= 2x >= the largest launch, host needed <= its upper bound), and agree with
+           >= 2x >= 4 pages, host needed <= its upper bound), and agree with
            `oversub simulate --granularity page` at the swap capacity and at the
            capacities plan reports; the table says the same; the PNG is written
   fits     the same trace in a device larger than its peak: fits, nothing moves, no
            host memory needed, slowdown 1
-  cannot   a device smaller than the largest launch: the trace says it cannot run and
-           why, exit 1; beside a trace that runs, exit 0; a host memory too small: the
-           trace says so
+  cannot   a device smaller than the largest launch: the trace runs with launches
+           reading host memory, and says so (their count and bytes); a host memory too
+           small: the trace cannot run and says why, exit 1
   batch    one model at two batch sizes: a best batch, the one with the most samples
            per second, as `oversub tune-batch` at the same capacity picks
   errors   a missing file, a corrupt profile, an unknown device, a bad size: exit
@@ -85,9 +85,9 @@ def consistent(t: dict) -> None:
     sm = t["smallest_memory_within"]
     check(list(sm) == ["1.1x", "1.5x", "2x"], f"{name}: targets {list(sm)}")
     check(all(v is not None for v in sm.values()), f"{name}: a target not found: {sm}")
-    check(sm["1.1x"] >= sm["1.5x"] >= sm["2x"] >= t["largest_launch_bytes"],
-          f"{name}: 1.1x {sm['1.1x']} >= 1.5x {sm['1.5x']} >= 2x {sm['2x']} >= largest launch "
-          f"{t['largest_launch_bytes']} does not hold")
+    check(sm["1.1x"] >= sm["1.5x"] >= sm["2x"] >= 4 * 2 * MiB,
+          f"{name}: 1.1x {sm['1.1x']} >= 1.5x {sm['1.5x']} >= 2x {sm['2x']} >= 4 pages "
+          "does not hold")
     caps = t["smallest_capacity_within"]
     for k in sm:
         check(caps[k] <= sm[k], f"{name}: capacity {caps[k]} above its memory {sm[k]}")
@@ -154,19 +154,21 @@ def case_cannot(env: Env, traces: dict[str, Path]) -> None:
     small = traces["resnet50-b32"]
     big = traces["vgg16-b256"]
     memory = 512 * MiB
-    plan = env.plan(str(big), "--memory", str(memory), rc=1)
+    # A launch over what swap holds runs with part of its memory read in host memory
+    # (Note [Launches over the room] in policy/iteration_model.h): slow, and said so.
+    plan = env.plan(str(big), "--memory", str(memory), "--host-memory", "64GiB", rc=0)
     t = plan["traces"][0]
     check(t["largest_launch_bytes"] > t["swap_capacity_bytes"], "vgg16's largest launch fits")
-    check(not t["runs"] and t["iteration_ns"] is None and "alone needs" in t["why_not"],
-          f"cannot-run row: {t}")
-    consistent(t)  # the smallest memories are still found, above the device's
-    check(t["smallest_memory_within"]["2x"] > memory, "2x below a memory that cannot run")
-    r = env.run("plan", str(big), "--memory", str(memory), "--png", str(env.tmp / "c.png"))
-    check(r.returncode == 1 and "cannot run on this device: launch" in r.stdout and
-          "| cannot run |" in r.stdout, f"text: exit {r.returncode}\n{r.stdout}{r.stderr}")
-    plan = env.plan(str(small), str(big), "--memory", str(memory), rc=0)
-    runs = {Path(t["profile"]).name: t["runs"] for t in plan["traces"]}
-    check(runs == {small.name: True, big.name: False}, f"runs {runs}")
+    check(t["runs"] and t["over_room_launches"] > 0 and
+          t["host_access_bytes"] >= t["largest_launch_bytes"] - t["swap_capacity_bytes"] and
+          t["slowdown"] > 1, f"over-the-room row: {t}")
+    consistent(t)
+    check(t["smallest_memory_within"]["2x"] <= memory, f"2x above {memory}, {t['slowdown']}x")
+    r = env.run("plan", str(big), "--memory", str(memory), "--host-memory", "64GiB",
+                "--png", str(env.tmp / "c.png"))
+    check(r.returncode == 0 and "launches need more than swap holds" in r.stdout and
+          "in host memory over the link" in r.stdout,
+          f"text: exit {r.returncode}\n{r.stdout}{r.stderr}")
     plan = env.plan(str(small), "--memory", str(128 * MiB), "--host-memory", "32MiB", rc=1)
     t = plan["traces"][0]
     check(not t["runs"] and "host memory" in t["why_not"] and

@@ -311,6 +311,17 @@ TEST(PageModel, ToyBuffersOnPages) {
   EXPECT_NE(run_point(one.model, 2u << 20, costs, policy_kind::cost).error.find("launch 1 alone"),
             std::string::npos);
   EXPECT_EQ(run_point(one.model, 3u << 20, costs, policy_kind::cost).sim.h2d_bytes, 0u);
+  // As swap mode runs it (Note [Launches over the room] in policy/iteration_model.h):
+  // launch 1 keeps the two pages used most (0 and 1, twice each) and reads page 2 in
+  // host memory, on top of its duration.
+  policy::cost_model reads = costs;
+  reads.host_access_bytes_per_s = 0.5e9;  // 2.1 ms for the page
+  const what_if_point over = run_point(one.model, 2u << 20, reads, policy_kind::cost, true);
+  ASSERT_EQ(over.error, "");
+  EXPECT_EQ(over.over_room.launches, 1u);
+  EXPECT_EQ(over.over_room.host_bytes, std::size_t{1} << 20);
+  EXPECT_GE(over.sim.iteration_ns, over.unlimited_ns + reads.host_access_ns(1u << 20));
+  EXPECT_NE(run_point(one.model, 2u << 20, costs, policy_kind::um_naive, true).error, "");
 }
 
 // Two per-iteration buffers whose lifetimes do not overlap share the region's bytes,

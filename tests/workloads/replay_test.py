@@ -30,7 +30,7 @@ OVERSUB_MODE=track, OVERSUB_PROFILE_OUT), read back with scripts/lib/oprof.py.
   over       one launch over more pages than swap holds, the others within it (--ratio
              1.5): under swap the learned schedule is followed all the same, that launch
              reaching the rest of its memory on the host (Note [Launches over the room]
-             in core/schedule.cc)
+             in policy/iteration_model.h)
   corrupt    --corrupt-after N overwrites a word the checker must then catch: exit 1
              with "data check failed" naming the overwritten buffer, with plenty of
              memory and under OVERSUB_MODE=swap

@@ -104,6 +104,12 @@ device_model_result read_device_model(const std::string& spec, const std::string
   if (kv.find("managed_d2h_bandwidth") != kv.end()) {
     d.costs.managed_d2h_bytes_per_s = number("managed_d2h_bandwidth", true);
   }
+  // Optional: a kernel's access to host memory (Note [Launches over the room] in
+  // policy/iteration_model.h); absent: the pinned copy rate to the device, which it
+  // does not exceed (the time it gives is then the least).
+  d.costs.host_access_bytes_per_s = kv.find("kernel_host_access_bandwidth") != kv.end()
+                                        ? number("kernel_host_access_bandwidth", true)
+                                        : d.costs.h2d_bytes_per_s;
   // The mover's host costs (Note [Virtual time model] in policy/simulate.h): optional,
   // 0 when absent (no mover is modelled).
   auto optional = [&](const char* key) -> std::uint64_t {

@@ -249,9 +249,21 @@ void print_json(const options& opts, const device_model& device, const profile_m
       std::printf(", \"host_remap_ns\": %" PRIu64 ", \"remaps\": %" PRIu64 ", \"runs\": %" PRIu64,
                   p.sim.host_remap_ns, p.sim.remaps, p.sim.runs);
     }
+    // See Note [Launches over the room] in policy/iteration_model.h.
+    std::printf(", \"over_room_launches\": %zu, \"host_access_bytes\": %zu",
+                p.over_room.launches, p.over_room.host_bytes);
     std::printf("}");
   }
   std::printf("\n  ]\n}\n");
+}
+
+// See Note [Launches over the room] in policy/iteration_model.h.
+void print_over_room(const what_if_point& p, const device_model& device) {
+  if (p.over_room.launches == 0) return;
+  std::printf("          %zu launches need more than the capacity: planned with %s of their "
+              "memory read in host memory over the link (%.1f GB/s), which is slow\n",
+              p.over_room.launches, format_bytes(p.over_room.host_bytes).c_str(),
+              device.costs.host_access_bytes_per_s / 1e9);
 }
 
 void print_text(const options& opts, const device_model& device, const profile_model& pm,
@@ -301,6 +313,7 @@ void print_text(const options& opts, const device_model& device, const profile_m
       std::printf("          mover busy %s remapping %" PRIu64 " page moves in %" PRIu64 " runs\n",
                   format_ns(p.sim.host_remap_ns).c_str(), p.sim.remaps, p.sim.runs);
     }
+    print_over_room(p, device);
     return;
   }
   std::printf("\n| capacity | policy | iteration | overhead | transfer bound | window bound | "
@@ -312,9 +325,14 @@ void print_text(const options& opts, const device_model& device, const profile_m
                   format_bytes(p.capacity_bytes).c_str(), name.c_str(), p.error.c_str());
       continue;
     }
-    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+    const std::string over =
+        p.over_room.launches == 0
+            ? ""
+            : " (" + std::to_string(p.over_room.launches) + " over the room)";
+    std::printf("| %s | %s | %s%s | %s | %s | %s | %s | %s | %s |\n",
                 format_bytes(p.capacity_bytes).c_str(), name.c_str(),
-                format_ns(p.sim.iteration_ns).c_str(), format_overhead(p.overhead).c_str(),
+                format_ns(p.sim.iteration_ns).c_str(), over.c_str(),
+                format_overhead(p.overhead).c_str(),
                 format_ns(p.transfer_bound_ns).c_str(), format_ns(p.window_bound_ns).c_str(),
                 format_bytes(p.sim.h2d_bytes).c_str(),
                 format_bytes(p.sim.d2h_bytes).c_str(),
@@ -369,7 +387,7 @@ int main(int argc, char** argv) {
   bool any_ok = false;
   for (std::size_t capacity : capacities) {
     for (policy::policy_kind kind : opts.policies) {
-      points.push_back(run_point(planned, capacity, costs, kind));
+      points.push_back(run_point(planned, capacity, costs, kind, opts.pages));
       any_ok = any_ok || points.back().error.empty();
     }
   }

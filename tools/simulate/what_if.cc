@@ -16,7 +16,8 @@ model_summary summarize(const policy::iteration_model& model, const policy::cost
 }
 
 what_if_point run_point(const policy::iteration_model& model, std::size_t capacity_bytes,
-                        const policy::cost_model& costs, policy::policy_kind kind) {
+                        const policy::cost_model& costs, policy::policy_kind kind,
+                        bool over_room) {
   what_if_point p;
   p.policy = kind;
   p.capacity_bytes = capacity_bytes;
@@ -29,22 +30,37 @@ what_if_point run_point(const policy::iteration_model& model, std::size_t capaci
   // have them, are charged by the replay below.
   policy::cost_model link_costs = costs;
   link_costs.mover = {};
+  // See Note [Launches over the room] in policy/iteration_model.h: swap's plans only.
+  // The bounds above stay those of every use (what the trimmed launches read on the host
+  // crosses the link too).
+  policy::iteration_model trimmed;
+  const policy::iteration_model* planned = &model;
+  const bool over = policy::largest_launch_footprint(model).bytes > capacity_bytes;
+  if (over && over_room && kind != policy::policy_kind::um_naive) {
+    trimmed = model;
+    p.over_room = policy::trim_launches_over_room(trimmed, capacity_bytes);
+    planned = &trimmed;
+  }
   policy::schedule_result plan = policy::plan_schedule(
-      model,
+      *planned,
       policy::planning_capacity(capacity_bytes, std::size_t{2} << 20,
                                 costs.mover_batch_pages(capacity_bytes / (std::size_t{2} << 20)),
-                                policy::largest_launch_footprint(model).bytes),
+                                policy::largest_launch_footprint(*planned).bytes),
       link_costs, kind);
   if (!plan.ok()) {
     p.error = plan.error;
+    if (over && kind != policy::policy_kind::um_naive) {
+      p.error += " (swap mode runs such a launch with part of its memory read in host memory "
+                 "over the link: --granularity page plans it so)";
+    }
     return p;
   }
-  if (std::string bad = policy::check_schedule(model, plan.value); !bad.empty()) {
+  if (std::string bad = policy::check_schedule(*planned, plan.value); !bad.empty()) {
     p.error = "internal error: the " + std::string(policy::policy_name(kind)) +
               " schedule fails its check: " + bad;
     return p;
   }
-  p.sim = policy::simulate(model, plan.value, costs);
+  p.sim = policy::simulate(*planned, plan.value, costs);
   if (!p.sim.error.empty()) {
     p.error = "internal error: the replay of the " + std::string(policy::policy_name(kind)) +
               " schedule: " + p.sim.error;

@@ -32,6 +32,9 @@ struct what_if_point {
   // iteration_ns / unlimited_ns - 1 (0.25: 25% slower than with enough memory).
   double overhead = 0;
   bool fits = false;  // peak live bytes <= capacity: nothing needs to move
+  // The launches over the room, planned with part of their buffers in host memory (Note
+  // [Launches over the room] in policy/iteration_model.h; um-naive: none, refused).
+  policy::trimmed_launches over_room;
 };
 
 // The figures of the model that do not depend on the point.
@@ -45,8 +48,12 @@ struct model_summary {
 
 model_summary summarize(const policy::iteration_model& model, const policy::cost_model& costs);
 
+// over_room: plan the launches over the capacity as swap mode does (Note [Launches over
+// the room] in policy/iteration_model.h; not um-naive): for plans over the library's
+// pages. Otherwise such a launch is an error naming it.
 what_if_point run_point(const policy::iteration_model& model, std::size_t capacity_bytes,
-                        const policy::cost_model& costs, policy::policy_kind kind);
+                        const policy::cost_model& costs, policy::policy_kind kind,
+                        bool over_room = false);
 
 // `points` capacities evenly spaced from peak_live_bytes down to the largest
 // launch's footprint, both included, descending; one point (peak live) when
