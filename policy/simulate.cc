@@ -38,6 +38,20 @@ std::uint64_t window_bound_ns(const iteration_model& model, std::size_t capacity
       last[b] = i;
     }
   }
+  // A launch over the capacity reads at least its excess in host memory (Note [Window
+  // bound] in policy/simulate.h), inside its own time.
+  std::vector<std::uint64_t> over_ns(n, 0);
+  if (costs.host_access_bytes_per_s > 0) {
+    std::vector<std::uint32_t> mark(model.buffers.size(), none);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::size_t bytes = 0;
+      for (buffer_id b : model.launches[i].uses) {
+        if (mark[b] != i) bytes += model.buffers[b].bytes;
+        mark[b] = i;
+      }
+      if (bytes > capacity_bytes) over_ns[i] = costs.host_access_ns(bytes - capacity_bytes);
+    }
+  }
   // Cut points: window k covers launches [cuts[k], cuts[k + 1]).
   std::vector<std::size_t> cuts;
   const std::size_t parts = std::min(n, window_grid);
@@ -57,7 +71,7 @@ std::uint64_t window_bound_ns(const iteration_model& model, std::size_t capacity
     std::size_t e = s + 1;
     for (std::size_t b = a; b < n; ++b) {
       const model_launch& l = model.launches[b];
-      compute += static_cast<double>(l.duration_ns);
+      compute += static_cast<double>(l.duration_ns + over_ns[b]);
       for (buffer_id x : l.uses) {
         const model_buffer& buf = model.buffers[x];
         if (seen[x] != stamp) {

@@ -221,7 +221,12 @@ std::uint64_t window_bound_ns(const iteration_model& model, std::size_t capacity
 //   lived, or per-iteration and used after b) is either resident at b's end or was
 //   copied out after its write, inside the window (memory is released only when the
 //   copy out ends). So the window copies out at least (those bytes - capacity).
-// - Compute: the window's launches run one after another.
+// - Compute: the window's launches run one after another. A launch whose own buffers
+//   exceed the capacity (its footprint F) cannot have them all resident: swap runs it
+//   with at least F - capacity of them read in host memory (Note [Launches over the
+//   room] in policy/iteration_model.h), which lengthens the launch itself by those
+//   bytes at costs.host_access_bytes_per_s (where it is known; its fetch term still
+//   counts them, as a read crosses the link too).
 // The window lasts at least the largest of the three, consecutive windows do not
 // overlap, and the iteration lasts at least the launch latency plus their sum;
 // window_bound_ns maximizes that sum over the cuts (dynamic programming over window

@@ -72,6 +72,39 @@ TEST(Simulate, WindowBoundSeesBothHalvesLinkBound) {
   EXPECT_EQ(window_bound_ns(w, 1000, c), 20u + 1000u);  // launches 0-1, then 2-3
 }
 
+// See Note [Launches over the room] in policy/iteration_model.h: A (used twice) and B
+// (once), 1000 bytes each, both used by launch 0, in a capacity of 1500. At least 500
+// bytes of launch 0 are read in host memory, at 0.25 B/ns: 2000 ns inside it. The plan
+// keeps A for launch 0 and leaves all of B there (4000 ns).
+TEST(Simulate, LaunchOverTheRoom) {
+  iteration_model m;
+  m.buffers = {{1000, true, 0, 0}, {1000, true, 0, 0}};
+  m.launches = {{10, {0, 1}, {1}, true}, {10, {0}, {}, true}};
+  cost_model c = byte_per_ns();
+  EXPECT_EQ(window_bound_ns(m, 1500, c), 500u + 10u);  // no host rate: the fetch, launch 1
+  c.host_access_bytes_per_s = 0.25e9;
+  EXPECT_EQ(window_bound_ns(m, 1500, c), 20u + 2000u);
+  EXPECT_EQ(window_bound_ns(m, 2000, c), 20u);
+  EXPECT_FALSE(plan_schedule(m, 1500, c, policy_kind::cost).ok());
+  iteration_model t = m;
+  const trimmed_launches cut = trim_launches_over_room(t, 1500);
+  EXPECT_EQ(cut.launches, 1u);
+  EXPECT_EQ(cut.uses, 1u);
+  EXPECT_EQ(cut.host_bytes, 1000u);
+  EXPECT_EQ(t.launches[0].uses, (std::vector<buffer_id>{0}));
+  EXPECT_TRUE(t.launches[0].writes.empty());
+  EXPECT_EQ(t.launches[0].host_bytes, 1000u);
+  EXPECT_EQ(t.launches[1].uses, (std::vector<buffer_id>{0}));
+  EXPECT_EQ(validate_model(t), "");
+  EXPECT_EQ(trim_launches_over_room(t, 1500).launches, 0u);  // nothing left over
+  const schedule_result r = plan_schedule(t, 1500, c, policy_kind::cost);
+  ASSERT_TRUE(r.ok()) << r.error;
+  const simulation sim = simulate(t, r.value, c);
+  EXPECT_GE(sim.iteration_ns, 20u + 4000u);
+  EXPECT_LE(sim.iteration_ns, 20u + 4000u + 2000u);
+  EXPECT_EQ(unlimited_iteration_ns(t, c), 20u);
+}
+
 // A (per-iteration, 100 bytes) is written, copied out, and read again at launch 2;
 // B (long-lived, read-only, 100 bytes) is read at launch 1. Capacity 100: B's
 // fetch waits for A's copy out to release the memory, A's fetch back for B's
