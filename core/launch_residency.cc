@@ -66,7 +66,9 @@ residency::prepare_result prepare_oversized(const resident_call& at, const resid
         relaxed.push_back(ranges[i]);
         continue;
       }
-      relaxed.push_back(residency::byte_range{ranges[i].addr, ranges[i].bytes, true, false});
+      // What is resident first: a plan that kept the pages the iteration uses most
+      // for it (Note [Launches over the room] in policy/iteration_model.h) has them there.
+      relaxed.push_back(residency::byte_range{ranges[i].addr, ranges[i].bytes, true, false, true});
       relaxed.push_back(residency::byte_range{ranges[i].addr, ranges[i].bytes, false, true});
     }
     const residency::prepare_result r = core::device_prepare(at.device, relaxed, at.stream, writes);

@@ -59,6 +59,10 @@ struct byte_range {
   // this a page outside the windows, or an optional one past the room, could be moved
   // under a kernel that reaches it.
   bool reach = false;
+  // With optional: its optional pages resident or on their way come before every other
+  // optional page, so that what fits is what costs no move (a launch over the room,
+  // Note [Launches over the room] in policy/iteration_model.h).
+  bool resident_first = false;
 };
 
 enum class residency_errc {

@@ -103,7 +103,15 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
   // while they fit, each window's first page (where its argument word points) before the
   // rest.
   const std::size_t room = capacity_bytes() / cfg_.page_bytes;
-  for (std::uintptr_t va : optional_pages_of(ranges)) {
+  std::vector<std::uintptr_t> optional = optional_pages_of(ranges);
+  if (std::any_of(ranges.begin(), ranges.end(),
+                  [](const byte_range& r) { return r.optional && r.resident_first; })) {
+    std::stable_partition(optional.begin(), optional.end(), [&](std::uintptr_t va) {
+      const page* p = find_locked(va);
+      return p != nullptr && (p->where == state::resident || p->where == state::fetching);
+    });
+  }
+  for (std::uintptr_t va : optional) {
     if (wanted.size() >= room) break;
     if (!std::binary_search(wanted.begin(), wanted.begin() + static_cast<std::ptrdiff_t>(
                                                                   result.needed_bytes / cfg_.page_bytes),

@@ -253,6 +253,27 @@ TEST_F(Residency, ALaunchLargerThanTheCapacityIsRefusedAndMovesNothing) {
   EXPECT_EQ(e.stats().fetches, fetches);
 }
 
+// See Note [Launches over the room] in policy/iteration_model.h: a launch over the
+// room asks for its ranges as optional and reachable; with resident_first what is
+// already resident is what it keeps, and nothing moves. Without, the first pages in
+// address order: page 0 comes in and a resident page goes out.
+TEST_F(Residency, ALaunchOverTheRoomKeepsWhatIsResident) {
+  swap_engine e(config(2, 16));
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(e.create_page(va(i)));
+  ASSERT_TRUE(use(e, 1));
+  ASSERT_TRUE(use(e, 2));
+  for (const bool first : {true, false}) {
+    std::vector<byte_range> over;
+    for (std::size_t i = 0; i < 3; ++i) {
+      over.push_back(byte_range{va(i), kPage, true, false, first});
+      over.push_back(byte_range{va(i), kPage, false, true});
+    }
+    const std::uint64_t fetches = e.stats().fetches;
+    ASSERT_TRUE(e.prepare(over, cu(), true));
+    EXPECT_EQ(e.stats().fetches, fetches + (first ? 0 : 1)) << "resident_first " << first;
+  }
+}
+
 TEST_F(Residency, TheHostBudgetIsACleanRefusal) {
   swap_engine e(config(1, 1));
   ASSERT_TRUE(e.create_page(va(0)));
