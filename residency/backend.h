@@ -60,8 +60,8 @@ struct byte_range {
   // under a kernel that reaches it.
   bool reach = false;
   // With optional: its optional pages resident or on their way come before every other
-  // optional page, so that what fits is what costs no move (a launch over the room,
-  // Note [Launches over the room] in policy/iteration_model.h).
+  // optional page, so that what fits is what costs no move (a launch over the room;
+  // see Note [Launches over the room] in policy/iteration_model.h).
   bool resident_first = false;
 };
 
