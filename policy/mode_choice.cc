@@ -61,12 +61,13 @@ std::uint64_t with_mover(const profiler::profile& p, std::size_t capacity_bytes,
   // A run grouped with the one before it pays the repeat figure (set_run_and_page puts
   // a run's part in the unmap's; grouped_run_ns takes no more than that part).
   costs.mover.vmm_unmap_repeat_ns = static_cast<std::int64_t>(c.run_repeat_ns);
+  // See Note [Planned with the mover's costs] in policy/schedule.h.
   const schedule_result r = plan_schedule(
       m.model,
       planning_capacity(capacity_bytes, page_bytes,
                         costs.mover_batch_pages(capacity_bytes / page_bytes),
                         largest_launch_footprint(m.model).bytes),
-      device.costs, policy_kind::cost, 0);
+      costs, policy_kind::cost, 0);
   if (!r.ok()) return 0;
   const simulation sim = simulate(m.model, r.value, costs);
   remaps = sim.remaps;

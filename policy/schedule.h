@@ -121,6 +121,21 @@ struct schedule_result {
 std::size_t planning_capacity(std::size_t capacity_bytes, std::size_t page_bytes,
                               std::size_t batch_pages = 1, std::size_t launch_bytes = 0);
 
+// Note [Planned with the mover's costs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The cost policy keeps, of its candidate plans, the fastest in virtual time under the
+// costs it is given. The library's learner gives it the mover's remap costs once its
+// engine has timed them (Note [Predicting the remaps] in core/schedule_costs.cc), and
+// every planner that predicts the library must too: `oversub simulate --granularity
+// page` (and `oversub plan` through it) and auto's swap prediction planned on the link
+// alone and charged the remaps only in the replay, so where the remaps, not the link,
+// bound the iteration they kept a plan the library would not. Llama 3 8B bf16 on the
+// H100-PCIe model at 114,216 MiB: that plan moved 110 GiB in and 120 out an iteration
+// (3.56x T_unl), the plan with the remaps' costs 51 and 51 (1.99x); at 102,000 MiB
+// both 2.14x, so more memory was predicted slower. At the device's 79 GiB 3.00x ->
+// 2.76x; full-size ResNet-50 b32 on the H200's model 1.444x -> 1.420x (1.5x) and
+// 2.399x -> 2.368x (3x); every 1/8 trace point of the benchmark as before.
+
 // Plans one iteration. capacity_bytes: device bytes the schedule may use. An
 // invalid model, or a launch whose own buffers exceed the capacity, gives an error
 // naming the launch and the figures. prefetch_distance_launches (cost only; the

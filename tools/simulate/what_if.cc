@@ -26,10 +26,9 @@ what_if_point run_point(const policy::iteration_model& model, std::size_t capaci
   p.window_bound_ns = policy::window_bound_ns(model, capacity_bytes, costs);
   p.fits = policy::peak_live_bytes(model) <= capacity_bytes;
   // As the library plans (Note [Headroom] in policy/schedule.h, its 2 MiB pages): its
-  // learner plans on the link and kernels alone; the mover's remaps, where the costs
-  // have them, are charged by the replay below.
-  policy::cost_model link_costs = costs;
-  link_costs.mover = {};
+  // learner compares the candidate plans in virtual time with the mover's remaps,
+  // where its engine has timed them (Note [Planned with the mover's costs] in
+  // policy/schedule.h).
   // See Note [Launches over the room] in policy/iteration_model.h: swap's plans only.
   // The bounds above stay those of every use (what the trimmed launches read on the host
   // crosses the link too).
@@ -46,7 +45,7 @@ what_if_point run_point(const policy::iteration_model& model, std::size_t capaci
       policy::planning_capacity(capacity_bytes, std::size_t{2} << 20,
                                 costs.mover_batch_pages(capacity_bytes / (std::size_t{2} << 20)),
                                 policy::largest_launch_footprint(*planned).bytes),
-      link_costs, kind);
+      costs, kind);
   if (!plan.ok()) {
     p.error = plan.error;
     if (over && kind != policy::policy_kind::um_naive) {
