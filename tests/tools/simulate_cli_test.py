@@ -19,7 +19,9 @@ Cases (--case):
            nothing
   shipped  every shipped trace (traces/*.oprof): peak live bytes as oversub report
            computes them, and a cost schedule within half of them (or the largest
-           launch) that is no faster than the transfer bound
+           launch) that is no faster than the transfer bound; over pages, ResNet-50 b32
+           under half its largest launch (planned, its host reads counted) and Llama 3
+           8B not predicted slower with more memory
 """
 from __future__ import annotations
 
