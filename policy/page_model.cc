@@ -227,14 +227,17 @@ layout_choice choose_long_lived_layout(const profiler::profile& p, std::size_t c
     return c;
   }
   constexpr std::size_t page = std::size_t{2} << 20;
-  const std::size_t capacity = planning_capacity(capacity_bytes, page);
   for (int k = 0; k < 3; ++k) {
     page_model m = pages_of_profile(p, buffers.model, page, 256, orders[k]);
     if (!m.error.empty()) {
       c.error = m.error;
       return c;
     }
+    // See Note [Launches over the room] in policy/iteration_model.h: the headroom never
+    // takes room a launch needs (Note [Headroom] in policy/schedule.h).
     trim_launches_over_room(m.model, capacity_bytes);
+    const std::size_t capacity = planning_capacity(capacity_bytes, page, 1,
+                                                   largest_launch_footprint(m.model).bytes);
     schedule_result r =
         plan_schedule(m.model, capacity, device.costs, policy_kind::cost, 0);
     if (!r.ok()) {

@@ -358,6 +358,11 @@ TEST(ModeChoice, SwapPredictedWhereALaunchExceedsTheCapacity) {
   const double host_reads_ns = 2 * 48.0 * MiB / costs.link_bytes_per_s * 1e9;
   EXPECT_GE(static_cast<double>(r.swap_ns), host_reads_ns);
   EXPECT_LT(static_cast<double>(r.swap_ns), 2 * host_reads_ns);
+  // A room of 48 pages, where the plan leaves headroom out (Note [Headroom] in
+  // policy/schedule.h) but not from a launch that fills the room.
+  const mode_prediction big = predict_modes(profile_of(2, 160 * MiB, {0, 1}), 96 * MiB, costs);
+  EXPECT_EQ(big.swap_error, "");
+  EXPECT_GE(static_cast<double>(big.swap_ns), 2 * 64.0 * MiB / costs.link_bytes_per_s * 1e9);
 }
 
 TEST(ModeChoice, NoPredictionWithoutLaunches) {
