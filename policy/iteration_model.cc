@@ -182,4 +182,13 @@ trimmed_launches trim_launches_over_room(iteration_model& model, std::size_t roo
   return out;
 }
 
+const iteration_model& fitted_to_room(const iteration_model& model, std::size_t room_bytes,
+                                      iteration_model& scratch, trimmed_launches* taken) {
+  if (largest_launch_footprint(model).bytes <= room_bytes) return model;
+  scratch = model;
+  const trimmed_launches t = trim_launches_over_room(scratch, room_bytes);
+  if (taken != nullptr) *taken = t;
+  return scratch;
+}
+
 }  // namespace oversub::policy

@@ -172,6 +172,12 @@ struct trimmed_launches {
 // [Launches over the room].
 trimmed_launches trim_launches_over_room(iteration_model& model, std::size_t room_bytes);
 
+// model itself where every launch fits in room_bytes; otherwise scratch, made a copy of
+// it and trimmed (trim_launches_over_room), what was taken in *taken.
+const iteration_model& fitted_to_room(const iteration_model& model, std::size_t room_bytes,
+                                      iteration_model& scratch,
+                                      trimmed_launches* taken = nullptr);
+
 }  // namespace oversub::policy
 
 #endif  // OVERSUB_POLICY_ITERATION_MODEL_H

@@ -104,7 +104,8 @@ prepare_result swap_engine::prepare(std::span<const byte_range> ranges, CUstream
   // rest.
   const std::size_t room = capacity_bytes() / cfg_.page_bytes;
   std::vector<std::uintptr_t> optional = optional_pages_of(ranges);
-  if (std::any_of(ranges.begin(), ranges.end(),
+  if (!optional.empty() &&
+      std::any_of(ranges.begin(), ranges.end(),
                   [](const byte_range& r) { return r.optional && r.resident_first; })) {
     std::stable_partition(optional.begin(), optional.end(), [&](std::uintptr_t va) {
       const page* p = find_locked(va);

@@ -32,13 +32,11 @@ what_if_point run_point(const policy::iteration_model& model, std::size_t capaci
   // See Note [Launches over the room] in policy/iteration_model.h: swap's plans only.
   // The bounds above stay those of every use (what the trimmed launches read on the host
   // crosses the link too).
+  const bool over = policy::largest_launch_footprint(model).bytes > capacity_bytes;
   policy::iteration_model trimmed;
   const policy::iteration_model* planned = &model;
-  const bool over = policy::largest_launch_footprint(model).bytes > capacity_bytes;
   if (over && over_room && kind != policy::policy_kind::um_naive) {
-    trimmed = model;
-    p.over_room = policy::trim_launches_over_room(trimmed, capacity_bytes);
-    planned = &trimmed;
+    planned = &policy::fitted_to_room(model, capacity_bytes, trimmed, &p.over_room);
   }
   policy::schedule_result plan = policy::plan_schedule(
       *planned,

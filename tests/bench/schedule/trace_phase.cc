@@ -112,20 +112,16 @@ int main(int argc, char** argv) {
     // every use (what such a launch reads in host memory crosses the link too); the reuse
     // floor, which needs each launch's buffers to fit, is the trimmed iteration's.
     policy::iteration_model trimmed;
-    const policy::iteration_model* planned = &m;
-    if (policy::largest_launch_footprint(m).bytes > given) {
-      trimmed = m;
-      policy::trim_launches_over_room(trimmed, given);
-      planned = &trimmed;
-    }
+    const policy::iteration_model& planned = policy::fitted_to_room(m, given, trimmed);
     const policy::schedule_result r = policy::plan_schedule(
-        *planned,
-        std::max(cap, std::min(given, policy::largest_launch_footprint(*planned).bytes)),
+        planned,
+        policy::planning_capacity(given, page_bytes, 1,
+                                  policy::largest_launch_footprint(planned).bytes),
         c, policy::policy_kind::cost);
     if (!r.ok()) continue;
-    const policy::simulation sim = policy::simulate(*planned, r.value, c);
+    const policy::simulation sim = policy::simulate(planned, r.value, c);
     const auto t = static_cast<double>(sim.iteration_ns);
-    const policy::reuse_floor reuse = policy::reuse_bound(*planned, cap, c, page_bytes);
+    const policy::reuse_floor reuse = policy::reuse_bound(planned, cap, c, page_bytes);
     const auto bound = static_cast<double>(policy::transfer_bound_ns(m, cap, c));
     const auto window = static_cast<double>(policy::window_bound_ns(m, cap, c));
     const auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1 << 20); };
