@@ -153,7 +153,7 @@ std::uint64_t* launch_words() noexcept {
 
 cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
                                  const std::uint64_t* words, std::size_t n_words,
-                                 bool unreadable) {
+                                 bool unreadable, const void* kernel) {
   const int device = at.device;
   if (unreadable) {
     stats::global().launches_unreadable.count();
@@ -199,7 +199,7 @@ cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
     // The kernel may reach any byte of it: its stream uses every page of it.
     if (k < ranges.size()) ranges[k++] = residency::byte_range{base, bytes, false, true};
   }
-  core::schedule_before_launch(device, ranges.first(k));
+  core::schedule_before_launch(device, ranges.first(k), kernel);
   return make_resident(at, ranges.data(), k, true);
 }
 

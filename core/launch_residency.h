@@ -48,9 +48,11 @@ std::uint64_t* launch_words() noexcept;
 // unreadable: the parameter layout could not be read, so the words are none of the
 // launch's, and it may touch any page (Note [A launch that may touch anything] in
 // residency/swap_engine.h).
+// kernel: the function launched (the learner's tokens tell kernels over the same
+// pages apart), or null.
 cudaError_t make_launch_resident(const resident_call& at, const tracker& t,
                                  const std::uint64_t* words, std::size_t n_words,
-                                 bool unreadable);
+                                 bool unreadable, const void* kernel);
 
 // A replay of exec: work that may use any page (see Note [A launch that may touch
 // anything] in residency/swap_engine.h), whose footprint seen at capture is made

@@ -59,18 +59,29 @@ bool search_now(std::size_t trace_size) {
 }
 constexpr std::size_t max_reported_durations = 4096;  // in the stats JSON
 
-std::uint32_t intern(learner& l, const std::vector<unit>& pages) {
+// Note [A launch's token]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The learner sees a launch as its token: the set of pages (um: buffers) it uses and
+// the function it runs. The pages alone did not tell kernels apart: at a tight memory
+// small buffers share pages, and a logging step's sums over each layer's weights
+// (simtrain --log-every) had the very page sets of the forward pass's launches, so two
+// of them in a row were taken for the schedule's next two launches (Note [Launches
+// the iteration did not have]). A function is the same pointer at every launch of a
+// kernel through one entry point, so an iteration repeats token for token as before.
+std::uint32_t intern(learner& l, const std::vector<unit>& pages, const void* kernel) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the addresses and sizes
+  h = (h ^ reinterpret_cast<std::uintptr_t>(kernel)) * 1099511628211ull;
   for (const unit& p : pages) {
     h = (h ^ p.addr) * 1099511628211ull;
     h = (h ^ p.bytes) * 1099511628211ull;
   }
   std::vector<std::uint32_t>& bucket = l.tokens_by_hash[h];
   for (std::uint32_t t : bucket) {
-    if (l.pages_of_token[t] == pages) return t;
+    if (l.kernel_of_token[t] == kernel && l.pages_of_token[t] == pages) return t;
   }
   const auto t = static_cast<std::uint32_t>(l.pages_of_token.size());
   l.pages_of_token.push_back(pages);
+  l.kernel_of_token.push_back(kernel);
   bucket.push_back(t);
   return t;
 }
@@ -108,6 +119,7 @@ void end_layout(int device) {
 // than one page set, so a period shorter than min_period launches, or one whose
 // launches all touch the same pages, is not taken for the iteration.
 constexpr std::size_t min_period = 4;
+constexpr const char* learned_search = "learned";  // Note [Why no iteration was learned]
 
 bool could_be_iteration(const std::vector<std::uint32_t>& trace,
                         const profiler::periodic_stretch& s) {
@@ -124,10 +136,16 @@ bool learn(learner& l, int device) {
   // The repeating stretch must reach the present and cover at least half of what
   // was seen since learning (re)started: two identical launches in a row repeat
   // too, but they are not the training iteration. See Note [No one-page iteration].
-  if (!s || s->end != l.trace.size() || s->repetitions() < 2 ||
-      2 * (s->end - s->begin) < l.trace.size() || !could_be_iteration(l.trace, *s)) {
-    return false;
-  }
+  // See Note [Why no iteration was learned] for l.search.
+  l.search_period = s ? s->period : 0;
+  l.search_repetitions = s ? s->repetitions() : 0;
+  l.search = !s                                   ? "nothing repeats"
+             : s->end != l.trace.size()           ? "the repeat ended"
+             : s->repetitions() < 2               ? "repeated once"
+             : 2 * (s->end - s->begin) < l.trace.size() ? "under half the trace"
+             : !could_be_iteration(l.trace, *s)   ? "one page set"
+                                                  : learned_search;
+  if (l.search != learned_search) return false;
   l.learned.assign(l.trace.end() - static_cast<std::ptrdiff_t>(s->period), l.trace.end());
   const std::uint64_t first = l.trace_first + l.trace.size() - s->period;
   l.learned_vacancies.clear();
@@ -371,6 +389,17 @@ bool report_section(stats::section& out) {
       .count("pages", st.pages)
       .count("followed", st.followed)
       .count("deviations", st.deviations)
+      .count("skipped_launches", st.skipped)
+      .count("unplanned_launches", st.unplanned)
+      .count("deviation_position", st.deviation_position)
+      .count("deviation_expected_pages", st.deviation_expected_pages)
+      .count("deviation_pages", st.deviation_pages)
+      .count("deviation_common_pages", st.deviation_common_pages)
+      .word("search", l.search)
+      .count("search_period", l.search_period)
+      .count("search_repetitions", l.search_repetitions)
+      .count("trace_launches", l.trace.size())
+      .count("page_sets", l.pages_of_token.size())
       .count("plan_failures", st.plan_failures)
       .word("cupti", profiler::timing::to_string(src))
       .word("durations_source", durations)
@@ -505,8 +534,126 @@ void stop_following(learner& l) {
   l.tuning = false;
   l.later.clear();
   l.later_due.clear();
+  l.astray_in_row = 0;
+  l.astray_in_iteration = 0;
+}
+
+// Note [Launches the iteration did not have]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A training loop is not the same launch for launch at every step: every few steps
+// it logs a metric (a norm, an accuracy: a few kernels more), and a step may do
+// without some work. Dropping the schedule at the first launch it did not expect put
+// the job on demand for the iterations the period search needs to find it again, two
+// at least, each several times slower at a tight memory. So while a schedule is
+// followed, a launch other than the one expected:
+//   - is taken as a launch the iteration did not have: it runs on demand, its pages
+//     made resident as any launch's are, while the schedule waits for the launch it
+//     expects (stats: unplanned_launches);
+//   - unless it and the launch before it (off the schedule too) are the expected
+//     launches of two positions in a row among the next max_skipped: the launches
+//     before those were skipped, their moves are made and the schedule goes on from
+//     there (skipped_launches). One launch alone is not enough: a token is not unique
+//     within an iteration (an elementwise kernel over the same pages twice), and a
+//     launch the iteration did not have may match a position a little ahead.
+// More than max_astray such launches in a row, or more than an eighth of the period
+// (max_astray at least) in one iteration, and the iteration itself has changed (a
+// validation pass, the allocator's new layout): that launch is a deviation, and the
+// learner goes back to on-demand residency and learns again. What a launch needs
+// resident, and whether a page's content is dead, never come from the schedule (Note
+// [Dead pages] in residency/swap_engine.h), so a launch the schedule did not expect
+// costs time, never data. While the variants of a schedule are timed (Note [Choosing
+// among schedules by measured time] in core/tuning.cc), a launch the iteration did not
+// have is timed with it, and the loop body's first and last launches, whose kernels
+// are timed, are never passed over: a launch that would pass them is a deviation.
+constexpr std::size_t max_skipped = 8;
+constexpr std::size_t max_astray = 64;
+
+// See Note [Launches the iteration did not have]: true where the launch runs off the
+// schedule; false where the schedule goes on from it (the skipped launches' moves
+// made) or is to be dropped.
+bool off_schedule(learner& l, std::uint32_t token, std::uint64_t number) {
+  const std::size_t n = l.period.size();
+  // A skip is taken only where the launch before, off the schedule too, was the
+  // expected launch of the position before (see the Note).
+  for (std::size_t j = 2; l.astray_in_row != 0 && j <= std::min(max_skipped, n - 1); ++j) {
+    if (l.period[(l.cursor + j) % n] != token ||
+        l.period[(l.cursor + j - 1) % n] != l.astray_token) {
+      continue;
+    }
+    // While timing, the loop body's first and last launches are timed: not passed over.
+    if (l.tuning && (l.cursor == 0 || l.cursor + j >= n)) return false;
+    for (std::size_t k = 0; k < j; ++k) {
+      // See Note [Which part differs] in core/schedule_costs.cc.
+      if (l.cursor == 0) note_iteration(l);
+      carry_out(l, l.cursor, number);
+      l.cursor = (l.cursor + 1) % n;
+    }
+    l.stats.skipped += j - 1;
+    l.stats.unplanned -= 1;  // it was the launch of the position before, late
+    if (!l.skip_logged) {
+      l.skip_logged = true;
+      log::info("swap: the iteration did without {} launch(es) of the learned one before "
+                "launch {}; the schedule goes on from there",
+                j - 1, l.cursor - 1);
+    }
+    return false;
+  }
+  ++l.astray_in_row;
+  ++l.astray_in_iteration;
+  l.astray_token = token;
+  if (l.astray_in_row > max_astray || l.astray_in_iteration > std::max(max_astray, n / 8)) {
+    return false;
+  }
+  ++l.stats.unplanned;
+  if (!l.astray_logged) {
+    l.astray_logged = true;
+    log::info("swap: a launch the learned iteration does not have came before its launch "
+              "{}; it runs on demand and the schedule goes on",
+              l.cursor);
+  }
+  return true;
+}
+
+// The deviation's figures in the stats, and the log's line once.
+void note_deviation(learner& l, int device, std::uint32_t token) {
+  const std::vector<unit>& want = l.pages_of_token[l.period[l.cursor]];
+  const std::vector<unit>& got = l.pages_of_token[token];
+  std::size_t common = 0;
+  for (auto a = want.begin(), b = got.begin(); a != want.end() && b != got.end();) {
+    if (*a < *b) {
+      ++a;
+    } else if (*b < *a) {
+      ++b;
+    } else {
+      ++common, ++a, ++b;
+    }
+  }
+  l.stats.deviation_position = l.cursor;
+  l.stats.deviation_expected_pages = want.size();
+  l.stats.deviation_pages = got.size();
+  l.stats.deviation_common_pages = common;
+  if (l.deviation_logged) return;
+  l.deviation_logged = true;
+  const bool same_kernel = l.kernel_of_token[l.period[l.cursor]] == l.kernel_of_token[token];
+  log::info("swap: launch {} of the learned iteration ({} pages, on device {}) came as {} "
+            "with {} pages on device {}, {} of them the expected ones, after {} launches "
+            "off the schedule; back to on-demand residency and learning again",
+            l.cursor, want.size(), l.device, same_kernel ? "its kernel" : "another kernel",
+            got.size(), device, common, l.astray_in_row);
 }
 }  // namespace
+
+// Note [Why no iteration was learned]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where a job runs on demand throughout (under PyTorch on a GPU, the schedule of a
+// CNN was never learned in 12 iterations), the stats say what the last period
+// search found: "search" is "nothing repeats" (no launch sequence recurred: page sets
+// that differ at every step), "the repeat ended" (a stretch repeated, then the
+// launches went other ways), "repeated once", "under half the trace" (the repeating
+// stretch is not most of what was seen since learning began), "one page set" (Note
+// [No one-page iteration]) or "learned"; search_period and search_repetitions give the
+// stretch, trace_launches the trace's length and page_sets how many distinct page
+// sets the launches have had.
 
 // Note [A clock for the first moves]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -539,7 +686,8 @@ void stop_following(learner& l) {
 // repeats in the first two iterations, before the planned pool takes over: without
 // this the learner learned from it at launch 144 and deviated at launch 20 of the
 // next iteration.
-void schedule_before_launch(int device, std::span<const residency::byte_range> ranges) {
+void schedule_before_launch(int device, std::span<const residency::byte_range> ranges,
+                            const void* kernel) {
   // swap and um follow the learned schedule (Note [um follows the schedule] in
   // residency/um_engine.h); lru and naive are on demand only.
   const swap_policy policy = current_config().policy;
@@ -577,7 +725,7 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
       !clock_given_to(l, device)) {
     give_copy_clock(l, device, 0, 0, /*rates_measured=*/false);
   }
-  const std::uint32_t token = intern(l, pages);
+  const std::uint32_t token = intern(l, pages, kernel);
   const std::uint64_t number = l.launches++;
   // See Note [The pool's layout changed].
   if (const std::uint64_t generation = core::device_layout_generation(device);
@@ -591,9 +739,17 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
     stop_following(l);
     clear_trace(l);
   }
+  // See Note [Launches the iteration did not have].
+  if (l.following && device == l.device && token != l.period[l.cursor] &&
+      off_schedule(l, token, number)) {
+    profiler::timing::tag_next_launch(profiler::timing::no_tag);
+    return;
+  }
   if (l.following) {
     if (device == l.device && token == l.period[l.cursor]) {
       profiler::timing::tag_next_launch(profiler::timing::no_tag);
+      l.astray_in_row = 0;
+      if (l.cursor == 0) l.astray_in_iteration = 0;
       // See Note [Which part differs] in core/schedule_costs.cc.
       if (l.cursor == 0) note_iteration(l);
       if (l.tuning && l.cursor == 0) tune_step(l, device, number);
@@ -610,12 +766,7 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
     }
     ++l.stats.deviations;
     stats::global().swap_deviations.count();
-    if (!l.deviation_logged) {
-      l.deviation_logged = true;
-      log::info("swap: launch {} of the learned iteration used other pages than planned; "
-                "back to on-demand residency and learning again",
-                l.cursor);
-    }
+    note_deviation(l, device, token);
     stop_following(l);
   }
   // See Note [Dead gaps] in core/dead_gaps.cc: a new trace's first launch takes what

@@ -40,6 +40,17 @@ struct swap_schedule_stats {
   std::uint64_t pages = 0;        // pages it covers
   std::uint64_t followed = 0;     // launches that matched the schedule
   std::uint64_t deviations = 0;   // launches that did not (schedule dropped)
+  // See Note [Launches the iteration did not have] in core/schedule.cc: launches of the
+  // schedule passed over (the iteration did without them), and launches run on demand
+  // while it was followed (it did not have them).
+  std::uint64_t skipped = 0;
+  std::uint64_t unplanned = 0;
+  // The last deviation: its position in the period, the pages expected there and the
+  // launch's, and how many of them both had.
+  std::uint64_t deviation_position = 0;
+  std::uint64_t deviation_expected_pages = 0;
+  std::uint64_t deviation_pages = 0;
+  std::uint64_t deviation_common_pages = 0;
   std::uint64_t plan_failures = 0;
   // The current schedule's iteration as policy::simulate predicts it (the learner's
   // cost model, its pages as buffers), and the same iteration with enough memory, ns.
@@ -89,7 +100,9 @@ struct swap_schedule_stats {
 // allocates and sorts), which the hook's guard turns into CUDA's error (Note [Nothing
 // crosses the ABI edge] in interpose/abi_guard.h); does nothing with
 // OVERSUB_POLICY=lru or naive.
-void schedule_before_launch(int device, std::span<const residency::byte_range> ranges);
+// kernel: the function launched, or null (Note [A launch's token] in core/schedule.cc).
+void schedule_before_launch(int device, std::span<const residency::byte_range> ranges,
+                            const void* kernel = nullptr);
 
 swap_schedule_stats schedule_stats() noexcept;
 

@@ -76,6 +76,7 @@ struct learner {
   // Interned page sets: a token per distinct set.
   std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> tokens_by_hash;
   std::vector<std::vector<unit>> pages_of_token;
+  std::vector<const void*> kernel_of_token;  // Note [A launch's token] in core/schedule.cc
   std::vector<std::uint32_t> trace;
   std::uint64_t trace_first = 0;  // launch number (tag) of trace[0]
   // See Note [Dead gaps] in core/dead_gaps.cc: what the engine said happened to the
@@ -108,6 +109,17 @@ struct learner {
   std::unordered_map<std::uintptr_t, policy::buffer_id> id_of_page;
   swap_schedule_stats stats;
   bool deviation_logged = false;
+  // See Note [Launches the iteration did not have] in core/schedule.cc: launches that
+  // matched no expected one, in a row and since the followed iteration began.
+  std::size_t astray_in_row = 0;
+  std::size_t astray_in_iteration = 0;
+  std::uint32_t astray_token = 0;  // the last of them
+  bool skip_logged = false;
+  bool astray_logged = false;
+  // See Note [Why no iteration was learned] in core/schedule.cc: the last period search.
+  const char* search = "none";
+  std::size_t search_period = 0;
+  std::size_t search_repetitions = 0;
   // What the current schedule was planned from (Note [Launch durations] in
   // core/schedule_costs.cc).
   bool durations_measured = false;

@@ -115,7 +115,7 @@ cudaError_t swap_launch(hook_id id, const void* func, void** args, cudaStream_t 
   // See Note [A test-only fault point] in interpose/abi_guard.h.
   test_throw_point("schedule_before_launch");
   return make_launch_resident(resident(at, current_device(), stream), core(), words, n_words,
-                              unreadable);
+                              unreadable, func);
 }
 
 cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params, void** extra,
@@ -137,7 +137,8 @@ cudaError_t swap_driver_launch(call_site at, int device, void* f, void** params,
   }
   // See Note [A test-only fault point] in interpose/abi_guard.h.
   test_throw_point("schedule_before_launch");
-  return make_launch_resident(resident(at, device, stream), core(), words, n_words, unreadable);
+  return make_launch_resident(resident(at, device, stream), core(), words, n_words, unreadable,
+                              f);
 }
 
 cudaError_t swap_ranges(call_site at, int device, swap_range a, swap_range b, bool writes,

@@ -233,6 +233,22 @@ def digest(stats: dict | None) -> str:
         parts.append(f"schedule learned {sc.get('learned')}, period {sc.get('period')}, pages "
                      f"{sc.get('pages')}, followed {sc.get('followed')}, deviations "
                      f"{sc.get('deviations')}, tune {sc.get('tune_status')}")
+        # Why a schedule was dropped, or never learned: see Note [Why no iteration was
+        # learned] in core/schedule.cc, and Note [Launches the iteration did not have] in
+        # core/schedule.cc.
+        if sc.get("unplanned_launches") or sc.get("skipped_launches"):
+            parts.append(f"off the schedule: {sc.get('unplanned_launches', 0)} launches on "
+                         f"demand, {sc.get('skipped_launches', 0)} skipped")
+        if sc.get("deviations"):
+            parts.append(f"last deviation at launch {sc.get('deviation_position')} of the "
+                         f"period: {sc.get('deviation_pages')} pages for "
+                         f"{sc.get('deviation_expected_pages')} expected, "
+                         f"{sc.get('deviation_common_pages')} in common")
+        if "search" in sc:
+            parts.append(f"last period search: {sc.get('search')} (period "
+                         f"{sc.get('search_period')} x {sc.get('search_repetitions')}; trace "
+                         f"{sc.get('trace_launches')} launches, {sc.get('page_sets')} "
+                         f"distinct launches)")
         # The plan's iteration against the device's, where the schedule timed one.
         predicted, measured = sc.get("predicted_ns") or 0, (sc.get("chosen_measured_ns")
                                                              or sc.get("first_measured_ns") or 0)

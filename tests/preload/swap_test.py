@@ -29,6 +29,7 @@ from swap_checks import OOM_RE, check_swap, check_um, fail, read_stats, run
 
 ITER_RE = re.compile(r"^iter \d+ loss \S+ \(bits (0x[0-9a-f]+)\)$", re.M)
 PEAK_RE = re.compile(r"^peak device bytes: (\d+)$", re.M)
+LOG_RE = re.compile(r"^log after iter \d+: weights sum (\S+)$", re.M)  # simtrain --log-every
 
 # Footprints chosen so each ratio leaves the largest single launch room on the device
 # (at 10x, many narrow layers: the Adam step of one layer touches four 1 MiB tensors).
@@ -41,6 +42,11 @@ CONFIGS = {
     # core/tuning.cc: at 3x on the H100-PCIe model it keeps lending, from about iteration
     # 57).
     "chain64": ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "64"],
+    # A logging step every third iteration (simtrain --log-every 3): launches the learned
+    # iteration does not have, after it is learned (Note [Launches the iteration did not
+    # have] in core/schedule.cc).
+    "chain12-log": ["--depth", "8", "--width", "512", "--batch", "128", "--iters", "12",
+                    "--log-every", "3"],
 }
 
 
@@ -79,6 +85,9 @@ def main() -> int:
                     help="another OVERSUB_* setting for the swap run (repeatable)")
     ap.add_argument("--expect-scheduled", action="store_true",
                     help="the learned schedule must be followed, with no deviation")
+    ap.add_argument("--expect-off-schedule", action="store_true",
+                    help="the schedule is learned once and followed to the end, the "
+                         "launches it does not have run on demand (no deviation)")
     ap.add_argument("--expect-calls", default="", metavar="NAME,...",
                     help="entry points the library must have seen called (its stats)")
     ap.add_argument("--expect-no-calls", default="", metavar="NAME,...",
@@ -143,7 +152,20 @@ def main() -> int:
         got = ITER_RE.findall(proc.stdout)
         if got != want:
             fail(f"loss bits differ under {args.mode} at {args.ratio}x: {got} != {want}", proc)
+        if LOG_RE.findall(proc.stdout) != LOG_RE.findall(base.stdout):
+            fail(f"the logging steps' sums differ under {args.mode} at {args.ratio}x", proc)
         stats = read_stats(stats_file, proc)
+    if args.expect_off_schedule:
+        sched = stats.get("schedule", {})
+        logs = len(LOG_RE.findall(proc.stdout))
+        if (sched.get("learned") != 1 or sched.get("deviations") != 0
+                or sched.get("unplanned_launches", 0) == 0 or sched.get("followed", 0) == 0):
+            fail(f"the schedule was not kept through the logging steps ({logs} of them): "
+                 f"learned {sched.get('learned')}, deviations {sched.get('deviations')}, "
+                 f"unplanned launches {sched.get('unplanned_launches')}, followed "
+                 f"{sched.get('followed')}", proc)
+        print(f"learned once, {sched['followed']} launches followed, the "
+              f"{sched['unplanned_launches']} launches of {logs} logging steps on demand")
     calls = stats.get("calls", {})
     for name in filter(None, args.expect_calls.split(",")):
         if calls.get(name, 0) == 0:

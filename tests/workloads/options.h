@@ -34,6 +34,7 @@ struct options {
   gpu::launch_path launch = gpu::launch_path::nvcc;
   gpu::api_path api = gpu::api_path::runtime;
   std::string trace_allocs;  // empty: no allocation trace
+  int log_every = 0;  // 0: no logging step; N: after every Nth iteration, the weights' sum
 };
 
 namespace options_detail {
@@ -94,6 +95,10 @@ inline constexpr spec kSpecs[] = {
      "device memory, copies, memsets and launches through the runtime, or the driver "
      "(cuGetProcAddress, or dlsym on libcuda)",
      kind::api},
+    {"log-every", "N",
+     "after every Nth iteration, sum each layer's parameters and print the total (a "
+     "training script's logging step: launches the other iterations do not have)",
+     kind::integer, &options::log_every, 0, 1000000},
     {"trace-allocs", "PATH",
      "write every cudaMalloc/cudaFree to PATH (docs/trace-format.md)", kind::path},
 };

@@ -188,6 +188,7 @@ class trainer {
     CUDA_CHECK(cudaMallocHost(&host_scalars_, 2 * sizeof(float)));
     for (int l = 0; l <= opt.depth; ++l) add_layer(l);
     if (device_scalars_) step_scalars_ = make(2);
+    if (opt.log_every > 0) log_sums_ = make(static_cast<std::size_t>(opt.depth) + 2);
     if (opt.pointer_arrays) make_pointer_table();
     if (graphs_) {
       cudaStream_t up = two_streams_ ? side_ : main_;
@@ -206,7 +207,7 @@ class trainer {
     for (cudaGraph_t g : graphs_captured_) CUDA_CHECK(cudaGraphDestroy(g));
     layers_.clear();
     for (tensor* t : {&static_x_, &static_t_, &static_loss_, &step_scalars_, &pointer_table_,
-                      &tensor_counts_}) {
+                      &tensor_counts_, &log_sums_}) {
       t->reset();
     }
     if (side_joined_ != nullptr) CUDA_CHECK(cudaEventDestroy(side_joined_));
@@ -219,6 +220,27 @@ class trainer {
     CUDA_CHECK(cudaFreeHost(host_scalars_));
     if (main_ != nullptr) CUDA_CHECK(cudaStreamDestroy(main_));
     if (side_ != nullptr) CUDA_CHECK(cudaStreamDestroy(side_));
+  }
+
+  // --log-every: the sum of every layer's parameters (weights and bias), each layer's
+  // summed on the device, then those sums; read back and returned. It only reads the
+  // parameters, so the losses stay those of a run without it.
+  float weights_sum() {
+    const int layers = static_cast<int>(layers_.size());
+    if (two_streams_) {  // the updates run on the side stream
+      CUDA_CHECK(cudaEventRecord(side_joined_, side_));
+      CUDA_CHECK(cudaStreamWaitEvent(main_, side_joined_, 0));
+    }
+    for (int l = 0; l < layers; ++l) {
+      LAUNCH(sum_scaled, dim3(1), 1, main_, layers_[l].param.data(), log_sums_.data() + l,
+             layers_[l].count(), 1.0f);
+    }
+    LAUNCH(sum_scaled, dim3(1), 1, main_, log_sums_.data(), log_sums_.data() + layers, layers,
+           1.0f);
+    CUDA_CHECK(gpu::memcpy_async(host_loss_, log_sums_.data() + layers, sizeof(float),
+                                 cudaMemcpyDeviceToHost, main_));
+    CUDA_CHECK(cudaStreamSynchronize(main_));
+    return *host_loss_;
   }
 
   // One training iteration; returns its loss (before the update).
@@ -598,6 +620,7 @@ class trainer {
   cudaEvent_t side_joined_ = nullptr;  // the side stream's join at the capture's end
   bool upload_recorded_ = false;
   tensor step_scalars_;  // inv_bias1, inv_bias2 of the current iteration
+  tensor log_sums_;      // --log-every: each layer's sum, then the total
   tensor pointer_table_;  // --pointer-arrays: float* [4 * layers]
   tensor tensor_counts_;  // --pointer-arrays: int [layers]
   tensor static_x_, static_t_, static_loss_;  // --graphs
@@ -675,6 +698,10 @@ int main(int argc, char** argv) {
       loss = model.step(iter);
       std::printf("iter %d loss %.9e (bits 0x%08" PRIx32 ")\n", iter,
                   static_cast<double>(loss), float_bits(loss));
+      if (opt.log_every > 0 && (iter + 1) % opt.log_every == 0) {
+        const float sum = model.weights_sum();
+        std::printf("log after iter %d: weights sum %.9e\n", iter, static_cast<double>(sum));
+      }
       std::fflush(stdout);
       // Expandable segments: unmap what the iteration left free every second
       // iteration, as torch.cuda.empty_cache() (Note [Expandable segments in simtrain] in
