@@ -155,6 +155,17 @@ def calibrate(facts: dict, base: str, source: str = "facts.json") -> str:
         if refused or "error" not in idle:
             values["vmm_unmap_spans_mappings"] = ("0" if refused else "1",
                                                   "vmm_calls.run16_handles_ranged.idle")
+    # Whether two threads' VMM calls run side by side or one after the other (Note [VMM
+    # calls one at a time] in tests/simgpu/driver/vmm.cc): 32 remaps of a page on one
+    # thread against 16 on each of two at once, a kernel running on another stream. A
+    # speedup under 1.5 is one at a time. (On simgpu, as every VMM figure, it is timed
+    # on the CPU's clock, not the model's.)
+    two = calls.get("two_threads") if isinstance(calls, dict) else None
+    busy = two.get("busy") if isinstance(two, dict) else None
+    if isinstance(busy, dict) and "speedup" in busy:
+        values["vmm_calls_serialized"] = (
+            "1" if float(busy["speedup"]) < 1.5 else "0",
+            f"vmm_calls.two_threads.busy.speedup {float(busy['speedup']):.2f}")
     # Whether a ready copy runs while one issued before it waits on its stream (Note
     # [Copy engines serve ready copies] in tests/simgpu/driver/clock.h).
     beside = facts.get("copy_beside_blocked")

@@ -9,8 +9,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <latch>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "facts_common.h"
@@ -241,6 +244,85 @@ inline std::string vmm_sequence(const vmm_api& api, int device, size_t bytes, in
   return out + "}";
 }
 
+// `rounds` remaps of one page (unmap, map, set access) on each of `threads` threads at
+// once, each on its own pages; the wall time from their common start to the last one's
+// end, us. Two threads against one doing twice the rounds answers whether the driver
+// runs two threads' VMM calls side by side (swap's mover beside the launching thread)
+// or one after the other (Note [VMM calls one at a time] in tests/simgpu/driver/vmm.cc).
+inline std::string vmm_threads_round(const vmm_api& api, int device, size_t bytes, int threads,
+                                     int rounds, double* wall_us) {
+  const CUmemAllocationProp prop = device_prop(device);
+  const CUmemAccessDesc access = read_write(prop.location);
+  std::vector<CUdeviceptr> base(static_cast<size_t>(threads), 0);
+  std::vector<CUmemGenericAllocationHandle> handle(static_cast<size_t>(threads), 0);
+  std::string error;
+  for (size_t t = 0; t < base.size() && error.empty(); ++t) {
+    if (api.reserve(&base[t], bytes, 0, 0, 0) != CUDA_SUCCESS) error = "cuMemAddressReserve";
+    else if (api.create(&handle[t], bytes, &prop, 0) != CUDA_SUCCESS) error = "cuMemCreate";
+    else if (api.map(base[t], bytes, 0, handle[t], 0) != CUDA_SUCCESS) error = "cuMemMap";
+    else if (api.set_access(base[t], bytes, &access, 1) != CUDA_SUCCESS) error = "cuMemSetAccess";
+  }
+  std::latch start(threads + 1);
+  std::atomic<bool> failed{false};
+  auto work = [&](size_t t) {
+    if (cudaSetDevice(device) != cudaSuccess) failed.store(true);  // its context current
+    start.arrive_and_wait();
+    for (int r = 0; r < rounds && !failed.load(); ++r) {
+      if (api.unmap(base[t], bytes) != CUDA_SUCCESS || api.map(base[t], bytes, 0, handle[t], 0) != CUDA_SUCCESS ||
+          api.set_access(base[t], bytes, &access, 1) != CUDA_SUCCESS)
+        failed.store(true);
+    }
+  };
+  if (error.empty()) {
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < base.size(); ++t) pool.emplace_back(work, t);
+    const auto t0 = clock_type::now();
+    start.arrive_and_wait();
+    for (std::thread& th : pool) th.join();
+    *wall_us = us_since(t0);
+    if (failed.load()) error = "a remap on a thread";
+  }
+  for (size_t t = 0; t < base.size(); ++t) {
+    if (handle[t] != 0) {
+      api.unmap(base[t], bytes);
+      api.release(handle[t]);
+    }
+    if (base[t] != 0) api.address_free(base[t], bytes);
+  }
+  return error;
+}
+
+// See vmm_threads_round: p50 over `iters` of one thread's 2 x rounds remaps and of two
+// threads' rounds each, and their ratio (1: one at a time; 2: side by side).
+inline std::string vmm_two_threads(const vmm_api& api, int device, size_t bytes, int iters,
+                                   spinner* spin) {
+  constexpr int kRounds = 16;
+  std::vector<double> one, two;
+  for (int it = -1; it < iters; ++it) {  // it == -1: warm-up
+    double wall[2] = {0, 0};
+    for (int threads = 1; threads <= 2; ++threads) {
+      if (spin != nullptr && !spin->running() && spin->start() != cudaSuccess)
+        return error_json("launching the spin kernel");
+      const std::string error =
+          vmm_threads_round(api, device, bytes, threads, kRounds * 2 / threads, &wall[threads - 1]);
+      if (!error.empty()) return error_json(error);
+      if (spin != nullptr) cudaStreamSynchronize(spin->stream);
+    }
+    if (it >= 0) {
+      one.push_back(wall[0]);
+      two.push_back(wall[1]);
+    }
+  }
+  const double p_one = percentile(one, 0.5), p_two = percentile(two, 0.5);
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "{\"remaps\": %d, \"one_thread_us\": %s, \"two_threads_us\": %s, "
+                "\"speedup\": %.4g}",
+                kRounds * 2, p50_p99(one).c_str(), p50_p99(two).c_str(),
+                p_two > 0 ? p_one / p_two : 0.0);
+  return buf;
+}
+
 inline std::string vmm_calls(const options& opt, int device, spinner* spin, cudaEvent_t a, cudaEvent_t b) {
   vmm_api api;
   const std::string error = load_vmm(&api);
@@ -278,6 +360,8 @@ inline std::string vmm_calls(const options& opt, int device, spinner* spin, cuda
            ",\n    \"idle\": " + vmm_sequence(api, device, c.bytes, c.calls, opt.vmm_iters, nullptr, c.ranged) +
            ",\n    \"busy\": " + vmm_sequence(api, device, c.bytes, c.calls, opt.vmm_iters, spin, c.ranged) + "}";
   }
+  out += ",\n   \"two_threads\": {\"idle\": " + vmm_two_threads(api, device, page, opt.vmm_iters, nullptr) +
+         ",\n    \"busy\": " + vmm_two_threads(api, device, page, opt.vmm_iters, spin) + "}";
   return out + "}";
 }
 

@@ -411,6 +411,11 @@ void host_wait_all() {
   }
 }
 
+void host_wait_until(double t_ns, const char* why) {
+  timeline_host_wait(why, me().clock_ns, t_ns);
+  host_reach(t_ns);
+}
+
 void host_wait_device_time(const char* why) {
   double idle = 0;
   for (stream_obj* s : g_streams) idle = std::max(idle, s->tail_ns);

@@ -218,6 +218,8 @@ double op_begin(stream_obj* s, engine e, double delay_ns, call_cost cost = call_
 // enqueued so far (vmm_waits_for_device). A wait in time only: it orders nothing
 // for the race detector (Note [VMM calls that wait] in vmm.cc).
 void host_wait_device_time(const char* why);
+// Host time advances to t_ns, a wait for `why` (Note [VMM calls one at a time] in vmm.cc).
+void host_wait_until(double t_ns, const char* why);
 // A copy engine's start for an operation of ns ready at ready_ns: the first idle span
 // of that length at or after it, now taken (Note [Copy engines serve ready copies]).
 // The compute engine and engine::none answer ready_ns (op_begin ordered compute).

@@ -179,6 +179,12 @@ config load() {
       config_error("SIMGPU_COPY_GAPS='%s' is not valid: expected 1/0, on/off, yes/no", v);
     c.copy_gaps = gaps ? 1 : 0;
   }
+  if (const char* v = env("SIMGPU_VMM_SERIAL")) {
+    bool serial = true;
+    if (!parse_bool(v, &serial))
+      config_error("SIMGPU_VMM_SERIAL='%s' is not valid: expected 1/0, on/off, yes/no", v);
+    c.vmm_serial = serial ? 1 : 0;
+  }
   if (const char* v = env("SIMGPU_LAUNCH_LOG")) c.launch_log = v;
   if (const char* v = env("SIMGPU_TIMELINE")) c.timeline = v;
   if (const char* v = env("SIMGPU_CUPTI_RECORDS")) {

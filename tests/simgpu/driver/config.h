@@ -50,6 +50,9 @@ struct config {
   // SIMGPU_COPY_GAPS=0|1: overrides the model's copy_engines_serve_ready (Note [Copy
   // engines serve ready copies] in tests/simgpu/driver/clock.h); -1: unset.
   int copy_gaps = -1;
+  // SIMGPU_VMM_SERIAL=0|1: overrides the model's vmm_calls_serialized (Note [VMM calls
+  // one at a time] in tests/simgpu/driver/vmm.cc).
+  int vmm_serial = -1;
 };
 
 // Parsed on first call; exits 2 on a malformed value.

@@ -64,6 +64,7 @@ CUresult init_device() {
   if (cfg.vmm_wait >= 0) s->model.vmm_waits_for_device = cfg.vmm_wait;
   if (cfg.vmm_unmap_spans >= 0) s->model.vmm_unmap_spans_mappings = cfg.vmm_unmap_spans;
   if (cfg.copy_gaps >= 0) s->model.copy_engines_serve_ready = cfg.copy_gaps;
+  if (cfg.vmm_serial >= 0) s->model.vmm_calls_serialized = cfg.vmm_serial;
   g_state = s;
   if (!reserve_address_space()) {
     log_line("cannot reserve %llu bytes of address space for device memory",

@@ -178,6 +178,7 @@ device_model load_device_model() {
       kv.count("vmm_unmap_spans_mappings") ? flag("vmm_unmap_spans_mappings") : 1;
   m.copy_engines_serve_ready =
       kv.count("copy_engines_serve_ready") ? flag("copy_engines_serve_ready") : 1;
+  m.vmm_calls_serialized = kv.count("vmm_calls_serialized") ? flag("vmm_calls_serialized") : 1;
   m.host_vmm_supported = flag("host_vmm_supported");
   m.kernel_host_access_bytes_per_s = num("kernel_host_access_bandwidth");
   m.managed_page_bytes = bytes("managed_page_size");

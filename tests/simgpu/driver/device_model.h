@@ -53,6 +53,10 @@ struct device_model {
   // in issue order; SIMGPU_COPY_GAPS overrides): Note [Copy engines serve ready
   // copies] in tests/simgpu/driver/clock.h.
   int copy_engines_serve_ready = 1;
+  // The VMM calls of all host threads run one at a time (optional key
+  // vmm_calls_serialized, default 1; 0: each thread's side by side; SIMGPU_VMM_SERIAL
+  // overrides): Note [VMM calls one at a time] in tests/simgpu/driver/vmm.cc.
+  int vmm_calls_serialized = 1;
   // A kernel's reads and writes of host memory (pinned, host-located VMM mappings),
   // bytes/s: zero-copy access over the link, below the pinned copy rate.
   double kernel_host_access_bytes_per_s = 0;

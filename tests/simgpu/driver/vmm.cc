@@ -69,15 +69,36 @@ constexpr double kVmmRepeatGapNs = 5000;
 thread_local host_family t_last_vmm_family = host_family::count_;
 thread_local double t_last_vmm_end_ns = 0;
 
+// Note [VMM calls one at a time]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A VMM call changes the device's page tables through the kernel driver, and NVIDIA's
+// driver takes locks there that other threads' calls share: whether two host threads'
+// cuMemMap/cuMemUnmap/cuMemSetAccess calls run side by side on a GPU is unknown until
+// gpu_facts measures it (vmm_calls.two_threads: 32 remaps on one thread against 16 on
+// each of two at once). The hostile reading is the default: with vmm_calls_serialized
+// (model key, default 1; SIMGPU_VMM_SERIAL overrides) a VMM call starts no earlier
+// than the last VMM call of any thread has ended, its thread waiting (in host time)
+// for it. So a library that remaps on two threads, swap's mover beside the launching
+// thread, gains nothing from the second unless the device lets it. In lockstep
+// (SIMGPU_LOCKSTEP=1) the calls are taken in host-time order, so the order of the
+// waits repeats from run to run. A call that repeats its thread's family (Note
+// [Repeated VMM calls] in tests/simgpu/driver/device_model.cc) still pays the repeat
+// figure after such a wait.
+double g_vmm_free_ns = 0;  // when the last VMM call of any thread ended
+
 void vmm_call_cost(const device_model::vmm_cost& c, uint64_t bytes, const char* wait_why,
                    host_family f, uintptr_t va = 0, const char* memory = nullptr) {
   const device_model& m = dev().model;
   if (wait_why != nullptr && m.vmm_waits_for_device) host_wait_device_time(wait_why);
+  if (m.vmm_calls_serialized && g_vmm_free_ns > clock_host_ns()) {
+    host_wait_until(g_vmm_free_ns, "another thread's VMM call");
+  }
   const double from = clock_host_ns();
   const bool repeat = t_last_vmm_family == f && from - t_last_vmm_end_ns <= kVmmRepeatGapNs;
   clock_host_advance(c.for_bytes(bytes, repeat), f);
   t_last_vmm_family = f;
   t_last_vmm_end_ns = clock_host_ns();
+  g_vmm_free_ns = std::max(g_vmm_free_ns, clock_host_ns());
   timeline_host_call(host_thread_ordinal(), host_family_name(f), from, clock_host_ns(), bytes, va,
                      memory);
 }

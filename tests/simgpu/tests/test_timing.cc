@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <latch>
 #include <thread>
 #include <vector>
 
@@ -699,6 +700,48 @@ TEST_F(Timing, EachHostThreadHasItsOwnClock) {
   // A later observation of the same record costs only its own call.
   EXPECT_NS(host_ns_of([&] { (void)query(e); }), m.number({"event_query_ns"}));
   EXPECT_GE(other_end, other_before_record);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+// See Note [VMM calls one at a time] in tests/simgpu/driver/vmm.cc: another thread's VMM
+// call, made while this thread's was under way in host time, waits for it to end (the
+// models here have no vmm_calls_serialized key: the default, one at a time).
+TEST_F(Timing, VmmCallsOfTwoThreadsRunOneAtATime) {
+  static auto now = simgpu_test::driver<uint64_t (*)()>("simgpuVirtualTimeNs");
+  auto m = simgpu_test::device_model::current();
+  auto create = SIMGPU_DRV(cuMemCreate);
+  auto release = SIMGPU_DRV(cuMemRelease);
+  CUDA_OK(cudaDeviceSynchronize());
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  const double create_ns = m.number({"vmm_create_ns"}) + m.number({"vmm_create_per_2mib_ns"});
+  std::latch started(1), main_created(1);
+  uint64_t other_start = 0, other_before = 0, other_after = 0;
+  CUmemGenericAllocationHandle theirs = 0;
+  std::thread other([&] {
+    CUDA_OK(cudaSetDevice(0));
+    other_start = now();  // its clock starts where this thread's is now
+    started.count_down();
+    main_created.wait();
+    other_before = now();
+    ASSERT_EQ(create(&theirs, 2u << 20, &prop, 0), CUDA_SUCCESS);
+    other_after = now();
+  });
+  started.wait();
+  const uint64_t main_before = now();
+  CUmemGenericAllocationHandle mine = 0;
+  ASSERT_EQ(create(&mine, 2u << 20, &prop, 0), CUDA_SUCCESS);
+  const uint64_t main_after = now();
+  main_created.count_down();
+  other.join();
+  EXPECT_GT(main_after, main_before);
+  // It asked before this thread's call had ended in host time: it waited for that end.
+  EXPECT_LE(other_start, main_before);
+  EXPECT_LT(other_before, main_after);
+  EXPECT_NS(static_cast<double>(other_after), static_cast<double>(main_after) + create_ns);
+  ASSERT_EQ(release(mine), CUDA_SUCCESS);
+  ASSERT_EQ(release(theirs), CUDA_SUCCESS);
   CUDA_OK(cudaDeviceSynchronize());
 }
 
