@@ -648,8 +648,12 @@ class swap_engine final : public backend_with_stats<swap_stats>, public pool::pa
   // See Note [The mover] in residency/swap_mover.cc: a page the mover may fetch (on the
   // host, nothing but the engine used it there, not wanted by an application thread
   // right now, no lending either way).
-  bool mover_may_fetch(const page& p) const {
-    return p.where == state::on_host && p.users.empty() && touch_all_users_.empty() &&
+  // with_users: a page work has reached in host memory may be taken too (the mover then
+  // waits for that work first: Note [The mover fetches pages reached on the host] in
+  // residency/swap_mover.cc).
+  bool mover_may_fetch(const page& p, bool with_users = false) const {
+    return p.where == state::on_host && (with_users || p.users.empty()) &&
+           touch_all_users_.empty() &&
            p.lender == 0 && p.lent_to == 0 && (p.pinned != epoch_ || handoff_epoch_ == epoch_) &&
            p.host != 0;
   }

@@ -96,6 +96,20 @@
 // orders their later users) and leave the queue; swap_stats::launch_run_pages counts
 // them.
 //
+// Note [The mover fetches pages reached on the host]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A launch over the room (Note [Larger than the capacity] in core/launch_residency.cc)
+// reaches some of its pages in host memory, so its stream becomes a user of those pages
+// on the host, and their remap to device memory must wait for its work. The mover
+// fetched no such page: the next launch that needed one took it back from the mover
+// and, after waiting for that stream, remapped it itself. At ResNet-50 b32 at 1/8 of
+// its bytes, 10x, on the H200's measured model, 21 such hand-backs an iteration made
+// the launching thread's remaps 3.9 ms an iteration, 10.4% of T_unl. Now the mover takes
+// them in its own fetch batches: under the lock its copy stream is ordered after their
+// users (as the launching thread's fetch does), and before its remaps it waits for that
+// stream. A batch grouped with evictions (Note [Calls grouped by family] in
+// residency/page_runs.cc) takes none, so that those evictions' remaps do not wait.
+
 // Note [A launch hands its fetch to the mover]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A launch that reaches pages the mover has not fetched yet does not remap them
@@ -161,6 +175,9 @@ struct swap_engine::fetch_plan {
   std::size_t copies = 0;
   int c = -1;
   CUevent copy_event = nullptr;
+  // Work reached some of its pages in host memory: the copy stream is ordered after it,
+  // and the remaps wait for the stream (Note [The mover fetches pages reached on the host]).
+  bool after_users = false;
 };
 
 // See Note [The mover] in residency/swap_mover.cc: the thread never outlives the exit
@@ -472,10 +489,13 @@ swap_engine::move swap_engine::mover_finish_locked(std::unique_lock<std::mutex>&
 // is then not taken unless that room is enough, and no room is asked for.
 bool swap_engine::plan_fetch_locked(fetch_plan& f,
                                     std::span<const CUmemGenericAllocationHandle> lendable) {
+  // See Note [The mover fetches pages reached on the host]: not in a batch grouped with
+  // evictions, whose remaps do not wait.
+  const bool with_users = lendable.empty();
   std::size_t next = 0;
   while (next < mover_fetch_.size()) {
     auto it = pages_.find(mover_fetch_[next]);
-    if (it != pages_.end() && mover_may_fetch(it->second)) break;
+    if (it != pages_.end() && mover_may_fetch(it->second, with_users)) break;
     ++next;
   }
   mover_fetch_.erase(mover_fetch_.begin(), mover_fetch_.begin() + static_cast<std::ptrdiff_t>(next));
@@ -493,7 +513,7 @@ bool swap_engine::plan_fetch_locked(fetch_plan& f,
       const auto end = mover_fetch_.begin() + static_cast<std::ptrdiff_t>(look);
       if (std::find(mover_fetch_.begin(), end, va) == end) return false;
       auto it = pages_.find(va);
-      return it != pages_.end() && mover_may_fetch(it->second);
+      return it != pages_.end() && mover_may_fetch(it->second, with_users);
     };
     std::uintptr_t lo = vas.front(), hi = vas.front();
     while (vas.size() < kMaxRunPages && queued(hi + cfg_.page_bytes)) {
@@ -525,6 +545,21 @@ bool swap_engine::plan_fetch_locked(fetch_plan& f,
   std::erase_if(mover_fetch_, [&](std::uintptr_t va) {
     return std::find(vas.begin(), vas.end(), va) != vas.end();
   });
+  // See Note [The mover fetches pages reached on the host]. A driver error leaves the
+  // pages on the host (a launch that needs them takes them back), heard at the
+  // application's next call.
+  std::vector<page*> used;
+  for (std::uintptr_t va : vas) {
+    if (page& p = pages_[va]; !p.users.empty()) used.push_back(&p);
+  }
+  if (!used.empty()) {
+    if (CUresult r = order_after_locked(used, to_device_); r != CUDA_SUCCESS) {
+      mover_error_ = r;
+      return false;
+    }
+    for (page* p : used) p->users.clear();
+    f.after_users = true;
+  }
   const std::size_t n = vas.size();
   // The oldest batch's spares, as take_device_locked (the mover's own hand-offs need no
   // question), then the eviction's memory; with neither, new device memory, made
@@ -675,7 +710,9 @@ swap_engine::move swap_engine::mover_fetch_locked(std::unique_lock<std::mutex>& 
 
   // The remaps and the copies in, without the lock (the pages are the mover's).
   std::uint64_t calls = 0, copy_calls = 0;
-  CUresult error = create_fetch_memory(f, calls);
+  // See Note [The mover fetches pages reached on the host].
+  CUresult error = f.after_users ? pool::driver().cuStreamSynchronize(to_device_) : CUDA_SUCCESS;
+  if (error == CUDA_SUCCESS) error = create_fetch_memory(f, calls);
   std::vector<char> ok;
   run_cost_fit fit;
   if (error == CUDA_SUCCESS) {

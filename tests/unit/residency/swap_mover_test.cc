@@ -80,6 +80,41 @@ TEST_F(Mover, ALaunchHandsItsMissingPagesToTheMover) {
   EXPECT_GE(after.mover_waits - before.mover_waits, 16u);
 }
 
+// See Note [The mover fetches pages reached on the host] (residency/swap_mover.cc): a
+// launch over the room (as prepare_oversized asks: every page optional, resident ones
+// first, and reachable) reaches pages 0-3 in host memory, and its stream's work reads
+// them there. With room made (pages 4-7 gone), the launches that need pages 0-3 get
+// them from the mover, none taken back, after that work (SIMGPU_RACE=abort judges),
+// every byte kept. (The mover took no page with users: each was taken back.)
+TEST_F(Mover, PagesALaunchReachedOnTheHostAreTheMoversToFetch) {
+  swap_config c = config(4, 16);
+  c.mover_thread = true;
+  swap_engine e(c);
+  eight_filled_pages(e, 0x30);
+  std::vector<byte_range> over;
+  for (std::size_t i = 0; i < 8; ++i) {
+    over.push_back(byte_range{va(i), kPage, true, false, true});
+    over.push_back(byte_range{va(i), kPage, false, true});
+  }
+  ASSERT_TRUE(e.prepare(over, cu(), false));
+  std::vector<unsigned char> read(4 * kPage);
+  for (std::size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(cudaMemcpyAsync(read.data() + i * kPage, ptr(i), kPage, cudaMemcpyDeviceToHost, s_),
+              cudaSuccess);
+  }
+  for (std::size_t i = 4; i < 8; ++i) e.destroy_page(va(i));  // four pages of room
+  const swap_stats before = e.stats();
+  for (std::size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(use(e, i, false));
+    expect_bytes(i, static_cast<unsigned char>(0x30 + i));
+  }
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(read[i * kPage + 7], 0x30 + i) << "page " << i;
+  const swap_stats after = e.stats();
+  EXPECT_EQ(after.fetches - before.fetches, 4u);
+  EXPECT_EQ(after.mover_fetches - before.mover_fetches, 4u);
+  EXPECT_EQ(after.mover_handbacks, before.mover_handbacks);
+}
+
 // See Note [Copies out on the mover] (residency/swap_copies_out.cc): with the mover on, the
 // launching thread begins each eviction and the mover enqueues its copy; every byte is
 // kept (and, under SIMGPU_RACE=abort, every copy is ordered after the page's users).
