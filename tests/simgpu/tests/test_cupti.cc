@@ -32,7 +32,7 @@ SIMGPU_KERNEL_FOOTPRINT(cupti_fill_kernel, [](simgpu::footprint& fp, float* p, f
 });
 
 // Keeps the stream busy so that later operations run back to back (see
-// test_timing.cc, Note [Measuring one operation] in tests/simgpu/tests/test_timing.cc).
+// test_timing.cc, Note [Measuring one operation] in tests/simgpu/tests/timing_fixture.h).
 __global__ void cupti_busy_kernel(float* p, double flops) {
   (void)flops;
   if (threadIdx.x == 0) p[0] = 0;

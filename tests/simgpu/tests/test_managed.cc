@@ -82,7 +82,7 @@ class Managed : public ::testing::Test {
   }
 
   // Virtual ms of one launch of `kernel` on s_, measured after a filler (see
-  // test_timing.cc, Note [Measuring one operation] in tests/simgpu/tests/test_timing.cc).
+  // test_timing.cc, Note [Measuring one operation] in tests/simgpu/tests/timing_fixture.h).
   double launch_ms(const void* kernel, dim3 grid, dim3 block, void** args) {
     double filler = 0.05 * peak_;
     void* fargs[] = {&out_, &filler};
