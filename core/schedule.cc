@@ -399,7 +399,7 @@ bool report_section(stats::section& out) {
       .count("search_period", l.search_period)
       .count("search_repetitions", l.search_repetitions)
       .count("trace_launches", l.trace.size())
-      .count("page_sets", l.pages_of_token.size())
+      .count("distinct_launches", l.pages_of_token.size())
       .count("plan_failures", st.plan_failures)
       .word("cupti", profiler::timing::to_string(src))
       .word("durations_source", durations)
@@ -647,13 +647,13 @@ void note_deviation(learner& l, int device, std::uint32_t token) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Where a job runs on demand throughout (under PyTorch on a GPU, the schedule of a
 // CNN was never learned in 12 iterations), the stats say what the last period
-// search found: "search" is "nothing repeats" (no launch sequence recurred: page sets
+// search found: "search" is "nothing repeats" (no launch sequence recurred: pages
 // that differ at every step), "the repeat ended" (a stretch repeated, then the
 // launches went other ways), "repeated once", "under half the trace" (the repeating
 // stretch is not most of what was seen since learning began), "one page set" (Note
 // [No one-page iteration]) or "learned"; search_period and search_repetitions give the
-// stretch, trace_launches the trace's length and page_sets how many distinct page
-// sets the launches have had.
+// stretch, trace_launches the trace's length and distinct_launches how many distinct
+// tokens (Note [A launch's token]) the launches have had.
 
 // Note [A clock for the first moves]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -247,8 +247,8 @@ def digest(stats: dict | None) -> str:
         if "search" in sc:
             parts.append(f"last period search: {sc.get('search')} (period "
                          f"{sc.get('search_period')} x {sc.get('search_repetitions')}; trace "
-                         f"{sc.get('trace_launches')} launches, {sc.get('page_sets')} "
-                         f"distinct launches)")
+                         f"{sc.get('trace_launches')} launches, {sc.get('distinct_launches')} "
+                         f"distinct)")
         # The plan's iteration against the device's, where the schedule timed one.
         predicted, measured = sc.get("predicted_ns") or 0, (sc.get("chosen_measured_ns")
                                                              or sc.get("first_measured_ns") or 0)
