@@ -3,7 +3,9 @@
 On simgpu (`--sim`) every program comes from the meson build folder (simtrain,
 the preload probes, gpu_facts) and runs with LD_LIBRARY_PATH at its simgpu
 libraries. On a GPU machine there is no meson: each program is compiled by nvcc
-straight from the sources, with `-cudart shared` (a preloaded library cannot
+straight from the sources (tests/gpu/nvcc_build_test.py builds them all wherever a
+toolkit is installed, so a GPU window never starts with one that does not compile),
+with `-cudart shared` (a preloaded library cannot
 interpose calls into a statically linked runtime) and an rpath to the toolkit's
 library folder, into a scratch folder. The simgpu probes with kernels
 (stress_probe.cc, tests/gpu/hazard_probe.cc) are compiled as CUDA with
@@ -83,7 +85,7 @@ def with_nvcc(k: kit, work: Path, arch: str) -> programs:
     found = programs()
     nvcc = find_nvcc()
     if nvcc is None:
-        for name in ("simtrain", "gpu_facts", *PROBES, "hazard_probe"):
+        for name in ("simtrain", "gpu_facts", *PROBES, "hazard_probe", "oversub-replay"):
             found.missing[name] = "nvcc not found (PATH, CUDA_HOME, /usr/local/cuda/bin)"
         return found
     work.mkdir(parents=True, exist_ok=True)
@@ -105,6 +107,9 @@ def with_nvcc(k: kit, work: Path, arch: str) -> programs:
         "memgetinfo_probe": [preload / "memgetinfo_probe.cc"],
         "fork_probe": [preload / "fork_probe.cc"],
         "real_runtime_probe": [preload / "real_runtime_probe.cc"],
+        # Step 6's replay of the shipped traces (tests/workloads/README.md).
+        "oversub-replay": [f"-arch={arch}", "-I", REPO, REPO / "tests" / "workloads" / "replay.cu",
+                           REPO / "profiler" / "profile_format.cc"],
         # The driver-level probe needs its two wrapper libraries first (below).
     }
     simtrain_job = jobs["simtrain"]
