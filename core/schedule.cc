@@ -395,6 +395,8 @@ bool report_section(stats::section& out) {
       .count("deviation_expected_pages", st.deviation_expected_pages)
       .count("deviation_pages", st.deviation_pages)
       .count("deviation_common_pages", st.deviation_common_pages)
+      .count("cupti_rests", st.cupti_rests)
+      .flag("cupti_resting", st.cupti_resting)
       .word("search", l.search)
       .count("search_period", l.search_period)
       .count("search_repetitions", l.search_repetitions)
@@ -615,6 +617,15 @@ bool off_schedule(learner& l, std::uint32_t token, std::uint64_t number) {
 }
 
 // The deviation's figures in the stats, and the log's line once.
+// See Note [CUPTI at rest] in profiler/cupti_source.h: resting while a schedule is
+// followed and not tuned (no launch is tagged then), awake otherwise.
+void rest_cupti(learner& l, bool resting) {
+  if (l.stats.cupti_resting == resting || (resting && !l.durations_measured)) return;
+  const bool now = profiler::timing::rest(resting);
+  if (now && !l.stats.cupti_resting) ++l.stats.cupti_rests;
+  l.stats.cupti_resting = now;
+}
+
 void note_deviation(learner& l, int device, std::uint32_t token) {
   const std::vector<unit>& want = l.pages_of_token[l.period[l.cursor]];
   const std::vector<unit>& got = l.pages_of_token[token];
@@ -760,6 +771,7 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
       }
       carry_out(l, l.cursor, number);
       l.cursor = (l.cursor + 1) % l.period.size();
+      rest_cupti(l, !l.tuning);
       ++l.stats.followed;
       stats::global().swap_scheduled.count();
       return;
@@ -780,6 +792,7 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
   }
   for (const auto& v : vacancies) l.vacancies.push_back({number, v});
   l.trace.push_back(token);
+  rest_cupti(l, false);
   profiler::timing::tag_next_launch(number);
   if (l.trace.size() > max_trace) {
     l.trace.erase(l.trace.begin(), l.trace.begin() + static_cast<std::ptrdiff_t>(max_trace / 2));

@@ -52,6 +52,10 @@ struct swap_schedule_stats {
   std::uint64_t deviation_pages = 0;
   std::uint64_t deviation_common_pages = 0;
   std::uint64_t plan_failures = 0;
+  // See Note [CUPTI at rest] in profiler/cupti_source.h: how often the learner put
+  // CUPTI at rest, and whether it rests now.
+  std::uint64_t cupti_rests = 0;
+  bool cupti_resting = false;
   // The current schedule's iteration as policy::simulate predicts it (the learner's
   // cost model, its pages as buffers), and the same iteration with enough memory, ns.
   std::uint64_t predicted_ns = 0;

@@ -36,9 +36,13 @@ CUpti_SubscriberHandle g_handle = nullptr;
 std::atomic<sink*> g_sinks[max_sinks];
 std::atomic<std::size_t> g_sink_count{0};
 std::mutex g_subscribe_mutex;  // the first subscription and the slots
-bool g_tried = false;          // under g_subscribe_mutex, as the two below
+bool g_tried = false;          // under g_subscribe_mutex, as the four below
 outcome g_outcome = outcome::unavailable;
 std::string g_detail;
+// See Note [CUPTI at rest] in profiler/cupti_source.h: per slot, its sink rests; and
+// whether the callbacks are off now.
+bool g_resting[max_sinks] = {};
+bool g_quiet = false;
 
 template <typename F>
 void each_sink(F&& f) {
@@ -281,6 +285,16 @@ constexpr CUpti_CallbackId driver_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
 };
 
+// The callbacks the sinks take, on (1) or off (0); g_subscribe_mutex held.
+void enable_callbacks(std::uint32_t on) {
+  for (CUpti_CallbackId id : runtime_ids) {
+    g_api.enable_callback(on, g_handle, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+  }
+  for (CUpti_CallbackId id : driver_ids) {
+    g_api.enable_callback(on, g_handle, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  }
+}
+
 // The process's one subscription (g_subscribe_mutex held).
 outcome first_subscribe(std::string* detail) {
   void* lib = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
@@ -319,12 +333,7 @@ outcome first_subscribe(std::string* detail) {
     *detail = "cuptiSubscribe_v2: " + result_text(r);
     return outcome::unavailable;
   }
-  for (CUpti_CallbackId id : runtime_ids) {
-    g_api.enable_callback(1, g_handle, CUPTI_CB_DOMAIN_RUNTIME_API, id);
-  }
-  for (CUpti_CallbackId id : driver_ids) {
-    g_api.enable_callback(1, g_handle, CUPTI_CB_DOMAIN_DRIVER_API, id);
-  }
+  enable_callbacks(1);
   if (g_api.register_callbacks(&buffer_requested, &buffer_completed) == CUPTI_SUCCESS) {
     g_api.activity_enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     g_api.activity_enable(CUPTI_ACTIVITY_KIND_MEMCPY);
@@ -360,6 +369,24 @@ outcome subscribe(sink* to, std::string* detail) noexcept {
     *detail = "out of memory while subscribing";
     return outcome::unavailable;
   }
+}
+
+bool rest(sink* s, bool resting) noexcept try {
+  std::lock_guard<std::mutex> lock(g_subscribe_mutex);
+  if (!g_subscribed.load(std::memory_order_acquire)) return false;
+  const std::size_t n = g_sink_count.load(std::memory_order_relaxed);
+  bool all = n != 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (g_sinks[i].load(std::memory_order_relaxed) == s) g_resting[i] = resting;
+    all = all && g_resting[i];
+  }
+  if (all != g_quiet) {
+    enable_callbacks(all ? 0 : 1);
+    g_quiet = all;
+  }
+  return g_quiet;
+} catch (...) {
+  return false;  // the mutex could not be taken: nothing changed
 }
 
 void note_hook_launch(const void* func, void** args) noexcept {

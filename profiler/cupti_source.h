@@ -95,6 +95,27 @@ constexpr std::size_t max_sinks = 4;
 // another sink, *detail says which.
 outcome subscribe(sink* to, std::string* detail) noexcept;
 
+// See Note [CUPTI at rest]: `s` needs no callback or record for now (resting) or
+// needs them again; returns whether CUPTI is at rest after the call (every sink
+// resting). Never from inside a CUPTI callback.
+bool rest(sink* s, bool resting) noexcept;
+
+// Note [CUPTI at rest]
+// ~~~~~~~~~~~~~~~~~~~~
+// While oversub listens, CUPTI calls it at the enter and exit of every launch and copy
+// (the callbacks above), on the application's thread. The learners need those calls
+// only to bind a launch they time to its kernel record, while they learn or tune an
+// iteration (Note [Tagging launches] in profiler/launch_timing.h); a learned schedule
+// followed untuned tags nothing. So a sink says when it rests, and while every sink
+// rests (the profiling session never does) oversub disables its subscriber's callbacks,
+// and enables them again when one wants them: the swap and um learners rest while they
+// follow a schedule they are not tuning, and wake at the first launch they trace again
+// (a deviation, a new layout). The activity kinds stay enabled: they are the
+// process's, not the subscriber's, and a profiler the application runs (torch.profiler)
+// may have enabled them too; records nobody tagged are dropped as they come. On simgpu,
+// where the callbacks are simgpu's own code, they cost an empty kernel's launch under
+// swap about 0.6 us (docs/results.md, "CUPTI at rest").
+
 // The launch the calling thread's runtime launch hook is about to make, for a
 // runtime callback without params (Note [Launches without params]); cleared after
 // the call. Thread-local stores only.

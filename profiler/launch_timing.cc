@@ -222,6 +222,11 @@ std::size_t kernel_starts(const std::uint64_t* tags, std::size_t n, std::uint64_
   return the_collector().starts(tags, n, out);
 }
 
+bool rest(bool resting) noexcept {
+  if (current() != source::cupti) return false;
+  return cupti::rest(&the_collector(), resting);
+}
+
 void forget_before(std::uint64_t first) noexcept {
   if (current() != source::cupti) return;
   the_collector().forget_before(first);

@@ -69,6 +69,10 @@ std::size_t durations(std::uint64_t first, std::size_t n, std::uint64_t* out) no
 // device] in core/tuning.cc.
 std::size_t kernel_starts(const std::uint64_t* tags, std::size_t n, std::uint64_t* out) noexcept;
 
+// See Note [CUPTI at rest] in profiler/cupti_source.h: the learner needs no duration
+// or record for now (resting), or needs them again. Returns whether CUPTI rests.
+bool rest(bool resting) noexcept;
+
 // Forgets the durations of tags below `first` (the learner no longer needs them).
 void forget_before(std::uint64_t first) noexcept;
 

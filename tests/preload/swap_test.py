@@ -88,6 +88,10 @@ def main() -> int:
     ap.add_argument("--expect-off-schedule", action="store_true",
                     help="the schedule is learned once and followed to the end, the "
                          "launches it does not have run on demand (no deviation)")
+    ap.add_argument("--expect-cupti-rest", action="store_true",
+                    help="once the schedule is followed untuned, CUPTI's callbacks rest "
+                         "(Note [CUPTI at rest] in profiler/cupti_source.h): put at rest at "
+                         "least once and resting at exit")
     ap.add_argument("--expect-calls", default="", metavar="NAME,...",
                     help="entry points the library must have seen called (its stats)")
     ap.add_argument("--expect-no-calls", default="", metavar="NAME,...",
@@ -166,6 +170,15 @@ def main() -> int:
                  f"{sched.get('followed')}", proc)
         print(f"learned once, {sched['followed']} launches followed, the "
               f"{sched['unplanned_launches']} launches of {logs} logging steps on demand")
+    if args.expect_cupti_rest:
+        sched = stats.get("schedule", {})
+        if sched.get("cupti_rests", 0) < 1 or sched.get("cupti_resting") is not True:
+            fail(f"CUPTI was not put at rest while the schedule was followed: cupti_rests "
+                 f"{sched.get('cupti_rests')}, cupti_resting {sched.get('cupti_resting')}, "
+                 f"tune_status {sched.get('tune_status')}, followed {sched.get('followed')}",
+                 proc)
+        print(f"CUPTI put at rest {sched['cupti_rests']} time(s) while the schedule was "
+              f"followed ({sched['followed']} launches)")
     calls = stats.get("calls", {})
     for name in filter(None, args.expect_calls.split(",")):
         if calls.get(name, 0) == 0:
