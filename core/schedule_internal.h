@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/stats.h"
 #include "core/schedule.h"
 #include "policy/cost_model.h"
 #include "policy/iteration_model.h"
@@ -193,6 +194,11 @@ void note_iteration(learner& l);
 void set_mover_costs(learner& l, const residency::residency_backend::remap_costs& remaps);
 // The followed schedule (l.model, l.plan) predicted with l.costs, into l.stats.
 void predict(learner& l);
+
+// l.stats with the figures that follow from the learner's state (core/schedule_report.cc).
+swap_schedule_stats snapshot(const learner& l);
+// The stats' "schedule" section; at exit, and gives up when the learner is busy.
+bool report_section(stats::section& out);
 
 // The learned period rotated by v.rotation as a model over its pages, planned at the
 // engine's capacity less v.free_pages pages; on success it becomes what is followed
