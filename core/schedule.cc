@@ -128,6 +128,16 @@ bool could_be_iteration(const std::vector<std::uint32_t>& trace,
   return std::any_of(first, last, [&](std::uint32_t t) { return t != *first; });
 }
 
+// See Note [A stretch that did not last]: the launches seen before the trace began
+// repeat a longer stretch, of another period, up to the present.
+bool inside_longer_repeat(const learner& l, const profiler::periodic_stretch& s) {
+  if (l.history.size() <= l.trace.size()) return false;
+  const std::optional<profiler::periodic_stretch> h = profiler::find_period(l.history);
+  return h && h->end == l.history.size() && h->repetitions() >= 2 &&
+         h->period != s.period && h->end - h->begin > s.end - s.begin &&
+         could_be_iteration(l.history, *h);
+}
+
 // The last period of the trace, planned; the schedule is followed from the next
 // launch (the period's first position).
 bool learn(learner& l, int device) {
@@ -143,9 +153,13 @@ bool learn(learner& l, int device) {
              : s->repetitions() < 2               ? "repeated once"
              : 2 * (s->end - s->begin) < l.trace.size() ? "under half the trace"
              : !could_be_iteration(l.trace, *s)   ? "one page set"
+             : s->end - s->begin <= l.stretch_to_pass ? "no longer than one that did not last"
+             : inside_longer_repeat(l, *s)        ? "inside a longer repeat"
                                                   : learned_search;
   if (l.search != learned_search) return false;
   l.learned.assign(l.trace.end() - static_cast<std::ptrdiff_t>(s->period), l.trace.end());
+  l.learned_stretch = s->end - s->begin;  // Note [A stretch that did not last]
+  l.followed_at_learn = l.stats.followed;
   const std::uint64_t first = l.trace_first + l.trace.size() - s->period;
   l.learned_vacancies.clear();
   for (const auto& v : l.vacancies) {
@@ -553,6 +567,31 @@ void note_deviation(learner& l, int device, std::uint32_t token) {
 }
 }  // namespace
 
+// Note [A stretch that did not last]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A stretch of an iteration can repeat on its own: a run of layers whose launches have
+// the same tokens (small buffers sharing pages: simtrain --width 64 --batch 16, whose
+// buffers all lie in one or two pages, repeats a 5-launch layer eight times). Where
+// that stretch is most of what was seen since learning (re)started, it is taken for
+// the iteration; the schedule is dropped where the layers end, learning starts over,
+// and the next run of layers is learned: that simtrain was learned 40 times in 40
+// iterations, 1998 of its launches off the schedule. Two rules pass such stretches over:
+//   - The learner keeps every launch's token, followed ones too, past the trace's
+//     restarts (l.history, as long as the trace may grow). A stretch is not learned
+//     where the history repeats a longer stretch of another period up to the present:
+//     by Note [Finding the launch period] in profiler/period.h, the iteration is the
+//     longest repeat, and the run of layers lies inside it. Learning goes on until the
+//     trace holds two iterations.
+//   - The first time, the history is no longer than the trace, and a schedule dropped
+//     for that reason is found by how long it held: a training iteration, once
+//     learned, holds at least as long as the stretch it was learned from. Where a
+//     schedule is dropped before it was followed for as many launches as its stretch
+//     had, the next stretch must be longer than the one that held (the stretch and
+//     the launches followed). A schedule that held resets the rule.
+// A new layout of the pool (Note [The pool's layout changed]) gives new tokens: both
+// start over. The stats' search says "inside a longer repeat" or "no longer than one
+// that did not last" where a rule passed a stretch over.
+
 // Note [Why no iteration was learned]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Where a job runs on demand throughout (under PyTorch on a GPU, the schedule of a
@@ -561,7 +600,8 @@ void note_deviation(learner& l, int device, std::uint32_t token) {
 // that differ at every step), "the repeat ended" (a stretch repeated, then the
 // launches went other ways), "repeated once", "under half the trace" (the repeating
 // stretch is not most of what was seen since learning began), "one page set" (Note
-// [No one-page iteration]) or "learned"; search_period and search_repetitions give the
+// [No one-page iteration]), "inside a longer repeat" or "no longer than one that did
+// not last" (Note [A stretch that did not last]) or "learned"; search_period and search_repetitions give the
 // stretch, trace_launches the trace's length and distinct_launches how many distinct
 // tokens (Note [A launch's token]) the launches have had.
 
@@ -648,7 +688,15 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
     }
     stop_following(l);
     clear_trace(l);
+    l.stretch_to_pass = 0;  // other pages, other tokens: Note [A stretch that did not last]
+    l.history.clear();
   }
+  // See Note [A stretch that did not last].
+  if (l.history.size() == max_trace) {
+    l.history.erase(l.history.begin(),
+                    l.history.begin() + static_cast<std::ptrdiff_t>(max_trace / 2));
+  }
+  l.history.push_back(token);
   // See Note [Launches the iteration did not have].
   if (l.following && device == l.device && token != l.period[l.cursor] &&
       off_schedule(l, token, number)) {
@@ -678,6 +726,9 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
     ++l.stats.deviations;
     stats::global().swap_deviations.count();
     note_deviation(l, device, token);
+    // See Note [A stretch that did not last].
+    const std::uint64_t held = l.stats.followed - l.followed_at_learn;
+    l.stretch_to_pass = held < l.learned_stretch ? l.learned_stretch + held : 0;
     stop_following(l);
   }
   // See Note [Dead gaps] in core/dead_gaps.cc: a new trace's first launch takes what

@@ -80,6 +80,9 @@ struct learner {
   std::vector<const void*> kernel_of_token;  // Note [A launch's token] in core/schedule.cc
   std::vector<std::uint32_t> trace;
   std::uint64_t trace_first = 0;  // launch number (tag) of trace[0]
+  // Every launch's token, followed ones too, kept past the trace's restarts (Note [A
+  // stretch that did not last] in core/schedule.cc).
+  std::vector<std::uint32_t> history;
   // See Note [Dead gaps] in core/dead_gaps.cc: what the engine said happened to the
   // pages' blocks before each launch of the trace (its launch number), and over the
   // learned period (its position), in order.
@@ -117,6 +120,12 @@ struct learner {
   std::uint32_t astray_token = 0;  // the last of them
   bool skip_logged = false;
   bool astray_logged = false;
+  // See Note [A stretch that did not last] in core/schedule.cc: the repeating stretch
+  // the schedule was learned from, the launches followed then, and the length a new
+  // stretch must pass (0: any).
+  std::size_t learned_stretch = 0;
+  std::uint64_t followed_at_learn = 0;
+  std::size_t stretch_to_pass = 0;
   // See Note [Why no iteration was learned] in core/schedule.cc: the last period search.
   const char* search = "none";
   std::size_t search_period = 0;
