@@ -451,6 +451,7 @@ void stop_following(learner& l) {
   l.later_due.clear();
   l.astray_in_row = 0;
   l.astray_in_iteration = 0;
+  l.window_launches = 0;
 }
 
 // Note [Launches the iteration did not have]
@@ -470,10 +471,13 @@ void stop_following(learner& l) {
 //     there (skipped_launches). One launch alone is not enough: a token is not unique
 //     within an iteration (an elementwise kernel over the same pages twice), and a
 //     launch the iteration did not have may match a position a little ahead.
-// More than max_astray such launches in a row, or more than an eighth of the period
-// (max_astray at least) in one iteration, and the iteration itself has changed (a
-// validation pass, the allocator's new layout): that launch is a deviation, and the
-// learner goes back to on-demand residency and learns again. What a launch needs
+// More than max_astray such launches in a row, or more than an eighth of the launches
+// in a window of a period's length (8 max_astray at least: a schedule of a few
+// launches, a run of layers taken for the iteration, counted over one wrap went on
+// for ever with three launches in four off it; Note [A stretch that did not last]),
+// and the iteration itself has changed (a validation pass, the allocator's new
+// layout): that launch is a deviation, and the learner goes back to on-demand
+// residency and learns again. What a launch needs
 // resident, and whether a page's content is dead, never come from the schedule (Note
 // [Dead pages] in residency/swap_engine.h), so a launch the schedule did not expect
 // costs time, never data. While the variants of a schedule are timed (Note [Choosing
@@ -482,6 +486,14 @@ void stop_following(learner& l) {
 // are timed, are never passed over: a launch that would pass them is a deviation.
 constexpr std::size_t max_skipped = 8;
 constexpr std::size_t max_astray = 64;
+
+// See Note [Launches the iteration did not have]: one more launch in the window over
+// which launches off the schedule are counted.
+void count_in_window(learner& l) {
+  if (++l.window_launches < std::max(l.period.size(), 8 * max_astray)) return;
+  l.window_launches = 0;
+  l.astray_in_iteration = 0;
+}
 
 // See Note [Launches the iteration did not have]: true where the launch runs off the
 // schedule; false where the schedule goes on from it (the skipped launches' moves
@@ -516,6 +528,7 @@ bool off_schedule(learner& l, std::uint32_t token, std::uint64_t number) {
   ++l.astray_in_row;
   ++l.astray_in_iteration;
   l.astray_token = token;
+  count_in_window(l);
   if (l.astray_in_row > max_astray || l.astray_in_iteration > std::max(max_astray, n / 8)) {
     return false;
   }
@@ -707,7 +720,7 @@ void schedule_before_launch(int device, std::span<const residency::byte_range> r
     if (device == l.device && token == l.period[l.cursor]) {
       profiler::timing::tag_next_launch(profiler::timing::no_tag);
       l.astray_in_row = 0;
-      if (l.cursor == 0) l.astray_in_iteration = 0;
+      count_in_window(l);
       // See Note [Which part differs] in core/schedule_costs.cc.
       if (l.cursor == 0) note_iteration(l);
       if (l.tuning && l.cursor == 0) tune_step(l, device, number);

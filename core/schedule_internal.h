@@ -114,9 +114,11 @@ struct learner {
   swap_schedule_stats stats;
   bool deviation_logged = false;
   // See Note [Launches the iteration did not have] in core/schedule.cc: launches that
-  // matched no expected one, in a row and since the followed iteration began.
+  // matched no expected one, in a row and in the window of launches (window_launches
+  // of them so far).
   std::size_t astray_in_row = 0;
   std::size_t astray_in_iteration = 0;
+  std::size_t window_launches = 0;
   std::uint32_t astray_token = 0;  // the last of them
   bool skip_logged = false;
   bool astray_logged = false;
