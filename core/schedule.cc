@@ -450,7 +450,7 @@ void stop_following(learner& l) {
   l.later.clear();
   l.later_due.clear();
   l.astray_in_row = 0;
-  l.astray_in_iteration = 0;
+  l.astray_in_window = 0;
   l.window_launches = 0;
 }
 
@@ -492,7 +492,7 @@ constexpr std::size_t max_astray = 64;
 void count_in_window(learner& l) {
   if (++l.window_launches < std::max(l.period.size(), 8 * max_astray)) return;
   l.window_launches = 0;
-  l.astray_in_iteration = 0;
+  l.astray_in_window = 0;
 }
 
 // See Note [Launches the iteration did not have]: true where the launch runs off the
@@ -526,10 +526,10 @@ bool off_schedule(learner& l, std::uint32_t token, std::uint64_t number) {
     return false;
   }
   ++l.astray_in_row;
-  ++l.astray_in_iteration;
+  ++l.astray_in_window;
   l.astray_token = token;
   count_in_window(l);
-  if (l.astray_in_row > max_astray || l.astray_in_iteration > std::max(max_astray, n / 8)) {
+  if (l.astray_in_row > max_astray || l.astray_in_window > std::max(max_astray, n / 8)) {
     return false;
   }
   ++l.stats.unplanned;

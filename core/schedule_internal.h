@@ -117,7 +117,7 @@ struct learner {
   // matched no expected one, in a row and in the window of launches (window_launches
   // of them so far).
   std::size_t astray_in_row = 0;
-  std::size_t astray_in_iteration = 0;
+  std::size_t astray_in_window = 0;
   std::size_t window_launches = 0;
   std::uint32_t astray_token = 0;  // the last of them
   bool skip_logged = false;
